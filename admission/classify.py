@@ -1,0 +1,125 @@
+"""SQL text → query class (the statement's *skeleton*).
+
+A class is one query shape: the same statement with other constants, IN-lists, whitespace or
+comments is the same class. Three sources, in order of precedence:
+
+1. a hint comment ``/* admission:class=NAME */`` anywhere in the text: the application names
+   the class itself (useful when two shapes should share a profile, or for readable names);
+2. the libpg_query fingerprint (via pglast) when the text parses as PostgreSQL: constants are
+   ignored by construction, so it is robust to every formatting difference;
+3. otherwise a normaliser for other dialects (DuckDB's, say): comments dropped, string and
+   numeric literals replaced by ``?``, IN-lists and VALUES lists folded, whitespace and case
+   folded; the class is a hash of that skeleton.
+
+Classification never raises: empty text, garbage and multi-statement strings all get a class.
+Session-control statements (SET, SHOW, BEGIN, …) are flagged ``control`` so that the gate lets
+them bypass the admission queue (SPEC §4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pglast import parser as _pg
+
+__all__ = ["QueryClass", "classify_sql", "normalize_sql"]
+
+HINT = re.compile(r"/\*\s*admission:class\s*=\s*([A-Za-z0-9_.:\-]+)\s*\*/")
+
+# Statements that must never wait behind other clients' work (SPEC §4).
+CONTROL_VERBS = frozenset(
+    {
+        "set",
+        "show",
+        "reset",
+        "begin",
+        "start",
+        "commit",
+        "end",
+        "rollback",
+        "abort",
+        "savepoint",
+        "release",
+        "discard",
+        "listen",
+        "unlisten",
+        "deallocate",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryClass:
+    """One SQL skeleton.
+
+    ``fingerprint`` is stable across runs and versions of this package for the same skeleton
+    (prefix ``pg:`` for libpg_query fingerprints, ``sk:`` for normalised skeletons, ``hint:``
+    for named classes); ``name`` is a readable label; ``control`` marks session-control
+    statements that bypass admission.
+    """
+
+    fingerprint: str
+    name: str
+    control: bool = False
+
+
+_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
+_STRINGS = re.compile(r"(?:[EeBbXxNnUu]&?)?'(?:[^']|'')*'|\$([A-Za-z_]*)\$.*?\$\1\$", re.S)
+_NUMBERS = re.compile(r"(?<![\w$])[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)")
+_LISTS = re.compile(r"\(\s*\?(?:\s*,\s*\?)+\s*\)")
+_VALUES_ROWS = re.compile(r"(\(\s*\?\s*\))(?:\s*,\s*\(\s*\?\s*\))+")
+_SPACE = re.compile(r"\s+")
+_SPACE_PUNCT = re.compile(r"\s*([(),;=<>+*/-])\s*")
+# A table name follows FROM/JOIN/INTO/UPDATE and is not closed by ")" (as in extract(x from col)).
+_FROM_TABLES = re.compile(r"\b(?:from|join|into|update)\s+([a-z_][a-z0-9_.]*)\b(?!\s*\))")
+
+
+def normalize_sql(text: str) -> str:
+    """The dialect-agnostic skeleton of ``text`` (used when libpg_query cannot parse it)."""
+    s = _COMMENTS.sub(" ", text)
+    s = _STRINGS.sub("?", s)
+    s = _NUMBERS.sub("?", s)
+    s = _SPACE.sub(" ", s).strip().lower()
+    s = _SPACE_PUNCT.sub(r"\1", s)
+    # Fold repeatedly: a list of lists folds from the inside out.
+    while True:
+        folded = _VALUES_ROWS.sub(r"\1", _LISTS.sub("(?)", s))
+        if folded == s:
+            break
+        s = folded
+    return s.rstrip(";")
+
+
+def _verb(skeleton: str) -> str:
+    word = skeleton.lstrip("(").split(" ", 1)[0]
+    return word.split("(", 1)[0]
+
+
+def _label(verb: str, skeleton: str, fingerprint: str) -> str:
+    tables: list[str] = []
+    for table in _FROM_TABLES.findall(skeleton):
+        if table not in tables and table not in {"select", "lateral"}:
+            tables.append(table)
+    shown = ",".join(tables[:3]) + (",…" if len(tables) > 3 else "")
+    digest = fingerprint.split(":", 1)[1][:8]
+    return f"{verb or 'empty'}{'(' + shown + ')' if shown else ''}#{digest}"
+
+
+@lru_cache(maxsize=8192)
+def classify_sql(text: str) -> QueryClass:
+    """Return the class of one SQL text (possibly several statements). Never raises."""
+    hint = HINT.search(text)
+    skeleton = normalize_sql(text)
+    verb = _verb(skeleton)
+    control = verb in CONTROL_VERBS or not skeleton
+    if hint:
+        name = hint.group(1)
+        return QueryClass(f"hint:{name}", name, control)
+    try:
+        fingerprint = "pg:" + _pg.fingerprint(text)
+    except Exception:  # pglast raises ParseError, or ValueError for NUL bytes and the like
+        fingerprint = "sk:" + hashlib.sha1(skeleton.encode(), usedforsecurity=False).hexdigest()[:16]
+    return QueryClass(fingerprint, _label(verb, skeleton, fingerprint), control)

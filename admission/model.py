@@ -1,0 +1,241 @@
+"""The η model: per-class resource profiles learned in training, and the A^c_r matrix.
+
+One versioned JSON file (SPEC §5) holds what training measured: per class the service demand
+D_r, the nominal fork size f_r, the fork profile (phases), U_r, Q_r, A_r and counts, plus the
+K×K matrix ``A[r][c] = A^c_r`` (mean class-r tasks in execution seen when a class-c job is
+admitted). The η matrix of every policy is derived from those numbers (``admission.policies``)
+and written beside them for people to read; on load it is recomputed and checked, so a file
+whose η disagrees with its own profiles is rejected rather than silently half-used.
+
+Classes the model has not seen get ``default`` (configurable; by default the median of the
+known classes) and enter the A matrix with the PASTA approximation A^c_r ≈ Q_r.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "ClassProfile",
+    "EtaModel",
+    "ModelError",
+    "Phase",
+    "Profile",
+]
+
+FORMAT = "admission-eta-model"
+FORMAT_VERSION = 1
+
+
+class ModelError(ValueError):
+    """A model file that cannot be used; the message names the file and the field."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Phase(_Frozen):
+    """A stretch of a job's execution with a constant number of active threads."""
+
+    threads: int = Field(ge=1)
+    duration: float = Field(ge=0)
+
+
+class Profile(_Frozen):
+    """What admission needs to know of a class (also the default for unknown classes)."""
+
+    D: float = Field(ge=0, description="service demand: mean response time alone (s)")
+    f: int = Field(ge=1, description="nominal fork size: threads in the first phase")
+    U: float = Field(default=0.0, ge=0, description="mean CPU utilization, share of all cores")
+    Q: float = Field(default=0.0, ge=0, description="time-averaged tasks in execution")
+    A: float = Field(default=0.0, ge=0, description="mean tasks seen at admission instants")
+
+
+class ClassProfile(Profile):
+    """One measured class."""
+
+    fingerprint: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    sample_sql: str = ""
+    phases: tuple[Phase, ...] = ()
+    count: int = Field(default=0, ge=0, description="executions measured")
+
+    @model_validator(mode="after")
+    def _phases_match_fork_size(self) -> ClassProfile:
+        if self.phases and self.phases[0].threads != self.f:
+            raise ValueError(
+                f"f is {self.f} but the first phase has {self.phases[0].threads} threads"
+            )
+        return self
+
+
+class EtaModel(_Frozen):
+    """Profiles of K classes and the K×K matrix A[r][c] = A^c_r, in class order."""
+
+    format: str = FORMAT
+    version: int = FORMAT_VERSION
+    backend: str = "unknown"
+    dataset: str = ""
+    cores: int = Field(default=1, ge=1)
+    mpl: int | None = Field(default=None, ge=1)
+    fcr: int | None = Field(default=None, ge=1)
+    sample_interval: float = Field(default=0.05, gt=0)
+    notes: str = ""
+    default: Profile | None = None
+    classes: tuple[ClassProfile, ...] = ()
+    A_matrix: tuple[tuple[float, ...], ...] = ()
+    eta: dict[str, tuple[tuple[float, ...], ...]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EtaModel:
+        if self.format != FORMAT:
+            raise ValueError(f"format is {self.format!r}, expected {FORMAT!r}")
+        if self.version != FORMAT_VERSION:
+            raise ValueError(f"version {self.version} is not supported (this reads {FORMAT_VERSION})")
+        k = len(self.classes)
+        seen: set[str] = set()
+        for i, c in enumerate(self.classes):
+            if c.fingerprint in seen:
+                raise ValueError(f"classes[{i}].fingerprint {c.fingerprint!r} appears twice")
+            seen.add(c.fingerprint)
+        _check_square("A_matrix", self.A_matrix, k, allow_empty=True)
+        for name, matrix in self.eta.items():
+            _check_square(f"eta.{name}", matrix, k, allow_empty=False)
+        return self
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    @property
+    def fingerprints(self) -> tuple[str, ...]:
+        return tuple(c.fingerprint for c in self.classes)
+
+    def index(self) -> dict[str, int]:
+        return {c.fingerprint: i for i, c in enumerate(self.classes)}
+
+    def a_matrix(self) -> tuple[tuple[float, ...], ...]:
+        """A[r][c]; when training wrote none, the PASTA approximation A^c_r ≈ Q_r."""
+        if self.A_matrix:
+            return self.A_matrix
+        return tuple(tuple(c.Q for _ in self.classes) for c in self.classes)
+
+    def default_profile(self) -> Profile:
+        """The profile an unseen class starts with."""
+        if self.default is not None:
+            return self.default
+        if not self.classes:
+            return Profile(D=1.0, f=1)
+        med = statistics.median
+        return Profile(
+            D=med(c.D for c in self.classes),
+            f=max(1, round(med(c.f for c in self.classes))),
+            U=med(c.U for c in self.classes),
+            Q=med(c.Q for c in self.classes),
+            A=med(c.A for c in self.classes),
+        )
+
+    def with_class(self, fingerprint: str, name: str, sample_sql: str = "") -> EtaModel:
+        """A copy with one more class, on the default profile (for classes seen live)."""
+        d = self.default_profile()
+        new = ClassProfile(fingerprint=fingerprint, name=name, sample_sql=sample_sql[:2000],
+                           **d.model_dump())  # fmt: skip
+        a = self.a_matrix()
+        rows = [(*row, self.classes[r].Q) for r, row in enumerate(a)]
+        rows.append(tuple(d.Q for _ in range(len(self.classes) + 1)))
+        return self.model_copy(
+            update={"classes": (*self.classes, new), "A_matrix": tuple(rows), "eta": {}}
+        )
+
+    # -- files -----------------------------------------------------------------------------
+
+    def with_eta(self) -> EtaModel:
+        """A copy whose ``eta`` holds every registered policy's matrix (what ``save`` writes)."""
+        from admission.policies import POLICIES
+
+        return self.model_copy(update={"eta": {n: p.build(self).eta for n, p in POLICIES.items()}})
+
+    def to_json(self) -> str:
+        return json.dumps(self.with_eta().model_dump(mode="json"), indent=1, allow_nan=False)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write atomically: a crash leaves the old file or the new one, never half of one."""
+        target = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.")
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(self.to_json())
+                out.write("\n")
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "<string>") -> EtaModel:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ModelError(f"{source}: not valid JSON ({e})") from None
+        if not isinstance(raw, dict):
+            raise ModelError(f"{source}: expected a JSON object at the top level")
+        try:
+            model = cls.model_validate(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            more = f" (and {e.error_count() - 1} more problems)" if e.error_count() > 1 else ""
+            raise ModelError(f"{source}: field {where}: {first['msg']}{more}") from None
+        model._check_eta(source)
+        return model
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> EtaModel:
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise ModelError(f"{path}: cannot read the model file ({e.strerror})") from None
+        return cls.from_json(text, str(path))
+
+    def _check_eta(self, source: str) -> None:
+        """The η written in the file must be what its own profiles give."""
+        from admission.policies import POLICIES
+
+        for name, matrix in self.eta.items():
+            if name not in POLICIES:
+                raise ModelError(f"{source}: field eta.{name}: unknown policy")
+            expected = POLICIES[name].build(self).eta
+            for r, row in enumerate(matrix):
+                for c, value in enumerate(row):
+                    if not math.isclose(value, expected[r][c], rel_tol=1e-6, abs_tol=1e-9):
+                        raise ModelError(
+                            f"{source}: field eta.{name}[{r}][{c}] is {value} but the class "
+                            f"profiles give {expected[r][c]}; the file was edited or is corrupt "
+                            "(remove the eta section to have it recomputed)"
+                        )
+
+
+def _check_square(field: str, m: Sequence[Sequence[float]], k: int, *, allow_empty: bool) -> None:
+    if allow_empty and not m:
+        return
+    if len(m) != k or any(len(row) != k for row in m):
+        raise ValueError(f"{field} must be {k}×{k} (one row and column per class)")
+    for r, row in enumerate(m):
+        for c, v in enumerate(row):
+            if not math.isfinite(v):
+                raise ValueError(f"{field}[{r}][{c}] is not a finite number")
+
+
+def profile_dict(profile: Profile) -> dict[str, Any]:
+    """The profile's numbers, for tables and the admin API."""
+    return {k: v for k, v in profile.model_dump().items() if k in {"D", "f", "U", "Q", "A"}}

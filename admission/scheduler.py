@@ -1,0 +1,509 @@
+"""The admission scheduler: a requester (queues + policy) in front of a granter (capacity).
+
+Theory of operation
+-------------------
+Jobs (statement executions) are ``submit``-ted with a class fingerprint and the current time.
+Each class has a FIFO queue. Whenever capacity may have freed (a submit, a completion, released
+tasks, a cancel, a limit or policy change, or a ``tick`` at a deadline) the scheduler *dispatches*:
+it repeatedly picks a job and admits it while the granter has room.
+
+The pick. If the oldest queued job has waited ``max_wait`` or more it is picked (aging).
+Otherwise the policy's class r* = argmax_r bias_r + Σ_c η[r][c]·N_c over non-empty classes
+is chosen, ties going to the earliest arrival, and its oldest job is picked. N_c is the number
+of class-c tasks in service *now*; the score vector η·N is kept up to date incrementally when
+N changes, so a decision costs O(K) in the number of classes and nothing in the queue length.
+
+The grant. A picked job fits when jobs in service < MPL and its nominal fork size f fits in the
+thread budget: f ≤ N_fcr − n_fcr. In faithful mode (the thesis) a picked job that does not fit
+blocks the queue until capacity frees (head-of-line). With ``backfill`` the best-scoring class
+whose head fits is admitted instead; an aged job still blocks, or it would starve.
+
+Capacity is given back by ``complete`` (all of it) or ``update_tasks`` (the simulator frees the
+budget task by task). ``bypass`` jobs (session control, statements inside a transaction block)
+are admitted at once and counted against capacity. A job whose fork size exceeds the whole
+budget is admitted when the budget is entirely free, and holds all of it.
+
+Preconditions: ``now`` never decreases between calls; job ids are unique among live jobs.
+Nothing here reads a clock or does I/O: the proxy and the simulator both drive this object.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from admission.model import EtaModel
+from admission.policies import Policy, policy_by_name
+
+__all__ = ["Event", "Job", "JobState", "Limits", "Scheduler", "SchedulerStats"]
+
+_RECOMPUTE_EVERY = 4096  # exact recomputation of η·N bounds floating-point drift
+
+
+class JobState(Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed out"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Granter capacity; ``None`` means unlimited."""
+
+    mpl: int | None = None
+    threads: int | None = None  # N_fcr, the thread budget
+    backfill: bool = False
+    max_wait: float | None = None  # aging: admit next after waiting this long
+    queue_timeout: float | None = None  # fail a job still queued after this long
+
+    def __post_init__(self) -> None:
+        for name in ("mpl", "threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1 (or unlimited), not {value}")
+        for name in ("max_wait", "queue_timeout"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, not {value}")
+
+
+class _ClassState:
+    """One class's queue and its tasks in service."""
+
+    __slots__ = ("fingerprint", "fork", "index", "live", "name", "queue", "tasks")
+
+    def __init__(self, fingerprint: str, name: str, index: int, fork: int) -> None:
+        self.fingerprint, self.name, self.index, self.fork = fingerprint, name, index, fork
+        self.queue: deque[Job] = deque()  # invariant: empty, or queue[0] is QUEUED
+        self.live = 0  # queued jobs not cancelled or timed out
+        self.tasks = 0  # N_c
+
+    def __repr__(self) -> str:
+        return f"<class {self.name} #{self.index}: {self.live} queued, {self.tasks} tasks>"
+
+
+@dataclass(slots=True, eq=False)
+class Job:
+    id: Hashable
+    klass: _ClassState
+    arrival: float
+    seq: int
+    fork: int
+    state: JobState = JobState.QUEUED
+    admitted_at: float | None = None
+    held: int = 0  # thread-budget units held
+    tasks: int = 0  # tasks in service, counted in N_c
+    bypass: bool = False
+    aged: bool = False
+
+    @property
+    def fingerprint(self) -> str:
+        return self.klass.fingerprint
+
+    @property
+    def class_name(self) -> str:
+        return self.klass.name
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A visible change: submit, grant, release, cancel, timeout."""
+
+    kind: str
+    time: float
+    job: Hashable
+    class_name: str
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class SchedulerStats:
+    submitted: int = 0
+    admitted: int = 0
+    bypassed: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    timed_out: int = 0
+    aged: int = 0
+    unknown_classes: int = 0
+
+
+@dataclass(slots=True)
+class _Compiled:
+    bias: list[float] = field(default_factory=list)
+    columns: list[tuple[float, ...]] = field(default_factory=list)  # columns[c][r] = η[r][c]
+
+
+class Scheduler:
+    """Requester + granter; see the module docstring for the theory of operation."""
+
+    def __init__(
+        self,
+        model: EtaModel | None = None,
+        policy: str | Policy = "fcfs",
+        limits: Limits | None = None,
+        listener: Callable[[Event], None] | None = None,
+        on_grant: Callable[[Job, Sequence[int]], None] | None = None,
+    ) -> None:
+        self.model = model if model is not None else EtaModel()
+        self.policy = policy if isinstance(policy, Policy) else policy_by_name(policy)
+        self.limits = limits or Limits()
+        self.listener = listener  # every visible change, for logs, tests and the admin API
+        self.on_grant = on_grant  # (job, N) right after each admission: A^c_r sampling
+        self.stats = SchedulerStats()
+        self.timed_out: list[Job] = []  # filled by dispatch/tick; drivers drain it
+        self._classes: list[_ClassState] = []
+        self._by_fp: dict[str, _ClassState] = {}
+        self._jobs: dict[Hashable, Job] = {}
+        self._seq = 0
+        self._now = float("-inf")
+        self._running = 0  # jobs in service
+        self._held = 0  # n_fcr: budget units held
+        self._n_total = 0
+        self._tasks: list[int] = []  # N_c, by class index
+        self._score: list[float] = []  # η·N, by class index
+        self._updates = 0
+        self._prio = _Compiled()
+        for c in self.model.classes:
+            self._add_class_state(c.fingerprint, c.name, c.f)
+        self._compile()
+
+    # -- observation -----------------------------------------------------------------------
+
+    @property
+    def in_service(self) -> int:
+        return self._running
+
+    @property
+    def threads_in_use(self) -> int:
+        return self._held
+
+    @property
+    def queued(self) -> int:
+        return sum(st.live for st in self._classes)
+
+    @property
+    def class_names(self) -> list[str]:
+        return [st.name for st in self._classes]
+
+    @property
+    def fingerprints(self) -> list[str]:
+        return [st.fingerprint for st in self._classes]
+
+    def tasks_by_class(self) -> list[int]:
+        """N_c for every class, in model order (a copy)."""
+        return list(self._tasks)
+
+    def queue_by_class(self) -> dict[str, int]:
+        return {st.name: st.live for st in self._classes if st.live}
+
+    def job(self, job_id: Hashable) -> Job | None:
+        return self._jobs.get(job_id)
+
+    def scores(self) -> list[float]:
+        """The current score of every class (bias + η·N), for the admin API and tests."""
+        return [b + s for b, s in zip(self._prio.bias, self._score, strict=True)]
+
+    def class_index(self, fingerprint: str) -> int | None:
+        st = self._by_fp.get(fingerprint)
+        return None if st is None else st.index
+
+    # -- commands --------------------------------------------------------------------------
+
+    def submit(
+        self,
+        job_id: Hashable,
+        fingerprint: str,
+        now: float,
+        *,
+        name: str | None = None,
+        fork: int | None = None,
+        bypass: bool = False,
+        sample_sql: str = "",
+    ) -> list[Job]:
+        """Queue a job (or admit it at once if ``bypass``); returns the jobs admitted now."""
+        self._advance(now)
+        if job_id in self._jobs:
+            raise ValueError(f"job {job_id!r} is already known to the scheduler")
+        st = self._by_fp.get(fingerprint) or self._learn_class(fingerprint, name, sample_sql)
+        job = Job(job_id, st, now, self._seq, max(1, fork if fork is not None else st.fork))
+        self._seq += 1
+        self._jobs[job_id] = job
+        self.stats.submitted += 1
+        self._emit("submit", job)
+        if bypass:
+            job.bypass = True
+            self.stats.bypassed += 1
+            self._admit(job, now)
+            return [job]
+        st.queue.append(job)
+        st.live += 1
+        return self._dispatch(now)
+
+    def complete(self, job_id: Hashable, now: float) -> list[Job]:
+        """The job finished (or its client or backend died): give back all it holds.
+
+        Completing a queued job withdraws it; completing an unknown or finished job does
+        nothing, so a driver may call this from every exit path.
+        """
+        self._advance(now)
+        job = self._jobs.get(job_id)
+        if job is None:
+            return []
+        if job.state is JobState.QUEUED:
+            return self._withdraw(job, JobState.CANCELLED, now)
+        del self._jobs[job_id]
+        self._set_tasks(job, 0)
+        self._held -= job.held
+        job.held = 0
+        self._running -= 1
+        job.state = JobState.DONE
+        self.stats.completed += 1
+        self._emit("release", job)
+        return self._dispatch(now)
+
+    def update_tasks(self, job_id: Hashable, tasks: int, release: int, now: float) -> list[Job]:
+        """A running job now has ``tasks`` tasks in service and frees ``release`` budget units."""
+        self._advance(now)
+        job = self._jobs[job_id]
+        if job.state is not JobState.RUNNING:
+            raise ValueError(f"job {job_id!r} is {job.state.value}, not running")
+        self._set_tasks(job, tasks)
+        if release <= 0:
+            return []
+        freed = min(release, job.held)
+        job.held -= freed
+        self._held -= freed
+        return self._dispatch(now) if freed else []
+
+    def cancel(self, job_id: Hashable, now: float) -> list[Job]:
+        """Withdraw a queued job (state CANCELLED). A running job is left to its driver."""
+        self._advance(now)
+        job = self._jobs.get(job_id)
+        if job is None or job.state is not JobState.QUEUED:
+            return []
+        return self._withdraw(job, JobState.CANCELLED, now)
+
+    def tick(self, now: float) -> list[Job]:
+        """Apply aging and queue timeouts due by ``now``; returns the jobs admitted."""
+        self._advance(now)
+        return self._dispatch(now)
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` must next be called for aging or timeouts to act on time."""
+        oldest = self._oldest()
+        if oldest is None:
+            return None
+        times = []
+        if self.limits.max_wait is not None and not oldest.aged:
+            times.append(oldest.arrival + self.limits.max_wait)
+        if self.limits.queue_timeout is not None:
+            times.append(oldest.arrival + self.limits.queue_timeout)
+        return min(times) if times else None
+
+    def take_timed_out(self) -> list[Job]:
+        """Jobs that timed out in the queue since the last call."""
+        out, self.timed_out = self.timed_out, []
+        return out
+
+    def set_limits(self, limits: Limits, now: float) -> list[Job]:
+        self._advance(now)
+        self.limits = limits
+        return self._dispatch(now)
+
+    def set_policy(self, policy: str | Policy, now: float) -> list[Job]:
+        self._advance(now)
+        self.policy = policy if isinstance(policy, Policy) else policy_by_name(policy)
+        self._compile()
+        return self._dispatch(now)
+
+    def set_model(self, model: EtaModel, now: float) -> list[Job]:
+        """Reload: the new model's classes first, then any class only seen live."""
+        self._advance(now)
+        known = model.index()
+        for st in self._classes:
+            if st.fingerprint not in known:
+                model = model.with_class(st.fingerprint, st.name)
+        self.model = model
+        by_fp = self._by_fp
+        self._classes = []
+        for i, c in enumerate(model.classes):
+            st = by_fp.get(c.fingerprint) or _ClassState(c.fingerprint, c.name, i, c.f)
+            st.index, st.fork = i, c.f
+            self._classes.append(st)
+        self._by_fp = {st.fingerprint: st for st in self._classes}
+        self._tasks = [st.tasks for st in self._classes]
+        self._compile()
+        return self._dispatch(now)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _advance(self, now: float) -> None:
+        if now < self._now:
+            raise ValueError(f"time went backwards: {now} after {self._now}")
+        self._now = now
+
+    def _emit(self, kind: str, job: Job, detail: str = "") -> None:
+        if self.listener is not None:
+            self.listener(Event(kind, self._now, job.id, job.klass.name, detail))
+
+    def _add_class_state(self, fingerprint: str, name: str, fork: int) -> _ClassState:
+        st = _ClassState(fingerprint, name, len(self._classes), fork)
+        self._classes.append(st)
+        self._by_fp[fingerprint] = st
+        self._tasks.append(0)
+        return st
+
+    def _learn_class(self, fingerprint: str, name: str | None, sample_sql: str) -> _ClassState:
+        self.model = self.model.with_class(fingerprint, name or fingerprint, sample_sql)
+        self.stats.unknown_classes += 1
+        st = self._add_class_state(fingerprint, name or fingerprint, self.model.classes[-1].f)
+        self._compile()
+        return st
+
+    def _compile(self) -> None:
+        prio = self.policy.build(self.model)
+        k = len(self._classes)
+        self._prio = _Compiled(
+            list(prio.bias), [tuple(prio.eta[r][c] for r in range(k)) for c in range(k)]
+        )
+        self._recompute_scores()
+
+    def _recompute_scores(self) -> None:
+        k = len(self._classes)
+        score = [0.0] * k
+        for c, n in enumerate(self._tasks):
+            if n:
+                col = self._prio.columns[c]
+                for r in range(k):
+                    score[r] += col[r] * n
+        self._score = score
+        self._updates = 0
+
+    def _set_tasks(self, job: Job, tasks: int) -> None:
+        delta = tasks - job.tasks
+        if not delta:
+            return
+        job.tasks = tasks
+        st = job.klass
+        st.tasks += delta
+        c = st.index
+        self._tasks[c] = st.tasks
+        self._n_total += delta
+        self._updates += 1
+        if self._n_total == 0 or self._updates >= _RECOMPUTE_EVERY:
+            self._recompute_scores()  # exact zeros when idle: ties go to arrival order
+            return
+        col = self._prio.columns[c]
+        score = self._score
+        for r, eta in enumerate(col):
+            if eta:
+                score[r] += eta * delta
+
+    def _admit(self, job: Job, now: float) -> None:
+        job.state = JobState.RUNNING
+        job.admitted_at = now
+        budget = self.limits.threads
+        job.held = job.fork if budget is None else min(job.fork, budget)
+        self._held += job.held
+        self._running += 1
+        self._set_tasks(job, job.fork)
+        if not job.bypass:
+            self.stats.admitted += 1
+        self._emit("grant", job, "bypass" if job.bypass else ("aged" if job.aged else ""))
+        if self.on_grant is not None:
+            self.on_grant(job, self._tasks)
+
+    def _withdraw(self, job: Job, state: JobState, now: float) -> list[Job]:
+        st = job.klass
+        job.state = state
+        st.live -= 1
+        del self._jobs[job.id]
+        queue = st.queue
+        while queue and queue[0].state is not JobState.QUEUED:
+            queue.popleft()
+        if state is JobState.CANCELLED:
+            self.stats.cancelled += 1
+            self._emit("cancel", job)
+        else:
+            self.stats.timed_out += 1
+            self.timed_out.append(job)
+            self._emit("timeout", job, f"waited {now - job.arrival:g}s")
+        return self._dispatch(now)
+
+    def _oldest(self) -> Job | None:
+        oldest: Job | None = None
+        for st in self._classes:
+            if st.live:
+                head = st.queue[0]
+                if oldest is None or head.seq < oldest.seq:
+                    oldest = head
+        return oldest
+
+    def _expire(self, now: float) -> None:
+        timeout = self.limits.queue_timeout
+        if timeout is None:
+            return
+        for st in self._classes:
+            while st.live and st.queue[0].arrival + timeout <= now:
+                job = st.queue.popleft()
+                job.state = JobState.TIMED_OUT
+                st.live -= 1
+                del self._jobs[job.id]
+                while st.queue and st.queue[0].state is not JobState.QUEUED:
+                    st.queue.popleft()
+                self.stats.timed_out += 1
+                self.timed_out.append(job)
+                self._emit("timeout", job, f"waited {now - job.arrival:g}s")
+
+    def _fits(self, job: Job) -> bool:
+        budget = self.limits.threads
+        if budget is None:
+            return True
+        return min(job.fork, budget) <= budget - self._held
+
+    def _pick(self, now: float) -> Job | None:
+        """The job to admit next: an aged job, else the best head (that fits, in backfill)."""
+        max_wait = self.limits.max_wait
+        if max_wait is not None:
+            oldest = self._oldest()
+            if oldest is not None and now - oldest.arrival >= max_wait:
+                if not oldest.aged:
+                    oldest.aged = True
+                    self.stats.aged += 1
+                return oldest
+        backfill = self.limits.backfill
+        bias, score = self._prio.bias, self._score
+        best: Job | None = None
+        best_score = 0.0
+        for st in self._classes:
+            if not st.live:
+                continue
+            head = st.queue[0]
+            if backfill and not self._fits(head):
+                continue
+            s = bias[st.index] + score[st.index]
+            if best is None or s > best_score or (s == best_score and head.seq < best.seq):
+                best, best_score = head, s
+        return best
+
+    def _dispatch(self, now: float) -> list[Job]:
+        self._expire(now)
+        granted: list[Job] = []
+        mpl = self.limits.mpl
+        while mpl is None or self._running < mpl:
+            job = self._pick(now)
+            if job is None or not self._fits(job):
+                break  # head-of-line (faithful, or an aged job); backfill found nothing that fits
+            st = job.klass
+            st.queue.popleft()
+            st.live -= 1
+            while st.queue and st.queue[0].state is not JobState.QUEUED:
+                st.queue.popleft()
+            self._admit(job, now)
+            granted.append(job)
+        return granted

@@ -1,0 +1,1 @@
+"""Workloads that drive the proxy, the training phase and the simulator."""
