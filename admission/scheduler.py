@@ -31,8 +31,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
+
+import numpy as np
 
 from admission.model import EtaModel
 from admission.policies import Policy, policy_by_name
@@ -132,10 +134,17 @@ class SchedulerStats:
     unknown_classes: int = 0
 
 
-@dataclass(slots=True)
-class _Compiled:
-    bias: list[float] = field(default_factory=list)
-    columns: list[tuple[float, ...]] = field(default_factory=list)  # columns[c][r] = η[r][c]
+class _Mode(Enum):
+    """How the scores are kept (chosen from the η matrix's shape when the policy is compiled)."""
+
+    STATIC = "static"  # η = 0: the score is the bias alone (FCFS, SEPT)
+    ROW = "row"  # η[r][c] = a_r: the order is a's whenever anything is in service (−Q_r, U_r)
+    FULL = "full"  # anything else: bias + η·N kept up to date (−A^c_r, P_{r,c})
+
+
+# Enum member access is a descriptor call; the hot paths use these aliases instead.
+_QUEUED, _RUNNING = JobState.QUEUED, JobState.RUNNING
+_STATIC, _ROW, _FULL = _Mode.STATIC, _Mode.ROW, _Mode.FULL
 
 
 class Scheduler:
@@ -162,12 +171,24 @@ class Scheduler:
         self._seq = 0
         self._now = float("-inf")
         self._running = 0  # jobs in service
+        self._queued = 0  # jobs waiting
         self._held = 0  # n_fcr: budget units held
         self._n_total = 0
         self._tasks: list[int] = []  # N_c, by class index
-        self._score: list[float] = []  # η·N, by class index
+        self._head_seq: list[int] = []  # arrival seq of each non-empty class's oldest job
+        self._nonempty: list[int] = []  # indices of classes with queued jobs
+        self._mode = _STATIC
+        self._bias: list[float] = []
+        self._row: list[float] = []  # a_r, in ROW mode
+        self._eta = np.zeros((0, 0))  # η, in FULL mode
+        self._columns: list[np.ndarray] = []  # columns[c][r] = η[r][c], in FULL mode
+        self._fork_columns: list[np.ndarray] = []  # f_c · columns[c]: a grant or a release
+        self._score = np.zeros(0)  # bias + η·N, in FULL mode
+        self._flat_bias = self._flat_row = True  # every key equal: arrival order decides
         self._updates = 0
-        self._prio = _Compiled()
+        # After a dispatch that ended blocked, the verdict stands until this time unless
+        # something other than a submit to an already non-empty class happens.
+        self._blocked_until = float("-inf")
         for c in self.model.classes:
             self._add_class_state(c.fingerprint, c.name, c.f)
         self._compile()
@@ -184,7 +205,7 @@ class Scheduler:
 
     @property
     def queued(self) -> int:
-        return sum(st.live for st in self._classes)
+        return self._queued
 
     @property
     def class_names(self) -> list[str]:
@@ -206,7 +227,11 @@ class Scheduler:
 
     def scores(self) -> list[float]:
         """The current score of every class (bias + η·N), for the admin API and tests."""
-        return [b + s for b, s in zip(self._prio.bias, self._score, strict=True)]
+        if self._mode is _FULL:
+            return [float(x) for x in self._score]
+        if self._mode is _ROW:
+            return [a * self._n_total for a in self._row]
+        return list(self._bias)
 
     def class_index(self, fingerprint: str) -> int | None:
         st = self._by_fp.get(fingerprint)
@@ -230,18 +255,21 @@ class Scheduler:
         if job_id in self._jobs:
             raise ValueError(f"job {job_id!r} is already known to the scheduler")
         st = self._by_fp.get(fingerprint) or self._learn_class(fingerprint, name, sample_sql)
-        job = Job(job_id, st, now, self._seq, max(1, fork if fork is not None else st.fork))
+        job = Job(job_id, st, now, self._seq, st.fork if fork is None else max(1, fork))
         self._seq += 1
         self._jobs[job_id] = job
         self.stats.submitted += 1
-        self._emit("submit", job)
+        if self.listener is not None:
+            self._emit("submit", job)
         if bypass:
             job.bypass = True
             self.stats.bypassed += 1
+            self._blocked_until = float("-inf")
             self._admit(job, now)
             return [job]
-        st.queue.append(job)
-        st.live += 1
+        self._enqueue(st, job)
+        if st.live > 1 and now < self._blocked_until:
+            return []  # same heads, scores and capacity as the blocked decision just made
         return self._dispatch(now)
 
     def complete(self, job_id: Hashable, now: float) -> list[Job]:
@@ -254,7 +282,7 @@ class Scheduler:
         job = self._jobs.get(job_id)
         if job is None:
             return []
-        if job.state is JobState.QUEUED:
+        if job.state is _QUEUED:
             return self._withdraw(job, JobState.CANCELLED, now)
         del self._jobs[job_id]
         self._set_tasks(job, 0)
@@ -263,16 +291,18 @@ class Scheduler:
         self._running -= 1
         job.state = JobState.DONE
         self.stats.completed += 1
-        self._emit("release", job)
+        if self.listener is not None:
+            self._emit("release", job)
         return self._dispatch(now)
 
     def update_tasks(self, job_id: Hashable, tasks: int, release: int, now: float) -> list[Job]:
         """A running job now has ``tasks`` tasks in service and frees ``release`` budget units."""
         self._advance(now)
         job = self._jobs[job_id]
-        if job.state is not JobState.RUNNING:
+        if job.state is not _RUNNING:
             raise ValueError(f"job {job_id!r} is {job.state.value}, not running")
         self._set_tasks(job, tasks)
+        self._blocked_until = float("-inf")
         if release <= 0:
             return []
         freed = min(release, job.held)
@@ -284,7 +314,7 @@ class Scheduler:
         """Withdraw a queued job (state CANCELLED). A running job is left to its driver."""
         self._advance(now)
         job = self._jobs.get(job_id)
-        if job is None or job.state is not JobState.QUEUED:
+        if job is None or job.state is not _QUEUED:
             return []
         return self._withdraw(job, JobState.CANCELLED, now)
 
@@ -295,6 +325,8 @@ class Scheduler:
 
     def next_deadline(self) -> float | None:
         """When ``tick`` must next be called for aging or timeouts to act on time."""
+        if self.limits.max_wait is None and self.limits.queue_timeout is None:
+            return None
         oldest = self._oldest()
         if oldest is None:
             return None
@@ -337,6 +369,8 @@ class Scheduler:
             self._classes.append(st)
         self._by_fp = {st.fingerprint: st for st in self._classes}
         self._tasks = [st.tasks for st in self._classes]
+        self._head_seq = [st.queue[0].seq if st.live else 0 for st in self._classes]
+        self._nonempty = [st.index for st in self._classes if st.live]
         self._compile()
         return self._dispatch(now)
 
@@ -356,6 +390,7 @@ class Scheduler:
         self._classes.append(st)
         self._by_fp[fingerprint] = st
         self._tasks.append(0)
+        self._head_seq.append(0)
         return st
 
     def _learn_class(self, fingerprint: str, name: str | None, sample_sql: str) -> _ClassState:
@@ -365,24 +400,58 @@ class Scheduler:
         self._compile()
         return st
 
+    # Queues. Invariant: a class's deque is empty or starts with a QUEUED job; _head_seq and
+    # _nonempty describe exactly the classes with live > 0.
+
+    def _enqueue(self, st: _ClassState, job: Job) -> None:
+        st.queue.append(job)
+        st.live += 1
+        self._queued += 1
+        if st.live == 1:
+            self._head_seq[st.index] = job.seq
+            self._nonempty.append(st.index)
+
+    def _settle(self, st: _ClassState) -> None:
+        """Drop withdrawn jobs from the front of the queue and record the new head."""
+        queue = st.queue
+        while queue and queue[0].state is not _QUEUED:
+            queue.popleft()
+        if queue:
+            self._head_seq[st.index] = queue[0].seq
+        else:
+            self._nonempty.remove(st.index)
+
+    def _pop_head(self, st: _ClassState) -> Job:
+        job = st.queue.popleft()
+        st.live -= 1
+        self._queued -= 1
+        self._settle(st)
+        return job
+
+    # Scores.
+
     def _compile(self) -> None:
         prio = self.policy.build(self.model)
         k = len(self._classes)
-        self._prio = _Compiled(
-            list(prio.bias), [tuple(prio.eta[r][c] for r in range(k)) for c in range(k)]
-        )
+        eta, self._bias = prio.eta, list(prio.bias)
+        self._flat_bias = len(set(self._bias)) <= 1
+        if all(v == 0 for row in eta for v in row):
+            self._mode = _STATIC
+        elif all(v == 0 for v in self._bias) and all(len(set(row)) == 1 for row in eta):
+            self._mode = _ROW
+            self._row = [row[0] for row in eta]
+            self._flat_row = len(set(self._row)) <= 1
+        else:
+            self._mode = _FULL
+            self._eta = np.array(eta, dtype=float).reshape(k, k)
+            self._columns = [np.ascontiguousarray(self._eta[:, c]) for c in range(k)]
+            self._fork_columns = [col * st.fork for col, st in zip(self._columns, self._classes)]
         self._recompute_scores()
 
     def _recompute_scores(self) -> None:
-        k = len(self._classes)
-        score = [0.0] * k
-        for c, n in enumerate(self._tasks):
-            if n:
-                col = self._prio.columns[c]
-                for r in range(k):
-                    score[r] += col[r] * n
-        self._score = score
         self._updates = 0
+        if self._mode is _FULL:
+            self._score = np.array(self._bias) + self._eta @ np.array(self._tasks, dtype=float)
 
     def _set_tasks(self, job: Job, tasks: int) -> None:
         delta = tasks - job.tasks
@@ -391,21 +460,26 @@ class Scheduler:
         job.tasks = tasks
         st = job.klass
         st.tasks += delta
-        c = st.index
-        self._tasks[c] = st.tasks
+        self._tasks[st.index] = st.tasks
         self._n_total += delta
+        if self._mode is not _FULL:
+            return
         self._updates += 1
         if self._n_total == 0 or self._updates >= _RECOMPUTE_EVERY:
-            self._recompute_scores()  # exact zeros when idle: ties go to arrival order
-            return
-        col = self._prio.columns[c]
-        score = self._score
-        for r, eta in enumerate(col):
-            if eta:
-                score[r] += eta * delta
+            self._recompute_scores()  # exact scores when idle: ties go to arrival order
+        elif delta == st.fork:
+            self._score += self._fork_columns[st.index]
+        elif delta == -st.fork:
+            self._score -= self._fork_columns[st.index]
+        elif delta == -1:
+            self._score -= self._columns[st.index]
+        else:
+            self._score += delta * self._columns[st.index]
+
+    # Grants.
 
     def _admit(self, job: Job, now: float) -> None:
-        job.state = JobState.RUNNING
+        job.state = _RUNNING
         job.admitted_at = now
         budget = self.limits.threads
         job.held = job.fork if budget is None else min(job.fork, budget)
@@ -414,7 +488,8 @@ class Scheduler:
         self._set_tasks(job, job.fork)
         if not job.bypass:
             self.stats.admitted += 1
-        self._emit("grant", job, "bypass" if job.bypass else ("aged" if job.aged else ""))
+        if self.listener is not None:
+            self._emit("grant", job, "bypass" if job.bypass else ("aged" if job.aged else ""))
         if self.on_grant is not None:
             self.on_grant(job, self._tasks)
 
@@ -422,40 +497,30 @@ class Scheduler:
         st = job.klass
         job.state = state
         st.live -= 1
+        self._queued -= 1
         del self._jobs[job.id]
-        queue = st.queue
-        while queue and queue[0].state is not JobState.QUEUED:
-            queue.popleft()
+        if st.queue[0] is job:
+            self._settle(st)
         if state is JobState.CANCELLED:
             self.stats.cancelled += 1
             self._emit("cancel", job)
-        else:
-            self.stats.timed_out += 1
-            self.timed_out.append(job)
-            self._emit("timeout", job, f"waited {now - job.arrival:g}s")
         return self._dispatch(now)
 
     def _oldest(self) -> Job | None:
-        oldest: Job | None = None
-        for st in self._classes:
-            if st.live:
-                head = st.queue[0]
-                if oldest is None or head.seq < oldest.seq:
-                    oldest = head
-        return oldest
+        if not self._nonempty:
+            return None
+        return self._classes[min(self._nonempty, key=self._head_seq.__getitem__)].queue[0]
 
     def _expire(self, now: float) -> None:
         timeout = self.limits.queue_timeout
-        if timeout is None:
+        if timeout is None or not self._nonempty:
             return
-        for st in self._classes:
+        for i in list(self._nonempty):
+            st = self._classes[i]
             while st.live and st.queue[0].arrival + timeout <= now:
-                job = st.queue.popleft()
+                job = self._pop_head(st)
                 job.state = JobState.TIMED_OUT
-                st.live -= 1
                 del self._jobs[job.id]
-                while st.queue and st.queue[0].state is not JobState.QUEUED:
-                    st.queue.popleft()
                 self.stats.timed_out += 1
                 self.timed_out.append(job)
                 self._emit("timeout", job, f"waited {now - job.arrival:g}s")
@@ -468,6 +533,10 @@ class Scheduler:
 
     def _pick(self, now: float) -> Job | None:
         """The job to admit next: an aged job, else the best head (that fits, in backfill)."""
+        candidates = self._nonempty
+        if not candidates:
+            return None
+        classes = self._classes
         max_wait = self.limits.max_wait
         if max_wait is not None:
             oldest = self._oldest()
@@ -476,34 +545,50 @@ class Scheduler:
                     oldest.aged = True
                     self.stats.aged += 1
                 return oldest
-        backfill = self.limits.backfill
-        bias, score = self._prio.bias, self._score
-        best: Job | None = None
-        best_score = 0.0
-        for st in self._classes:
-            if not st.live:
-                continue
-            head = st.queue[0]
-            if backfill and not self._fits(head):
-                continue
-            s = bias[st.index] + score[st.index]
-            if best is None or s > best_score or (s == best_score and head.seq < best.seq):
-                best, best_score = head, s
-        return best
+        if self.limits.backfill:
+            candidates = [i for i in candidates if self._fits(classes[i].queue[0])]
+            if not candidates:
+                return None
+        mode = self._mode
+        if mode is _FULL:
+            keys, flat = self._score.tolist(), False
+        elif mode is _ROW and self._n_total > 0:
+            keys, flat = self._row, self._flat_row
+        else:
+            keys, flat = self._bias, self._flat_bias
+        seq = self._head_seq
+        if flat:
+            best = min(candidates, key=seq.__getitem__)
+        else:
+            best = max(candidates, key=keys.__getitem__)
+            top = keys[best]
+            if keys.count(top) > 1:  # a tie (perhaps with an empty class): arrival decides
+                best = min((i for i in candidates if keys[i] == top), key=seq.__getitem__)
+        return classes[best].queue[0]
 
     def _dispatch(self, now: float) -> list[Job]:
-        self._expire(now)
+        if self.limits.queue_timeout is not None:
+            self._expire(now)
         granted: list[Job] = []
-        mpl = self.limits.mpl
+        mpl, budget = self.limits.mpl, self.limits.threads
+        head_seq = self._head_seq
+        self._blocked_until = float("-inf")
         while mpl is None or self._running < mpl:
             job = self._pick(now)
-            if job is None or not self._fits(job):
-                break  # head-of-line (faithful, or an aged job); backfill found nothing that fits
+            if job is None or (budget is not None and min(job.fork, budget) > budget - self._held):
+                # head-of-line (faithful, or an aged job); backfill found nothing that fits
+                deadline = self.next_deadline()
+                self._blocked_until = float("inf") if deadline is None else deadline
+                break
             st = job.klass
-            st.queue.popleft()
+            queue = st.queue
+            queue.popleft()
             st.live -= 1
-            while st.queue and st.queue[0].state is not JobState.QUEUED:
-                st.queue.popleft()
+            self._queued -= 1
+            if queue and queue[0].state is _QUEUED:
+                head_seq[st.index] = queue[0].seq
+            else:
+                self._settle(st)
             self._admit(job, now)
             granted.append(job)
         return granted

@@ -36,7 +36,10 @@ def parse(text: str) -> list[Case]:
     comments: list[str] = []
     while i < len(lines):
         line = lines[i]
-        if not line.strip() or line.startswith("#"):
+        if not line.strip():
+            i += 1
+            continue
+        if line.startswith("#"):
             comments.append(line)
             i += 1
             continue

@@ -1,0 +1,107 @@
+"""The η model file: round trip, clear errors naming the file and the field, unknown classes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from admission import ClassProfile, EtaModel, ModelError, Phase, Profile
+from admission.policies import POLICIES
+from admission.policies.interference import interference_matrix
+
+
+def _model() -> EtaModel:
+    return EtaModel(
+        backend="duckdb",
+        dataset="tpch-sf0.1",
+        cores=2,
+        mpl=4,
+        fcr=8,
+        classes=(
+            ClassProfile(fingerprint="pg:a", name="q1", D=0.5, f=2, U=0.4, Q=1.8, A=2.0,
+                         phases=(Phase(threads=2, duration=0.3), Phase(threads=1, duration=0.2)),
+                         count=40, sample_sql="select 1"),
+            ClassProfile(fingerprint="pg:b", name="q9", D=2.0, f=1, U=0.2, Q=0.9, A=1.1),
+        ),  # fmt: skip
+        A_matrix=((2.0, 1.5), (0.7, 1.1)),
+    )
+
+
+def test_round_trip_writes_every_policys_eta(tmp_path: Path) -> None:
+    path = tmp_path / "model.json"
+    _model().save(path)
+    raw = json.loads(path.read_text())
+    assert set(raw["eta"]) == set(POLICIES)
+    assert raw["version"] == 1 and raw["format"] == "admission-eta-model"
+    loaded = EtaModel.load(path)
+    assert loaded.classes == _model().classes
+    assert loaded.A_matrix == _model().A_matrix
+
+
+def test_interference_matrix_by_hand() -> None:
+    p = interference_matrix(_model())
+    # P[0][1] = U0/U1 − A[0][1]/A[1][0] = 2 − 1.5/0.7
+    assert p[0][1] == pytest.approx(2 - 1.5 / 0.7)
+    assert p[1][0] == pytest.approx(0.5 - 0.7 / 1.5)
+    assert p[0][0] == p[1][1] == 0
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda m: m["classes"][1].update(D="slow"), "classes.1.D"),
+        (lambda m: m["classes"][0].update(f=0), "classes.0.f"),
+        (lambda m: m["classes"][0].pop("fingerprint"), "classes.0.fingerprint"),
+        (lambda m: m.update(A_matrix=[[1.0, 2.0]]), "A_matrix must be 2×2"),
+        (lambda m: m.update(version=99), "version 99 is not supported"),
+        (lambda m: m.update(format="something-else"), "format is 'something-else'"),
+        (lambda m: m["eta"]["min-q"][0].__setitem__(1, 123.0), "eta.min-q[0][1] is 123.0"),
+        (lambda m: m["eta"].update(bogus=[[0, 0], [0, 0]]), "eta.bogus: unknown policy"),
+        (lambda m: m["classes"][0].update(f=3), "first phase has 2 threads"),
+        (lambda m: m.update(surprise=1), "surprise"),
+    ],
+)
+def test_broken_file_names_file_and_field(tmp_path: Path, mutate, field: str) -> None:  # type: ignore[no-untyped-def]
+    raw = json.loads(_model().to_json())
+    mutate(raw)
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ModelError) as err:
+        EtaModel.load(path)
+    assert str(path) in str(err.value)
+    assert field in str(err.value)
+
+
+def test_unreadable_and_non_json_files(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="cannot read"):
+        EtaModel.load(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"classes": [')
+    with pytest.raises(ModelError, match="not valid JSON"):
+        EtaModel.load(bad)
+    bad.write_text("[1, 2]")
+    with pytest.raises(ModelError, match="JSON object"):
+        EtaModel.load(bad)
+
+
+def test_save_is_atomic(tmp_path: Path) -> None:
+    path = tmp_path / "model.json"
+    _model().save(path)
+    before = path.read_text()
+    broken = _model().model_copy(update={"A_matrix": ((float("nan"), 0.0), (0.0, 0.0))})
+    with pytest.raises(ValueError):
+        broken.save(path)
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model.json"]
+
+
+def test_unknown_class_gets_default_profile_and_pasta_a() -> None:
+    m = _model().with_class("pg:new", "new")
+    new = m.classes[-1]
+    assert (new.D, new.f) == (1.25, 2)  # medians of D (0.5, 2.0) and f (2, 1) rounded
+    assert m.A_matrix[2] == (new.Q, new.Q, new.Q)
+    assert [row[2] for row in m.A_matrix[:2]] == [1.8, 0.9]  # A^new_r ≈ Q_r
+    configured = _model().model_copy(update={"default": Profile(D=9, f=4, Q=3)})
+    assert configured.with_class("x", "x").classes[-1].f == 4

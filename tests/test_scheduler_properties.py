@@ -1,0 +1,171 @@
+"""Property tests of the scheduler under random interleavings (hypothesis state machine).
+
+Invariants: a non-bypass grant never exceeds the MPL or the thread budget; every admitted job is
+released exactly once; no job is lost or admitted twice; the incrementally kept scores equal η·N
+recomputed from scratch; and once every client is done all capacity is back.
+"""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from admission import ClassProfile, EtaModel, Event, Limits, Scheduler
+from admission.policies import POLICIES
+
+CLASSES = ("A", "B", "C")
+
+
+def _model() -> EtaModel:
+    profiles = [
+        ClassProfile(fingerprint="A", name="A", D=1, f=1, U=0.3, Q=2.0),
+        ClassProfile(fingerprint="B", name="B", D=4, f=3, U=0.5, Q=5.0),
+        ClassProfile(fingerprint="C", name="C", D=2, f=6, U=0.1, Q=1.0),
+    ]
+    a = ((2.5, 1.0, 3.0), (4.0, 6.0, 2.0), (0.5, 1.5, 1.2))
+    return EtaModel(classes=tuple(profiles), A_matrix=a)
+
+
+limits_strategy = st.builds(
+    Limits,
+    mpl=st.one_of(st.none(), st.integers(1, 5)),
+    threads=st.one_of(st.none(), st.integers(1, 12)),
+    backfill=st.booleans(),
+    max_wait=st.one_of(st.none(), st.floats(0, 5)),
+    queue_timeout=st.one_of(st.none(), st.floats(0.5, 10)),
+)
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    @initialize(policy=st.sampled_from(sorted(POLICIES)), limits=limits_strategy)
+    def start(self, policy: str, limits: Limits) -> None:
+        self.now = 0.0
+        self.next_id = 0
+        self.queued: set[int] = set()
+        self.running: set[int] = set()
+        self.bypass: set[int] = set()
+        self.ended: set[int] = set()
+        self.granted_ever: set[int] = set()
+        self.s = Scheduler(_model(), policy, limits, listener=self.on_event)
+
+    def on_event(self, e: Event) -> None:
+        job = int(e.job)  # type: ignore[call-overload]
+        if e.kind == "grant":
+            assert job not in self.granted_ever, f"job {job} admitted twice"
+            self.granted_ever.add(job)
+            if e.detail != "bypass":
+                assert job in self.queued, f"job {job} admitted without being queued"
+                self.queued.discard(job)
+                # the granter admits only what fits, bypass work and lowered limits included
+                lim = self.s.limits
+                if lim.mpl is not None:
+                    assert self.s.in_service <= lim.mpl, "MPL exceeded by a grant"
+                if lim.threads is not None:
+                    assert self.s.threads_in_use <= lim.threads, "thread budget exceeded"
+            self.running.add(job)
+        elif e.kind == "release":
+            assert job in self.running, f"job {job} released but not running"
+            self.running.discard(job)
+            self.ended.add(job)
+        elif e.kind in ("cancel", "timeout"):
+            assert job in self.queued, f"job {job} withdrawn but not queued"
+            self.queued.discard(job)
+            self.ended.add(job)
+
+    @rule(cls=st.sampled_from((*CLASSES, "NEW1", "NEW2")), bypass=st.booleans(),
+          fork=st.one_of(st.none(), st.integers(1, 20)))  # fmt: skip
+    def submit(self, cls: str, bypass: bool, fork: int | None) -> None:
+        job = self.next_id
+        self.next_id += 1
+        if bypass:
+            self.bypass.add(job)
+        else:
+            self.queued.add(job)
+        self.s.submit(job, cls, self.now, fork=fork, bypass=bypass)
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        job = data.draw(st.sampled_from(sorted(self.running)))
+        self.s.complete(job, self.now)
+
+    @precondition(lambda self: self.running)
+    @rule(data=st.data(), release=st.integers(0, 4))
+    def release_tasks(self, data: st.DataObject, release: int) -> None:
+        job_id = data.draw(st.sampled_from(sorted(self.running)))
+        job = self.s.job(job_id)
+        assert job is not None
+        self.s.update_tasks(job_id, max(0, job.tasks - release), release, self.now)
+
+    @precondition(lambda self: self.queued)
+    @rule(data=st.data(), by_client=st.booleans())
+    def withdraw(self, data: st.DataObject, by_client: bool) -> None:
+        job = data.draw(st.sampled_from(sorted(self.queued)))
+        if by_client:
+            self.s.complete(job, self.now)
+        else:
+            self.s.cancel(job, self.now)
+
+    @rule(dt=st.floats(0, 3))
+    def advance(self, dt: float) -> None:
+        self.now += dt
+        self.s.tick(self.now)
+
+    @rule(limits=limits_strategy)
+    def change_limits(self, limits: Limits) -> None:
+        self.s.set_limits(limits, self.now)
+
+    @rule(policy=st.sampled_from(sorted(POLICIES)))
+    def change_policy(self, policy: str) -> None:
+        self.s.set_policy(policy, self.now)
+
+    @invariant()
+    def books_balance(self) -> None:
+        s = self.s
+        assert s.queued == len(self.queued)
+        assert s.in_service == len(self.running)
+        held = sum(j.held for j in (s.job(i) for i in self.running) if j is not None)
+        assert s.threads_in_use == held >= 0
+        total = len(self.queued) + len(self.running) + len(self.ended)
+        assert total == self.next_id, "a job was lost"
+
+    @invariant()
+    def scores_are_exact(self) -> None:
+        s = self.s
+        prio = s.policy.build(s.model)
+        n = s.tasks_by_class()
+        for r, got in enumerate(s.scores()):
+            want = prio.bias[r] + sum(prio.eta[r][c] * n[c] for c in range(len(n)))
+            assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9), (r, got, want)
+
+    def teardown(self) -> None:
+        if not hasattr(self, "s"):
+            return
+        s = self.s
+        s.set_limits(Limits(), self.now)  # unlimited: everything queued is admitted
+        for job in sorted(self.running):
+            s.complete(job, self.now)
+        assert not self.queued and not self.running
+        assert s.in_service == 0 and s.threads_in_use == 0 and s.queued == 0
+        assert s.tasks_by_class() == [0] * len(s.tasks_by_class())
+        assert self.granted_ever | self.ended >= set(range(self.next_id))
+
+
+TestScheduler = SchedulerMachine.TestCase
+TestScheduler.settings = settings(
+    max_examples=300, stateful_step_count=60, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)  # fmt: skip
+
+
+def test_capacity_never_exceeded_at_grant() -> None:
+    """Direct check of the granter: with a fixed budget, a flood of submissions admits exactly
+    what fits and the rest waits."""
+    s = Scheduler(_model(), "min-a", Limits(mpl=4, threads=7))
+    for i in range(50):
+        s.submit(i, CLASSES[i % 3], float(i))
+        assert s.in_service <= 4 and s.threads_in_use <= 7
+    assert s.in_service + s.queued == 50
