@@ -331,8 +331,11 @@ class Scheduler:
         if oldest is None:
             return None
         times = []
-        if self.limits.max_wait is not None and not oldest.aged:
-            times.append(oldest.arrival + self.limits.max_wait)
+        if self.limits.max_wait is not None:
+            # Once due, aging acts at the next capacity change: no tick can do more.
+            aged_at = oldest.arrival + self.limits.max_wait
+            if aged_at > self._now:
+                times.append(aged_at)
         if self.limits.queue_timeout is not None:
             times.append(oldest.arrival + self.limits.queue_timeout)
         return min(times) if times else None

@@ -113,6 +113,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def advance(self, dt: float) -> None:
         self.now += dt
         self.s.tick(self.now)
+        deadline = self.s.next_deadline()
+        assert deadline is None or deadline > self.now, "a tick would not make progress"
 
     @rule(limits=limits_strategy)
     def change_limits(self, limits: Limits) -> None:

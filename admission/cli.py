@@ -1,0 +1,314 @@
+"""The ``admission`` command line: one entry point, a subcommand per job.
+
+This module is the shell around the pure core: it parses options (each also readable from an
+``ADMISSION_…`` environment variable), shows progress on stderr, runs replications in worker
+processes and prints tables or JSON on stdout. Errors in the input end with a one-line message
+and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from admission.classify import classify_sql
+from admission.model import EtaModel, ModelError
+from admission.policies import POLICIES
+
+app = typer.Typer(
+    name="admission",
+    help="Admission control for in-memory databases: decide which waiting query runs next.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+model_app = typer.Typer(help="Inspect and check η model files.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+# Piped output (files, CI logs) gets wide tables rather than rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True)
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+def _env(name: str) -> str:
+    return f"ADMISSION_{name.upper().replace('-', '_')}"
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class EtaSource(str, Enum):
+    simulation = "simulation"
+    model = "model"
+
+
+# -- simulate ------------------------------------------------------------------------------
+
+
+def _policy_list(text: str) -> list[str]:
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown or not names:
+        raise typer.BadParameter(
+            f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICIES)}"
+        )
+    return names
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated numbers, got {text!r}") from None
+    if any(v < 0 for v in values) or sum(values) <= 0:
+        raise typer.BadParameter("shares must be non-negative and not all zero")
+    return values
+
+
+@app.command()
+def simulate(
+    workload: Annotated[str, typer.Option(
+        help="Synthetic workload (thesis Table 5.2): var-service, var-para, inv-increase, "
+        "lin-increase. Ignored with --model.", envvar=_env("workload"))] = "var-service",
+    mix: Annotated[str, typer.Option(
+        help="Mix I [.6,.2,.2], II [.2,.6,.2] or III [.2,.2,.6].", envvar=_env("mix"))] = "I",
+    policies: Annotated[str, typer.Option(
+        help="Comma-separated policies to compare.", envvar=_env("policies"))] = ",".join(POLICIES),
+    jobs: Annotated[int, typer.Option(
+        help="N: jobs circulating in the closed network.", envvar=_env("jobs"), min=1)] = 30,
+    cores: Annotated[int, typer.Option(
+        help="M: processor-sharing cores.", envvar=_env("cores"), min=1)] = 64,
+    fcr: Annotated[int, typer.Option(
+        help="N_fcr: thread budget (0 = unlimited).", envvar=_env("fcr"), min=0)] = 100,
+    mpl: Annotated[int, typer.Option(
+        help="Multiprogramming limit (0 = unlimited).", envvar=_env("mpl"), min=0)] = 0,
+    think: Annotated[float, typer.Option(
+        help="Mean exponential think time Z.", envvar=_env("think"), min=0)] = 5.0,
+    completions: Annotated[int, typer.Option(
+        help="Job completions measured per replication.", envvar=_env("completions"),
+        min=1)] = 20_000,
+    warmup: Annotated[int, typer.Option(
+        help="Job completions discarded first.", envvar=_env("warmup"), min=0)] = 2_000,
+    replications: Annotated[int, typer.Option(
+        help="Independent replications (95% CIs need ≥ 2).", envvar=_env("replications"),
+        min=1)] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of every random stream.",
+                                      envvar=_env("seed"))] = 1,
+    backfill: Annotated[bool, typer.Option(
+        help="Admit the best job that fits instead of blocking at the head of the line.",
+        envvar=_env("backfill"))] = False,
+    routing: Annotated[str, typer.Option(
+        help="Task placement: random, round-robin or least-loaded.", envvar=_env("routing"))
+    ] = "random",
+    service: Annotated[str, typer.Option(
+        help="Task demands: deterministic (thesis) or exponential.", envvar=_env("service"))
+    ] = "deterministic",
+    class_per_cycle: Annotated[bool, typer.Option(
+        help="Draw each job's class per cycle instead of fixed populations.",
+        envvar=_env("class_per_cycle"))] = False,
+    max_wait: Annotated[float | None, typer.Option(
+        help="Aging: admit a job next once it waited this long.", envvar=_env("max_wait"))
+    ] = None,
+    queue_timeout: Annotated[float | None, typer.Option(
+        help="Fail a job still queued after this long.", envvar=_env("queue_timeout"))] = None,
+    model: Annotated[Path | None, typer.Option(
+        help="Trace-driven: classes and phases from a trained model file.",
+        envvar=_env("model"))] = None,
+    mix_vector: Annotated[str | None, typer.Option(
+        help="Shares per class, comma-separated (with --model; default: equal).",
+        envvar=_env("mix_vector"))] = None,
+    eta_source: Annotated[EtaSource, typer.Option(
+        help="Build η from an FCFS simulation (thesis) or take the model file's.",
+        envvar=_env("eta_source"))] = EtaSource.simulation,
+    output: Annotated[OutputFormat, typer.Option(
+        "--format", help="table or json.", envvar=_env("format"))] = OutputFormat.table,
+    plot: Annotated[Path | None, typer.Option(
+        help="Write PNG figures (bars per policy, CCDF) to this directory.",
+        envvar=_env("plot"))] = None,
+    workers: Annotated[int, typer.Option(
+        help="Worker processes for replications (default: one per core).",
+        envvar=_env("workers"), min=0)] = 0,
+) -> None:
+    """Simulate the admission system (thesis §5.5) and compare policies.
+
+    FCFS runs first and its measurements (U_r, Q_r, A^c_r) build the η tables; every policy
+    then runs with them. Reports per class U_r, Q_r, A_r, Σ_c P_{r,c} and each policy's rank,
+    and per policy throughput, mean/p95/p99 response time and weighted slowdown, all with 95%
+    confidence intervals over the replications.
+    """
+    from admission.sim import MIXES, SimConfig, Workload, synthetic
+    from admission.sim.study import run_study
+
+    chosen = _policy_list(policies)
+    try:
+        if model is not None:
+            trained = EtaModel.load(model)
+            work = Workload.from_model(trained, model.stem)
+            shares = _float_list(mix_vector) if mix_vector else (1.0,) * len(work.classes)
+            if len(shares) != len(work.classes):
+                raise typer.BadParameter(
+                    f"--mix-vector has {len(shares)} shares; the model has "
+                    f"{len(work.classes)} classes ({', '.join(c.name for c in work.classes)})"
+                )
+            mix_name = mix_vector or "equal"
+        else:
+            work = synthetic(workload)
+            if mix not in MIXES:
+                raise typer.BadParameter(f"--mix must be one of {', '.join(MIXES)}, not {mix!r}")
+            shares, mix_name = MIXES[mix], mix
+        config = SimConfig(
+            cores=cores, jobs=jobs, mix=shares, think=think, fcr=fcr or None, mpl=mpl or None,
+            backfill=backfill, max_wait=max_wait, queue_timeout=queue_timeout, routing=routing,
+            service=service, class_per_cycle=class_per_cycle, completions=completions,
+            warmup=warmup,
+        )  # fmt: skip
+    except (ValueError, ModelError) as e:
+        raise _fail(str(e)) from None
+    given = None
+    if eta_source is EtaSource.model:
+        if model is None:
+            raise _fail("--eta-source model needs --model FILE")
+        given = trained.model_copy(update={"classes": tuple(
+            c.model_copy(update={"fingerprint": c.name}) for c in trained.classes)})  # fmt: skip
+    n_workers = workers or min(replications, os.cpu_count() or 1)
+    with err.status("simulating…") as status:
+        def progress(message: str) -> None:
+            status.update(f"simulating: {message}")
+
+        pool = ProcessPoolExecutor(n_workers) if n_workers > 1 else None
+        try:
+            study = run_study(
+                work, config, mix_name=mix_name, policies=chosen, replications=replications,
+                seed=seed, model=given, progress=progress,
+                map_fn=pool.map if pool is not None else map,
+            )  # fmt: skip
+        except ValueError as e:
+            raise _fail(str(e)) from None
+        finally:
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+    if output is OutputFormat.json:
+        sys.stdout.write(json.dumps(study.json(), indent=1) + "\n")
+    else:
+        _print_study(study)
+    if plot is not None:
+        from admission.sim.plots import write_figures
+
+        for path in write_figures(study, plot):
+            err.print(f"wrote {path}")
+
+
+def _ci(row: dict[str, Any], key: str, digits: int = 3) -> str:
+    value, ci = row[key], row.get(f"{key}_ci")
+    text = f"{value:.{digits}g}"
+    return text + (f" ±{ci:.2g}" if ci is not None else "")
+
+
+def _print_study(study: Any) -> None:
+    cfg = study.config
+    out.print(
+        f"[bold]{study.workload}[/] mix {study.mix}: N={cfg.jobs} M={cfg.cores} "
+        f"N_fcr={cfg.fcr or '∞'} MPL={cfg.mpl or '∞'} Z={cfg.think} routing={cfg.routing} "
+        f"service={cfg.service}, {study.replications} replications × {cfg.completions} "
+        "completions; ± is a 95% CI"
+    )
+    classes = Table(title="classes, measured under FCFS (rank: K = highest priority)")
+    for col in ("class", "D_r", "f_r", "U_r", "U_r/ΣU", "Q_r", "A_r", "Σ_c P_{r,c}"):
+        classes.add_column(col, justify="right")
+    for p in study.policies:
+        classes.add_column(p, justify="right")
+    for row in study.class_rows():
+        ranks = [str(row["rank"][p]) if row["rank"][p] else "-" for p in study.policies]
+        classes.add_row(row["name"], f"{row['D']:.3g}", str(row["f"]), _ci(row, "U"),
+                        _ci(row, "U_share"), _ci(row, "Q"), _ci(row, "A"),
+                        _ci(row, "P_row_sum", 2), *ranks)  # fmt: skip
+    out.print(classes)
+    table = Table(title="policies")
+    for col in ("policy", "throughput", "mean R", "p95 R", "p99 R", "weighted slowdown",
+                "aged", "timed out"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for name, s in study.policies.items():
+        table.add_row(name, str(s.throughput), str(s.mean_response), str(s.p95_response),
+                      str(s.p99_response), str(s.weighted_slowdown), str(s.aged),
+                      str(s.timed_out))  # fmt: skip
+    out.print(table)
+
+
+# -- classify ------------------------------------------------------------------------------
+
+
+@app.command()
+def classify(
+    sql: Annotated[list[str] | None, typer.Argument(
+        help="SQL texts; with none, one statement per line from standard input.")] = None,
+) -> None:
+    """Print the class (skeleton fingerprint and readable name) of SQL statements."""
+    texts = sql or [line for line in sys.stdin.read().splitlines() if line.strip()]
+    table = Table("fingerprint", "name", "bypass", "sql")
+    for text in texts:
+        c = classify_sql(text)
+        table.add_row(c.fingerprint, c.name, "yes" if c.control else "", text[:60])
+    out.print(table)
+
+
+# -- model ---------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> EtaModel:
+    try:
+        return EtaModel.load(path)
+    except ModelError as e:
+        raise _fail(str(e)) from None
+
+
+@model_app.command("check")
+def model_check(path: Path) -> None:
+    """Validate a model file: exit 0 if the proxy and the simulator can load it."""
+    m = _load(path)
+    out.print(f"{path}: ok, {len(m.classes)} classes, backend {m.backend}, version {m.version}")
+
+
+@model_app.command("show")
+def model_show(
+    path: Path,
+    policy: Annotated[str, typer.Option(help="Whose η matrix to print.")] = "min-a",
+) -> None:
+    """Print a model's class profiles and one policy's η matrix."""
+    m = _load(path)
+    if policy not in POLICIES:
+        raise _fail(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    table = Table(title=f"{path} — {m.backend} {m.dataset}, {m.cores} cores")
+    for col in ("class", "D_r", "f_r", "U_r", "Q_r", "A_r", "count", "fingerprint"):
+        table.add_column(col, justify="right")
+    for c in m.classes:
+        table.add_row(c.name, f"{c.D:.4g}", str(c.f), f"{c.U:.3g}", f"{c.Q:.3g}", f"{c.A:.3g}",
+                      str(c.count), c.fingerprint)  # fmt: skip
+    out.print(table)
+    eta = POLICIES[policy].build(m)
+    grid = Table(title=f"η for {policy} ({POLICIES[policy].symbol}); row r, column c")
+    grid.add_column("r \\ c")
+    for c in m.classes:
+        grid.add_column(c.name, justify="right")
+    for c, row in zip(m.classes, eta.eta, strict=True):
+        grid.add_row(c.name, *(f"{v:.3g}" for v in row))
+    out.print(grid)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()

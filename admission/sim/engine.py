@@ -1,0 +1,419 @@
+"""The simulation engine: a fork/join network of processor-sharing cores behind the scheduler.
+
+Theory of operation
+-------------------
+Jobs arrive at the admission queue (closed network: after an exponential think time; open
+network: a Poisson stream) and are handed to the very same ``Scheduler`` the live proxy uses.
+An admitted job runs its phases in turn: in phase i it forks f_i tasks, each routed to one of M
+cores with per-core demand d_i (deterministic, or exponential with that mean). A phase ends when
+all of its tasks have finished (join); after the last phase the job leaves and thinks.
+
+Cores are processor-sharing: with n tasks present each progresses at rate 1/n. Each core keeps a
+*virtual time* V that grows at rate 1/n; a task arriving at virtual time V with demand d finishes
+when V reaches V + d, so a core is a heap of finish times and only its earliest finish is an
+event. Each task arrival or departure costs O(log n).
+
+The scheduler sees N_c = class-c tasks in service (``update_tasks`` on every task completion)
+and frees the thread budget task by task: each finished task of a job's last phase gives back
+one unit; what a job still holds is freed when it leaves. For single-phase jobs (the thesis'
+synthetic workloads) that is exactly the FCR of thesis §5.5.2.
+
+Statistics are taken after a warm-up: per class the CPU-seconds completed (U_r), the time
+integral of tasks in execution (Q_r), the tasks in execution at each admission (A^c_r), response
+times, and the time integral of jobs in the system (for Little's law). Time is virtual; nothing
+here reads a clock.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from admission.model import EtaModel
+from admission.policies import Policy
+from admission.scheduler import Job, Limits, Scheduler
+from admission.sim.workload import Workload, populations
+
+__all__ = ["ROUTINGS", "SERVICE", "RunResult", "SimConfig", "simulate"]
+
+ROUTINGS = ("random", "round-robin", "least-loaded")
+SERVICE = ("deterministic", "exponential")
+_BATCH = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """One experiment's parameters (thesis defaults: N = 30, M = 64, N_fcr = 100, Z = 5)."""
+
+    cores: int = 64
+    jobs: int = 30
+    mix: tuple[float, ...] = (0.6, 0.2, 0.2)
+    think: float = 5.0
+    fcr: int | None = 100
+    mpl: int | None = None
+    backfill: bool = False
+    max_wait: float | None = None
+    queue_timeout: float | None = None
+    routing: str = "random"
+    service: str = "deterministic"
+    class_per_cycle: bool = False
+    arrival_rate: float | None = None  # set: an open network with Poisson arrivals
+    completions: int = 20_000
+    warmup: int = 2_000
+
+    def __post_init__(self) -> None:
+        if self.cores < 1:
+            raise ValueError(f"cores must be at least 1, not {self.cores}")
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, not {self.routing!r}")
+        if self.service not in SERVICE:
+            raise ValueError(f"service must be one of {', '.join(SERVICE)}, not {self.service!r}")
+        if self.think < 0 or self.completions < 1 or self.warmup < 0:
+            raise ValueError("think ≥ 0, completions ≥ 1 and warmup ≥ 0 are required")
+        if self.arrival_rate is None and self.jobs < 1:
+            raise ValueError(f"a closed network needs at least one job, not {self.jobs}")
+        if self.arrival_rate is not None and self.arrival_rate <= 0:
+            raise ValueError(f"arrival rate must be positive, not {self.arrival_rate}")
+
+    def limits(self) -> Limits:
+        return Limits(mpl=self.mpl, threads=self.fcr, backfill=self.backfill,
+                      max_wait=self.max_wait, queue_timeout=self.queue_timeout)  # fmt: skip
+
+
+@dataclass(slots=True)
+class RunResult:
+    """Raw measurements of one replication (after warm-up)."""
+
+    classes: list[str]
+    duration: float
+    completions: list[int]
+    response_times: list[np.ndarray]
+    waits: list[float]  # mean admission-queue wait per class
+    U: list[float]
+    Q: list[float]
+    A_matrix: list[list[float]]  # A[r][c]: mean class-r tasks in execution at class-c admissions
+    A: list[float]  # A_r: the same over admissions of any class
+    admissions: list[int]
+    jobs_in_system: float  # time average, for Little's law
+    task_completions: int
+    aged: int = 0
+    timed_out: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        return sum(self.completions) / self.duration
+
+    def class_throughput(self) -> list[float]:
+        return [n / self.duration for n in self.completions]
+
+    def mean_response(self) -> float:
+        return float(np.concatenate(self.response_times).mean())
+
+
+class _Exp:
+    """Batched standard-exponential draws from one generator (numpy per call is slow)."""
+
+    __slots__ = ("buf", "i", "rng")
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng, self.buf, self.i = rng, [], _BATCH
+
+    def __call__(self) -> float:
+        if self.i >= len(self.buf):
+            self.buf, self.i = self.rng.standard_exponential(_BATCH).tolist(), 0
+        x: float = self.buf[self.i]
+        self.i += 1
+        return x
+
+
+def simulate(
+    workload: Workload,
+    config: SimConfig,
+    model: EtaModel,
+    policy: str | Policy,
+    rng: np.random.Generator,
+) -> RunResult:
+    """Run one replication and return its measurements."""
+    names = [c.name for c in workload.classes]
+    if list(model.fingerprints[: len(names)]) != names:
+        raise ValueError("the model's classes must be the workload's, in the same order")
+    if len(config.mix) != len(names):
+        raise ValueError(f"the mix has {len(config.mix)} shares for {len(names)} classes")
+    return _Engine(workload, config, model, policy, rng).run()
+
+
+class _Engine:
+    def __init__(self, workload: Workload, config: SimConfig, model: EtaModel,
+                 policy: str | Policy, rng: np.random.Generator) -> None:  # fmt: skip
+        self.w, self.cfg, self.rng = workload, config, rng
+        self.k = len(workload.classes)
+        self.a_sum = [[0.0] * self.k for _ in range(self.k)]
+        self.a_count = [0] * self.k
+        self.measuring = False
+        self.scheduler = Scheduler(model, policy, config.limits(), on_grant=self._on_grant)
+
+    def _on_grant(self, job: Job, tasks: Sequence[int]) -> None:
+        if self.measuring:
+            c = job.klass.index
+            row = self.a_sum[c]
+            for r in range(self.k):
+                row[r] += tasks[r]
+            self.a_count[c] += 1
+
+    def run(self) -> RunResult:  # noqa: C901, PLR0915 — one hot loop, kept in one frame
+        cfg, rng, k_classes = self.cfg, self.rng, self.k
+        sched = self.scheduler
+        fps = [c.name for c in self.w.classes]
+        phases = [c.phases for c in self.w.classes]
+        n_cores = cfg.cores
+        expo = _Exp(rng)
+        exponential_service = cfg.service == "exponential"
+        mix = np.asarray(cfg.mix, dtype=float) / sum(cfg.mix)
+        draw_class = (lambda: int(rng.choice(k_classes, p=mix)))  # noqa: E731
+
+        # cores: task count, virtual time, time of last update, heap of (finish V, seq, job, d)
+        core_n = [0] * n_cores
+        core_v = [0.0] * n_cores
+        core_t = [0.0] * n_cores
+        core_heap: list[list[tuple[float, int, int, float]]] = [[] for _ in range(n_cores)]
+        core_ver = [0] * n_cores
+        route_buf: list[int] = []
+        route_i = 0
+        rr = 0
+        routing = cfg.routing
+
+        events: list[tuple[float, int, int, int]] = []  # (time, seq, core | -1 arrival | -2 tick, x)
+        seq = 0
+
+        # jobs: class, phase, tasks left in phase, arrival time
+        open_net = cfg.arrival_rate is not None
+        if open_net:
+            job_cls: list[int] = []
+        elif cfg.class_per_cycle:
+            job_cls = [draw_class() for _ in range(cfg.jobs)]
+        else:
+            pops = populations(cfg.jobs, cfg.mix)
+            job_cls = [c for c, n in enumerate(pops) for _ in range(n)]
+        n_jobs = len(job_cls)
+        job_phase = [0] * n_jobs
+        job_left = [0] * n_jobs
+        job_arrival = [0.0] * n_jobs
+        for j in range(n_jobs):
+            t0 = cfg.think * expo() if cfg.think > 0 else 0.0
+            heapq.heappush(events, (t0, seq, -1, j))
+            seq += 1
+        if open_net:
+            assert cfg.arrival_rate is not None
+            rate = cfg.arrival_rate
+            heapq.heappush(events, (expo() / rate, seq, -1, -1))
+            seq += 1
+
+        # statistics
+        tasks_now = [0] * k_classes
+        q_area = [0.0] * k_classes
+        q_last = [0.0] * k_classes
+        work = [0.0] * k_classes
+        responses: list[list[float]] = [[] for _ in range(k_classes)]
+        wait_sum = [0.0] * k_classes
+        in_system = 0
+        sys_area = 0.0
+        sys_last = 0.0
+        t_start = 0.0
+        done = 0
+        measured_tasks = 0
+        target = cfg.warmup + cfg.completions
+        tick_at = float("inf")
+        timed_out_count = 0
+        aged_at_start = 0
+        t = 0.0
+
+        def start(job: Job, now: float) -> None:
+            nonlocal seq, route_i, route_buf, rr
+            j = job.id
+            assert isinstance(j, int)
+            c = job_cls[j]
+            if self.measuring:
+                wait_sum[c] += now - job_arrival[j]
+            f, d = phases[c][0]
+            job_phase[j] = 0
+            job_left[j] = f
+            fork(j, c, f, d, now)
+
+        def fork(j: int, c: int, f: int, d: float, now: float) -> None:
+            nonlocal seq, route_i, route_buf, rr
+            q_area[c] += tasks_now[c] * (now - q_last[c])
+            q_last[c] = now
+            tasks_now[c] += f
+            for _ in range(f):
+                if routing == "random":
+                    if route_i >= len(route_buf):
+                        route_buf, route_i = rng.integers(0, n_cores, _BATCH).tolist(), 0
+                    k = route_buf[route_i]
+                    route_i += 1
+                elif routing == "round-robin":
+                    k = rr
+                    rr = (rr + 1) % n_cores
+                else:
+                    k = core_n.index(min(core_n))
+                n = core_n[k]
+                if n:
+                    core_v[k] += (now - core_t[k]) / n
+                core_t[k] = now
+                dd = d * expo() if exponential_service else d
+                heap = core_heap[k]
+                heapq.heappush(heap, (core_v[k] + dd, seq, j, dd))
+                n += 1
+                core_n[k] = n
+                ver = core_ver[k] + 1
+                core_ver[k] = ver
+                # rounding may put the earliest finish a hair before now
+                due = now + (heap[0][0] - core_v[k]) * n
+                heapq.heappush(events, (due if due > now else now, seq, k, ver))
+                seq += 1
+
+        def schedule_tick(now: float) -> None:
+            nonlocal tick_at, seq
+            deadline = sched.next_deadline()
+            if deadline is not None and deadline != tick_at:
+                tick_at = max(deadline, now)
+                heapq.heappush(events, (tick_at, seq, -2, 0))
+                seq += 1
+
+        def reap_timeouts(now: float) -> None:
+            nonlocal timed_out_count, in_system, sys_area, sys_last, seq
+            for job in sched.take_timed_out():
+                j = job.id
+                assert isinstance(j, int)
+                timed_out_count += self.measuring
+                sys_area += in_system * (now - sys_last)
+                sys_last = now
+                in_system -= 1
+                if not open_net:
+                    heapq.heappush(events, (now + cfg.think * expo(), seq, -1, j))
+                    seq += 1
+
+        timers = cfg.max_wait is not None or cfg.queue_timeout is not None
+        heappop, heappush = heapq.heappop, heapq.heappush
+        while done < target and events:
+            t, _, k, x = heappop(events)
+            if k >= 0:  # a task finishes on core k
+                if x != core_ver[k]:
+                    continue
+                heap = core_heap[k]
+                fin, _, j, dd = heappop(heap)
+                n = core_n[k] - 1
+                core_n[k] = n
+                core_v[k] = fin
+                core_t[k] = t
+                if n:
+                    due = t + (heap[0][0] - fin) * n
+                    heappush(events, (due if due > t else t, seq, k, x))
+                    seq += 1
+                c = job_cls[j]
+                q_area[c] += tasks_now[c] * (t - q_last[c])
+                q_last[c] = t
+                tasks_now[c] -= 1
+                if self.measuring:
+                    work[c] += dd
+                    measured_tasks += 1
+                left = job_left[j] - 1
+                job_left[j] = left
+                ph = job_phase[j]
+                last = ph == len(phases[c]) - 1
+                if left:
+                    granted = sched.update_tasks(j, left, 1 if last else 0, t)
+                elif not last:
+                    ph += 1
+                    job_phase[j] = ph
+                    f, d = phases[c][ph]
+                    job_left[j] = f
+                    sched.update_tasks(j, f, 0, t)
+                    fork(j, c, f, d, t)
+                    granted = []
+                else:
+                    granted = sched.complete(j, t)
+                    sys_area += in_system * (t - sys_last)
+                    sys_last = t
+                    in_system -= 1
+                    done += 1
+                    if self.measuring:
+                        responses[c].append(t - job_arrival[j])
+                    elif done == cfg.warmup:  # warm-up over: start measuring now
+                        self.measuring = True
+                        t_start = sys_last = t
+                        sys_area = 0.0
+                        q_area = [0.0] * k_classes
+                        q_last = [t] * k_classes
+                        aged_at_start = sched.stats.aged
+                    if not open_net:
+                        if cfg.class_per_cycle:
+                            job_cls[j] = draw_class()
+                        think = cfg.think * expo() if cfg.think > 0 else 0.0
+                        heappush(events, (t + think, seq, -1, j))
+                        seq += 1
+                for job in granted:
+                    start(job, t)
+            elif k == -1:  # an arrival at the admission queue
+                if x < 0:  # open network: a new job, and the next arrival
+                    x = len(job_cls)
+                    job_cls.append(draw_class())
+                    job_phase.append(0)
+                    job_left.append(0)
+                    job_arrival.append(t)
+                    heappush(events, (t + expo() / rate, seq, -1, -1))
+                    seq += 1
+                c = job_cls[x]
+                job_arrival[x] = t
+                sys_area += in_system * (t - sys_last)
+                sys_last = t
+                in_system += 1
+                for job in sched.submit(x, fps[c], t, fork=phases[c][0][0]):
+                    start(job, t)
+            else:  # aging / timeout deadline
+                tick_at = float("inf")
+                for job in sched.tick(t):
+                    start(job, t)
+            if timers:
+                reap_timeouts(t)
+                schedule_tick(t)
+
+        duration = t - t_start
+        if not self.measuring or duration <= 0:
+            raise ValueError(
+                f"the run ended before its warm-up ({cfg.warmup} completions) was over; "
+                "lower --warmup or check that jobs can be admitted at all"
+            )
+        for c in range(k_classes):
+            q_area[c] += tasks_now[c] * (t - q_last[c])
+        sys_area += in_system * (t - sys_last)
+        admissions = self.a_count
+        total_adm = sum(admissions)
+        a_matrix = [
+            [self.a_sum[c][r] / admissions[c] if admissions[c] else 0.0 for c in range(k_classes)]
+            for r in range(k_classes)
+        ]
+        a_any = [
+            sum(self.a_sum[c][r] for c in range(k_classes)) / total_adm if total_adm else 0.0
+            for r in range(k_classes)
+        ]
+        completions = [len(r) for r in responses]
+        return RunResult(
+            classes=fps,
+            duration=duration,
+            completions=completions,
+            response_times=[np.asarray(r) for r in responses],
+            waits=[wait_sum[c] / max(1, admissions[c]) for c in range(k_classes)],
+            U=[work[c] / (duration * n_cores) for c in range(k_classes)],
+            Q=[q_area[c] / duration for c in range(k_classes)],
+            A_matrix=a_matrix,
+            A=a_any,
+            admissions=list(admissions),
+            jobs_in_system=sys_area / duration,
+            task_completions=measured_tasks,
+            aged=sched.stats.aged - aged_at_start,
+            timed_out=timed_out_count,
+        )

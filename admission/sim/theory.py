@@ -1,0 +1,67 @@
+"""Queueing-theory references the simulator is checked against.
+
+- ``mm1_ps_response``: mean response time of an M/M/1 processor-sharing queue, 1/(μ − λ).
+- ``mva``: exact multiclass Mean Value Analysis of a closed product-form network of
+  processor-sharing queues and one delay (think) station (Reiser & Lavenberg). The simulator's
+  network with single-task jobs, uniform random routing over M cores, no thread budget and no
+  MPL is such a network: each core is a PS queue with class-r demand D_r / M.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["MvaResult", "mm1_ps_response", "mva"]
+
+
+def mm1_ps_response(arrival_rate: float, service_rate: float) -> float:
+    if not 0 <= arrival_rate < service_rate:
+        raise ValueError("an M/M/1 queue is stable only for 0 ≤ λ < μ")
+    return 1.0 / (service_rate - arrival_rate)
+
+
+@dataclass(frozen=True)
+class MvaResult:
+    throughput: tuple[float, ...]  # X_r, jobs per unit time
+    response: tuple[float, ...]  # R_r, time at the queueing stations (excludes think time)
+    queue: tuple[tuple[float, ...], ...]  # queue[k][r]: mean class-r jobs at station k
+
+
+def mva(
+    populations: Sequence[int], demands: Sequence[Sequence[float]], think: Sequence[float]
+) -> MvaResult:
+    """Exact MVA. ``demands[k][r]``: class-r service demand at PS station k."""
+    k_classes = len(populations)
+    stations = len(demands)
+    # queue lengths for every population vector n ≤ N, filled in order of total population
+    queues: dict[tuple[int, ...], list[list[float]]] = {}
+    zero = tuple([0] * k_classes)
+    queues[zero] = [[0.0] * k_classes for _ in range(stations)]
+    vectors = sorted(
+        itertools.product(*(range(n + 1) for n in populations)), key=lambda v: sum(v)
+    )
+    x_last: list[float] = [0.0] * k_classes
+    r_last: list[float] = [0.0] * k_classes
+    for n in vectors:
+        if n == zero:
+            continue
+        res = [[0.0] * k_classes for _ in range(stations)]
+        x = [0.0] * k_classes
+        for r in range(k_classes):
+            if n[r] == 0:
+                continue
+            less = list(n)
+            less[r] -= 1
+            q_less = queues[tuple(less)]
+            for k in range(stations):
+                res[k][r] = demands[k][r] * (1 + sum(q_less[k]))
+            total = sum(res[k][r] for k in range(stations))
+            x[r] = n[r] / (think[r] + total)
+        queues[n] = [[x[r] * res[k][r] for r in range(k_classes)] for k in range(stations)]
+        if n == tuple(populations):
+            x_last = x
+            r_last = [sum(res[k][r] for k in range(stations)) for r in range(k_classes)]
+    q_final = queues[tuple(populations)]
+    return MvaResult(tuple(x_last), tuple(r_last), tuple(tuple(row) for row in q_final))

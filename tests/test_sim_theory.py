@@ -1,0 +1,78 @@
+"""The simulator checked against queueing theory, with tolerances from replication CIs.
+
+A small slack (2% of the reference) is added to each 95% interval: with a handful of such
+checks one interval in twenty is expected to miss by chance, and the slack keeps a correct
+simulator from failing on a bad draw while a wrong one (a 5% error) still fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from admission.policies.interference import interference_matrix
+from admission.sim import SimClass, SimConfig, Workload
+from admission.sim.study import Estimate, _model_of, replicate
+from admission.sim.theory import mm1_ps_response, mva
+
+SLACK = 0.02
+
+
+def _close(est: Estimate, ref: float) -> bool:
+    return est.covers(ref, slack=SLACK * abs(ref))
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_mm1_processor_sharing_mean_response(rho: float) -> None:
+    w = Workload("mm1", (SimClass("J", ((1, 1.0),)),))
+    cfg = SimConfig(cores=1, arrival_rate=rho, service="exponential", fcr=None, mix=(1.0,),
+                    completions=20_000, warmup=2_000)  # fmt: skip
+    runs = replicate(w, cfg, w.model(1, None), "fcfs", 5, seed=11)
+    measured = Estimate.of([r.mean_response() for r in runs])
+    assert _close(measured, mm1_ps_response(rho, 1.0)), (measured, mm1_ps_response(rho, 1.0))
+
+
+def _product_form_runs(seed: int):  # type: ignore[no-untyped-def]
+    w = Workload("pf", (SimClass("A", ((1, 0.5),)), SimClass("B", ((1, 1.0),))))
+    cfg = SimConfig(cores=4, jobs=5, mix=(3, 2), think=1.0, service="exponential", fcr=None,
+                    completions=20_000, warmup=2_000)  # fmt: skip
+    return w, replicate(w, cfg, w.model(4, None), "fcfs", 5, seed=seed)
+
+
+def test_closed_network_matches_exact_mva() -> None:
+    _, runs = _product_form_runs(seed=4)
+    ref = mva([3, 2], [[0.5 / 4, 1.0 / 4]] * 4, [1.0, 1.0])
+    for r in range(2):
+        x = Estimate.of([run.class_throughput()[r] for run in runs])
+        resp = Estimate.of([float(run.response_times[r].mean()) for run in runs])
+        assert _close(x, ref.throughput[r]), (r, x, ref.throughput[r])
+        assert _close(resp, ref.response[r]), (r, resp, ref.response[r])
+        # utilization law: U_r = X_r · D_r / M
+        u = Estimate.of([run.U[r] for run in runs])
+        assert _close(u, ref.throughput[r] * (0.5, 1.0)[r] / 4)
+
+
+def test_no_interference_identity_holds_in_product_form_network() -> None:
+    """Theorem 1: U_r/U_c = A^c_r/A^r_c, i.e. P_{r,c} = 0, without forking or thread limits."""
+    w, runs = _product_form_runs(seed=5)
+    base = w.model(4, None)
+    p = [interference_matrix(_model_of(base, run)) for run in runs]
+    for r, c in ((0, 1), (1, 0)):
+        est = Estimate.of([m[r][c] for m in p])
+        assert est.covers(0.0, slack=0.02), (r, c, est)
+    u_ratio = Estimate.of([run.U[0] / run.U[1] for run in runs])
+    a_ratio = Estimate.of([run.A_matrix[0][1] / run.A_matrix[1][0] for run in runs])
+    assert abs(u_ratio.mean - a_ratio.mean) < 0.03
+
+
+def test_littles_law_on_every_run() -> None:
+    from admission.sim import MIXES, synthetic
+
+    for workload in ("var-service", "var-para", "inv-increase", "lin-increase"):
+        w = synthetic(workload)
+        for policy in ("fcfs", "sept", "min-a"):
+            cfg = SimConfig(mix=MIXES["II"], completions=3_000, warmup=300, mpl=8, max_wait=60)
+            (run,) = replicate(w, cfg, w.model(64, 100), policy, 1, seed=2)
+            littles = run.throughput * run.mean_response()
+            assert abs(run.jobs_in_system - littles) / run.jobs_in_system < 0.01, (
+                workload, policy, run.jobs_in_system, littles,
+            )  # fmt: skip
