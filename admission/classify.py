@@ -121,5 +121,7 @@ def classify_sql(text: str) -> QueryClass:
     try:
         fingerprint = "pg:" + _pg.fingerprint(text)
     except Exception:  # pglast raises ParseError, or ValueError for NUL bytes and the like
-        fingerprint = "sk:" + hashlib.sha1(skeleton.encode(), usedforsecurity=False).hexdigest()[:16]
+        fingerprint = (
+            "sk:" + hashlib.sha1(skeleton.encode(), usedforsecurity=False).hexdigest()[:16]
+        )
     return QueryClass(fingerprint, _label(verb, skeleton, fingerprint), control)

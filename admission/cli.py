@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -48,12 +48,12 @@ def _env(name: str) -> str:
     return f"ADMISSION_{name.upper().replace('-', '_')}"
 
 
-class OutputFormat(str, Enum):
+class OutputFormat(StrEnum):
     table = "table"
     json = "json"
 
 
-class EtaSource(str, Enum):
+class EtaSource(StrEnum):
     simulation = "simulation"
     model = "model"
 
@@ -83,67 +83,128 @@ def _float_list(text: str) -> tuple[float, ...]:
 
 @app.command()
 def simulate(
-    workload: Annotated[str, typer.Option(
-        help="Synthetic workload (thesis Table 5.2): var-service, var-para, inv-increase, "
-        "lin-increase. Ignored with --model.", envvar=_env("workload"))] = "var-service",
-    mix: Annotated[str, typer.Option(
-        help="Mix I [.6,.2,.2], II [.2,.6,.2] or III [.2,.2,.6].", envvar=_env("mix"))] = "I",
-    policies: Annotated[str, typer.Option(
-        help="Comma-separated policies to compare.", envvar=_env("policies"))] = ",".join(POLICIES),
-    jobs: Annotated[int, typer.Option(
-        help="N: jobs circulating in the closed network.", envvar=_env("jobs"), min=1)] = 30,
-    cores: Annotated[int, typer.Option(
-        help="M: processor-sharing cores.", envvar=_env("cores"), min=1)] = 64,
-    fcr: Annotated[int, typer.Option(
-        help="N_fcr: thread budget (0 = unlimited).", envvar=_env("fcr"), min=0)] = 100,
-    mpl: Annotated[int, typer.Option(
-        help="Multiprogramming limit (0 = unlimited).", envvar=_env("mpl"), min=0)] = 0,
-    think: Annotated[float, typer.Option(
-        help="Mean exponential think time Z.", envvar=_env("think"), min=0)] = 5.0,
-    completions: Annotated[int, typer.Option(
-        help="Job completions measured per replication.", envvar=_env("completions"),
-        min=1)] = 20_000,
-    warmup: Annotated[int, typer.Option(
-        help="Job completions discarded first.", envvar=_env("warmup"), min=0)] = 2_000,
-    replications: Annotated[int, typer.Option(
-        help="Independent replications (95% CIs need ≥ 2).", envvar=_env("replications"),
-        min=1)] = 5,
-    seed: Annotated[int, typer.Option(help="Seed of every random stream.",
-                                      envvar=_env("seed"))] = 1,
-    backfill: Annotated[bool, typer.Option(
-        help="Admit the best job that fits instead of blocking at the head of the line.",
-        envvar=_env("backfill"))] = False,
-    routing: Annotated[str, typer.Option(
-        help="Task placement: random, round-robin or least-loaded.", envvar=_env("routing"))
+    workload: Annotated[
+        str,
+        typer.Option(
+            help="Synthetic workload (thesis Table 5.2): var-service, var-para, inv-increase, "
+            "lin-increase. Ignored with --model.",
+            envvar=_env("workload"),
+        ),
+    ] = "var-service",
+    mix: Annotated[
+        str,
+        typer.Option(help="Mix I [.6,.2,.2], II [.2,.6,.2] or III [.2,.2,.6].", envvar=_env("mix")),
+    ] = "I",
+    policies: Annotated[
+        str, typer.Option(help="Comma-separated policies to compare.", envvar=_env("policies"))
+    ] = ",".join(POLICIES),
+    jobs: Annotated[
+        int,
+        typer.Option(help="N: jobs circulating in the closed network.", envvar=_env("jobs"), min=1),
+    ] = 30,
+    cores: Annotated[
+        int, typer.Option(help="M: processor-sharing cores.", envvar=_env("cores"), min=1)
+    ] = 64,
+    fcr: Annotated[
+        int, typer.Option(help="N_fcr: thread budget (0 = unlimited).", envvar=_env("fcr"), min=0)
+    ] = 100,
+    mpl: Annotated[
+        int, typer.Option(help="Multiprogramming limit (0 = unlimited).", envvar=_env("mpl"), min=0)
+    ] = 0,
+    think: Annotated[
+        float, typer.Option(help="Mean exponential think time Z.", envvar=_env("think"), min=0)
+    ] = 5.0,
+    completions: Annotated[
+        int,
+        typer.Option(
+            help="Job completions measured per replication.", envvar=_env("completions"), min=1
+        ),
+    ] = 20_000,
+    warmup: Annotated[
+        int, typer.Option(help="Job completions discarded first.", envvar=_env("warmup"), min=0)
+    ] = 2_000,
+    replications: Annotated[
+        int,
+        typer.Option(
+            help="Independent replications (95% CIs need ≥ 2).", envvar=_env("replications"), min=1
+        ),
+    ] = 5,
+    seed: Annotated[
+        int, typer.Option(help="Seed of every random stream.", envvar=_env("seed"))
+    ] = 1,
+    backfill: Annotated[
+        bool,
+        typer.Option(
+            help="Admit the best job that fits instead of blocking at the head of the line.",
+            envvar=_env("backfill"),
+        ),
+    ] = False,
+    routing: Annotated[
+        str,
+        typer.Option(
+            help="Task placement: random, round-robin or least-loaded.", envvar=_env("routing")
+        ),
     ] = "random",
-    service: Annotated[str, typer.Option(
-        help="Task demands: deterministic (thesis) or exponential.", envvar=_env("service"))
+    service: Annotated[
+        str,
+        typer.Option(
+            help="Task demands: deterministic (thesis) or exponential.", envvar=_env("service")
+        ),
     ] = "deterministic",
-    class_per_cycle: Annotated[bool, typer.Option(
-        help="Draw each job's class per cycle instead of fixed populations.",
-        envvar=_env("class_per_cycle"))] = False,
-    max_wait: Annotated[float | None, typer.Option(
-        help="Aging: admit a job next once it waited this long.", envvar=_env("max_wait"))
+    class_per_cycle: Annotated[
+        bool,
+        typer.Option(
+            help="Draw each job's class per cycle instead of fixed populations.",
+            envvar=_env("class_per_cycle"),
+        ),
+    ] = False,
+    max_wait: Annotated[
+        float | None,
+        typer.Option(
+            help="Aging: admit a job next once it waited this long.", envvar=_env("max_wait")
+        ),
     ] = None,
-    queue_timeout: Annotated[float | None, typer.Option(
-        help="Fail a job still queued after this long.", envvar=_env("queue_timeout"))] = None,
-    model: Annotated[Path | None, typer.Option(
-        help="Trace-driven: classes and phases from a trained model file.",
-        envvar=_env("model"))] = None,
-    mix_vector: Annotated[str | None, typer.Option(
-        help="Shares per class, comma-separated (with --model; default: equal).",
-        envvar=_env("mix_vector"))] = None,
-    eta_source: Annotated[EtaSource, typer.Option(
-        help="Build η from an FCFS simulation (thesis) or take the model file's.",
-        envvar=_env("eta_source"))] = EtaSource.simulation,
-    output: Annotated[OutputFormat, typer.Option(
-        "--format", help="table or json.", envvar=_env("format"))] = OutputFormat.table,
-    plot: Annotated[Path | None, typer.Option(
-        help="Write PNG figures (bars per policy, CCDF) to this directory.",
-        envvar=_env("plot"))] = None,
-    workers: Annotated[int, typer.Option(
-        help="Worker processes for replications (default: one per core).",
-        envvar=_env("workers"), min=0)] = 0,
+    queue_timeout: Annotated[
+        float | None,
+        typer.Option(help="Fail a job still queued after this long.", envvar=_env("queue_timeout")),
+    ] = None,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            help="Trace-driven: classes and phases from a trained model file.", envvar=_env("model")
+        ),
+    ] = None,
+    mix_vector: Annotated[
+        str | None,
+        typer.Option(
+            help="Shares per class, comma-separated (with --model; default: equal).",
+            envvar=_env("mix_vector"),
+        ),
+    ] = None,
+    eta_source: Annotated[
+        EtaSource,
+        typer.Option(
+            help="Build η from an FCFS simulation (thesis) or take the model file's.",
+            envvar=_env("eta_source"),
+        ),
+    ] = EtaSource.simulation,
+    output: Annotated[
+        OutputFormat, typer.Option("--format", help="table or json.", envvar=_env("format"))
+    ] = OutputFormat.table,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write PNG figures (bars per policy, CCDF) to this directory.", envvar=_env("plot")
+        ),
+    ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Worker processes for replications (default: one per core).",
+            envvar=_env("workers"),
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
     """Simulate the admission system (thesis §5.5) and compare policies.
 
@@ -173,31 +234,53 @@ def simulate(
                 raise typer.BadParameter(f"--mix must be one of {', '.join(MIXES)}, not {mix!r}")
             shares, mix_name = MIXES[mix], mix
         config = SimConfig(
-            cores=cores, jobs=jobs, mix=shares, think=think, fcr=fcr or None, mpl=mpl or None,
-            backfill=backfill, max_wait=max_wait, queue_timeout=queue_timeout, routing=routing,
-            service=service, class_per_cycle=class_per_cycle, completions=completions,
+            cores=cores,
+            jobs=jobs,
+            mix=shares,
+            think=think,
+            fcr=fcr or None,
+            mpl=mpl or None,
+            backfill=backfill,
+            max_wait=max_wait,
+            queue_timeout=queue_timeout,
+            routing=routing,
+            service=service,
+            class_per_cycle=class_per_cycle,
+            completions=completions,
             warmup=warmup,
-        )  # fmt: skip
+        )
     except (ValueError, ModelError) as e:
         raise _fail(str(e)) from None
     given = None
     if eta_source is EtaSource.model:
         if model is None:
             raise _fail("--eta-source model needs --model FILE")
-        given = trained.model_copy(update={"classes": tuple(
-            c.model_copy(update={"fingerprint": c.name}) for c in trained.classes)})  # fmt: skip
+        given = trained.model_copy(
+            update={
+                "classes": tuple(
+                    c.model_copy(update={"fingerprint": c.name}) for c in trained.classes
+                )
+            }
+        )
     n_workers = workers or min(replications, os.cpu_count() or 1)
     with err.status("simulating…") as status:
+
         def progress(message: str) -> None:
             status.update(f"simulating: {message}")
 
         pool = ProcessPoolExecutor(n_workers) if n_workers > 1 else None
         try:
             study = run_study(
-                work, config, mix_name=mix_name, policies=chosen, replications=replications,
-                seed=seed, model=given, progress=progress,
+                work,
+                config,
+                mix_name=mix_name,
+                policies=chosen,
+                replications=replications,
+                seed=seed,
+                model=given,
+                progress=progress,
                 map_fn=pool.map if pool is not None else map,
-            )  # fmt: skip
+            )
         except ValueError as e:
             raise _fail(str(e)) from None
         finally:
@@ -235,18 +318,41 @@ def _print_study(study: Any) -> None:
         classes.add_column(p, justify="right")
     for row in study.class_rows():
         ranks = [str(row["rank"][p]) if row["rank"][p] else "-" for p in study.policies]
-        classes.add_row(row["name"], f"{row['D']:.3g}", str(row["f"]), _ci(row, "U"),
-                        _ci(row, "U_share"), _ci(row, "Q"), _ci(row, "A"),
-                        _ci(row, "P_row_sum", 2), *ranks)  # fmt: skip
+        classes.add_row(
+            row["name"],
+            f"{row['D']:.3g}",
+            str(row["f"]),
+            _ci(row, "U"),
+            _ci(row, "U_share"),
+            _ci(row, "Q"),
+            _ci(row, "A"),
+            _ci(row, "P_row_sum", 2),
+            *ranks,
+        )
     out.print(classes)
     table = Table(title="policies")
-    for col in ("policy", "throughput", "mean R", "p95 R", "p99 R", "weighted slowdown",
-                "aged", "timed out"):  # fmt: skip
+    for col in (
+        "policy",
+        "throughput",
+        "mean R",
+        "p95 R",
+        "p99 R",
+        "weighted slowdown",
+        "aged",
+        "timed out",
+    ):
         table.add_column(col, justify="right")
     for name, s in study.policies.items():
-        table.add_row(name, str(s.throughput), str(s.mean_response), str(s.p95_response),
-                      str(s.p99_response), str(s.weighted_slowdown), str(s.aged),
-                      str(s.timed_out))  # fmt: skip
+        table.add_row(
+            name,
+            str(s.throughput),
+            str(s.mean_response),
+            str(s.p95_response),
+            str(s.p99_response),
+            str(s.weighted_slowdown),
+            str(s.aged),
+            str(s.timed_out),
+        )
     out.print(table)
 
 
@@ -255,8 +361,10 @@ def _print_study(study: Any) -> None:
 
 @app.command()
 def classify(
-    sql: Annotated[list[str] | None, typer.Argument(
-        help="SQL texts; with none, one statement per line from standard input.")] = None,
+    sql: Annotated[
+        list[str] | None,
+        typer.Argument(help="SQL texts; with none, one statement per line from standard input."),
+    ] = None,
 ) -> None:
     """Print the class (skeleton fingerprint and readable name) of SQL statements."""
     texts = sql or [line for line in sys.stdin.read().splitlines() if line.strip()]
@@ -297,8 +405,16 @@ def model_show(
     for col in ("class", "D_r", "f_r", "U_r", "Q_r", "A_r", "count", "fingerprint"):
         table.add_column(col, justify="right")
     for c in m.classes:
-        table.add_row(c.name, f"{c.D:.4g}", str(c.f), f"{c.U:.3g}", f"{c.Q:.3g}", f"{c.A:.3g}",
-                      str(c.count), c.fingerprint)  # fmt: skip
+        table.add_row(
+            c.name,
+            f"{c.D:.4g}",
+            str(c.f),
+            f"{c.U:.3g}",
+            f"{c.Q:.3g}",
+            f"{c.A:.3g}",
+            str(c.count),
+            c.fingerprint,
+        )
     out.print(table)
     eta = POLICIES[policy].build(m)
     grid = Table(title=f"η for {policy} ({POLICIES[policy].symbol}); row r, column c")

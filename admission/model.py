@@ -103,7 +103,9 @@ class EtaModel(_Frozen):
         if self.format != FORMAT:
             raise ValueError(f"format is {self.format!r}, expected {FORMAT!r}")
         if self.version != FORMAT_VERSION:
-            raise ValueError(f"version {self.version} is not supported (this reads {FORMAT_VERSION})")
+            raise ValueError(
+                f"version {self.version} is not supported (this reads {FORMAT_VERSION})"
+            )
         k = len(self.classes)
         seen: set[str] = set()
         for i, c in enumerate(self.classes):
@@ -148,8 +150,9 @@ class EtaModel(_Frozen):
     def with_class(self, fingerprint: str, name: str, sample_sql: str = "") -> EtaModel:
         """A copy with one more class, on the default profile (for classes seen live)."""
         d = self.default_profile()
-        new = ClassProfile(fingerprint=fingerprint, name=name, sample_sql=sample_sql[:2000],
-                           **d.model_dump())  # fmt: skip
+        new = ClassProfile(
+            fingerprint=fingerprint, name=name, sample_sql=sample_sql[:2000], **d.model_dump()
+        )
         a = self.a_matrix()
         rows = [(*row, self.classes[r].Q) for r, row in enumerate(a)]
         rows.append(tuple(d.Q for _ in range(len(self.classes) + 1)))

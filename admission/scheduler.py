@@ -448,7 +448,9 @@ class Scheduler:
             self._mode = _FULL
             self._eta = np.array(eta, dtype=float).reshape(k, k)
             self._columns = [np.ascontiguousarray(self._eta[:, c]) for c in range(k)]
-            self._fork_columns = [col * st.fork for col, st in zip(self._columns, self._classes)]
+            self._fork_columns = [
+                col * st.fork for col, st in zip(self._columns, self._classes, strict=True)
+            ]
         self._recompute_scores()
 
     def _recompute_scores(self) -> None:

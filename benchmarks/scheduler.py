@@ -30,11 +30,15 @@ K = 22
 def tpch_like_model(rng: random.Random) -> EtaModel:
     classes = tuple(
         ClassProfile(
-            fingerprint=f"q{i + 1}", name=f"Q{i + 1}", D=rng.uniform(0.05, 5.0),
-            f=rng.randint(1, 8), U=rng.uniform(0.01, 0.3), Q=rng.uniform(0.2, 10),
+            fingerprint=f"q{i + 1}",
+            name=f"Q{i + 1}",
+            D=rng.uniform(0.05, 5.0),
+            f=rng.randint(1, 8),
+            U=rng.uniform(0.01, 0.3),
+            Q=rng.uniform(0.2, 10),
         )
         for i in range(K)
-    )  # fmt: skip
+    )
     a = tuple(tuple(rng.uniform(0.2, 12) for _ in range(K)) for _ in range(K))
     return EtaModel(classes=classes, A_matrix=a)
 

@@ -122,10 +122,14 @@ class Driver:
             _, p = _kv(words[1:])
             classes.append(
                 ClassProfile(
-                    fingerprint=words[0], name=words[0], D=float(p.get("D", 1)),
-                    f=int(p.get("f", 1)), U=float(p.get("U", 0)), Q=float(p.get("Q", 0)),
+                    fingerprint=words[0],
+                    name=words[0],
+                    D=float(p.get("D", 1)),
+                    f=int(p.get("f", 1)),
+                    U=float(p.get("U", 0)),
+                    Q=float(p.get("Q", 0)),
                 )
-            )  # fmt: skip
+            )
         a = tuple(tuple(a_rows[c.name]) for c in classes) if a_rows else ()
         self.model = EtaModel(classes=tuple(classes), A_matrix=a)
         return [f"{len(classes)} classes"]
@@ -244,5 +248,3 @@ def run_script(path: Path) -> tuple[str, str]:
     for case in cases:
         case.actual = driver.run(case)
     return text, render(cases)
-
-

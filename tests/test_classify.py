@@ -62,9 +62,10 @@ def test_postgres_dialect_uses_libpg_query_and_duckdb_intervals_fall_back() -> N
 
 def test_fingerprints_are_stable_across_releases() -> None:
     """A model file names classes by fingerprint: the values must not drift."""
-    assert classify_sql("select * from t where a = 1").fingerprint == classify_sql(
-        "SELECT *\nFROM t WHERE a = 42"
-    ).fingerprint
+    assert (
+        classify_sql("select * from t where a = 1").fingerprint
+        == classify_sql("SELECT *\nFROM t WHERE a = 42").fingerprint
+    )
     assert re.fullmatch(r"pg:[0-9a-f]{16}", classify_sql("select 1").fingerprint)
     assert classify_sql("frobnicate 1").fingerprint == classify_sql("FROBNICATE   7").fingerprint
 
@@ -77,10 +78,13 @@ def test_hint_overrides_everything() -> None:
 
 
 def test_different_shapes_are_different_classes() -> None:
-    assert classify_sql("select a from t").fingerprint != classify_sql("select b from t").fingerprint
-    assert classify_sql("select a from t where x in (1, 2)").fingerprint == classify_sql(
-        "select a from t where x in (5, 6, 7, 8)"
-    ).fingerprint
+    assert (
+        classify_sql("select a from t").fingerprint != classify_sql("select b from t").fingerprint
+    )
+    assert (
+        classify_sql("select a from t where x in (1, 2)").fingerprint
+        == classify_sql("select a from t where x in (5, 6, 7, 8)").fingerprint
+    )
 
 
 def test_fallback_folds_literals_lists_values_and_comments() -> None:

@@ -20,11 +20,20 @@ def _model() -> EtaModel:
         mpl=4,
         fcr=8,
         classes=(
-            ClassProfile(fingerprint="pg:a", name="q1", D=0.5, f=2, U=0.4, Q=1.8, A=2.0,
-                         phases=(Phase(threads=2, duration=0.3), Phase(threads=1, duration=0.2)),
-                         count=40, sample_sql="select 1"),
+            ClassProfile(
+                fingerprint="pg:a",
+                name="q1",
+                D=0.5,
+                f=2,
+                U=0.4,
+                Q=1.8,
+                A=2.0,
+                phases=(Phase(threads=2, duration=0.3), Phase(threads=1, duration=0.2)),
+                count=40,
+                sample_sql="select 1",
+            ),
             ClassProfile(fingerprint="pg:b", name="q9", D=2.0, f=1, U=0.2, Q=0.9, A=1.1),
-        ),  # fmt: skip
+        ),
         A_matrix=((2.0, 1.5), (0.7, 1.1)),
     )
 

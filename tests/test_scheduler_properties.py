@@ -75,8 +75,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.queued.discard(job)
             self.ended.add(job)
 
-    @rule(cls=st.sampled_from((*CLASSES, "NEW1", "NEW2")), bypass=st.booleans(),
-          fork=st.one_of(st.none(), st.integers(1, 20)))  # fmt: skip
+    @rule(
+        cls=st.sampled_from((*CLASSES, "NEW1", "NEW2")),
+        bypass=st.booleans(),
+        fork=st.one_of(st.none(), st.integers(1, 20)),
+    )
     def submit(self, cls: str, bypass: bool, fork: int | None) -> None:
         job = self.next_id
         self.next_id += 1
@@ -158,9 +161,11 @@ class SchedulerMachine(RuleBasedStateMachine):
 
 TestScheduler = SchedulerMachine.TestCase
 TestScheduler.settings = settings(
-    max_examples=300, stateful_step_count=60, deadline=None,
+    max_examples=300,
+    stateful_step_count=60,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
-)  # fmt: skip
+)
 
 
 def test_capacity_never_exceeded_at_grant() -> None:

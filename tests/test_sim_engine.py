@@ -51,8 +51,16 @@ def test_thread_budget_and_mpl_are_never_exceeded() -> None:
 def test_multi_phase_jobs_run_their_phases() -> None:
     """A job of phases (2 tasks × 1.0, 4 tasks × 0.5) alone on 8 cores takes 1.5 (no sharing)."""
     w = Workload("phases", (SimClass("P", ((2, 1.0), (4, 0.5))),))
-    cfg = SimConfig(cores=8, jobs=1, mix=(1.0,), think=0.0, fcr=None, routing="least-loaded",
-                    completions=50, warmup=5)  # fmt: skip
+    cfg = SimConfig(
+        cores=8,
+        jobs=1,
+        mix=(1.0,),
+        think=0.0,
+        fcr=None,
+        routing="least-loaded",
+        completions=50,
+        warmup=5,
+    )
     run = simulate(w, cfg, w.model(8, None), "fcfs", np.random.default_rng(0))
     assert run.response_times[0] == pytest.approx(1.5)
     assert run.task_completions == 50 * 6
@@ -71,8 +79,16 @@ def test_capacity_frees_task_by_task() -> None:
     """N_fcr = 10 and jobs of 10 tasks with demands 1 and 3 on one core each... the second job
     is admitted as soon as the first job's tasks finish, before the first job itself ends."""
     w = Workload("fcr", (SimClass("A", ((2, 1.0),)),))
-    cfg = SimConfig(cores=2, jobs=2, mix=(1.0,), think=0.0, fcr=3, routing="round-robin",
-                    completions=20, warmup=2)  # fmt: skip
+    cfg = SimConfig(
+        cores=2,
+        jobs=2,
+        mix=(1.0,),
+        think=0.0,
+        fcr=3,
+        routing="round-robin",
+        completions=20,
+        warmup=2,
+    )
     run = simulate(w, cfg, w.model(2, 3), "fcfs", np.random.default_rng(0))
     # one job of 2 tasks fits (3 units); the other waits until one task frees one unit.
     assert run.completions[0] == 20

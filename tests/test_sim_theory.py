@@ -11,7 +11,7 @@ import pytest
 
 from admission.policies.interference import interference_matrix
 from admission.sim import SimClass, SimConfig, Workload
-from admission.sim.study import Estimate, _model_of, replicate
+from admission.sim.study import Estimate, model_of_run, replicate
 from admission.sim.theory import mm1_ps_response, mva
 
 SLACK = 0.02
@@ -24,8 +24,15 @@ def _close(est: Estimate, ref: float) -> bool:
 @pytest.mark.parametrize("rho", [0.5, 0.8])
 def test_mm1_processor_sharing_mean_response(rho: float) -> None:
     w = Workload("mm1", (SimClass("J", ((1, 1.0),)),))
-    cfg = SimConfig(cores=1, arrival_rate=rho, service="exponential", fcr=None, mix=(1.0,),
-                    completions=20_000, warmup=2_000)  # fmt: skip
+    cfg = SimConfig(
+        cores=1,
+        arrival_rate=rho,
+        service="exponential",
+        fcr=None,
+        mix=(1.0,),
+        completions=20_000,
+        warmup=2_000,
+    )
     runs = replicate(w, cfg, w.model(1, None), "fcfs", 5, seed=11)
     measured = Estimate.of([r.mean_response() for r in runs])
     assert _close(measured, mm1_ps_response(rho, 1.0)), (measured, mm1_ps_response(rho, 1.0))
@@ -33,8 +40,16 @@ def test_mm1_processor_sharing_mean_response(rho: float) -> None:
 
 def _product_form_runs(seed: int):  # type: ignore[no-untyped-def]
     w = Workload("pf", (SimClass("A", ((1, 0.5),)), SimClass("B", ((1, 1.0),))))
-    cfg = SimConfig(cores=4, jobs=5, mix=(3, 2), think=1.0, service="exponential", fcr=None,
-                    completions=20_000, warmup=2_000)  # fmt: skip
+    cfg = SimConfig(
+        cores=4,
+        jobs=5,
+        mix=(3, 2),
+        think=1.0,
+        service="exponential",
+        fcr=None,
+        completions=20_000,
+        warmup=2_000,
+    )
     return w, replicate(w, cfg, w.model(4, None), "fcfs", 5, seed=seed)
 
 
@@ -55,7 +70,7 @@ def test_no_interference_identity_holds_in_product_form_network() -> None:
     """Theorem 1: U_r/U_c = A^c_r/A^r_c, i.e. P_{r,c} = 0, without forking or thread limits."""
     w, runs = _product_form_runs(seed=5)
     base = w.model(4, None)
-    p = [interference_matrix(_model_of(base, run)) for run in runs]
+    p = [interference_matrix(model_of_run(base, run)) for run in runs]
     for r, c in ((0, 1), (1, 0)):
         est = Estimate.of([m[r][c] for m in p])
         assert est.covers(0.0, slack=0.02), (r, c, est)
@@ -74,5 +89,8 @@ def test_littles_law_on_every_run() -> None:
             (run,) = replicate(w, cfg, w.model(64, 100), policy, 1, seed=2)
             littles = run.throughput * run.mean_response()
             assert abs(run.jobs_in_system - littles) / run.jobs_in_system < 0.01, (
-                workload, policy, run.jobs_in_system, littles,
-            )  # fmt: skip
+                workload,
+                policy,
+                run.jobs_in_system,
+                littles,
+            )

@@ -17,9 +17,7 @@ from admission.policies.queue_length import MIN_A, MIN_Q
 from admission.policies.sept import SEPT
 from admission.policies.utilization import MAX_U
 
-POLICIES: dict[str, Policy] = {
-    p.name: p for p in (FCFS, SEPT, MIN_Q, MIN_A, MAX_U, MAX_P)
-}  # fmt: skip
+POLICIES: dict[str, Policy] = {p.name: p for p in (FCFS, SEPT, MIN_Q, MIN_A, MAX_U, MAX_P)}
 
 
 def policy_by_name(name: str) -> Policy:

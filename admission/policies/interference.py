@@ -26,12 +26,9 @@ def interference_matrix(model: EtaModel) -> tuple[tuple[float, ...], ...]:
     u = [c.U for c in model.classes]
     k = len(u)
     return tuple(
-        tuple(
-            0.0 if r == c else _ratio(u[r], u[c]) - _ratio(a[r][c], a[c][r])
-            for c in range(k)
-        )
+        tuple(0.0 if r == c else _ratio(u[r], u[c]) - _ratio(a[r][c], a[c][r]) for c in range(k))
         for r in range(k)
-    )  # fmt: skip
+    )
 
 
 def _build(model: EtaModel) -> Priority:

@@ -79,8 +79,13 @@ class SimConfig:
             raise ValueError(f"arrival rate must be positive, not {self.arrival_rate}")
 
     def limits(self) -> Limits:
-        return Limits(mpl=self.mpl, threads=self.fcr, backfill=self.backfill,
-                      max_wait=self.max_wait, queue_timeout=self.queue_timeout)  # fmt: skip
+        return Limits(
+            mpl=self.mpl,
+            threads=self.fcr,
+            backfill=self.backfill,
+            max_wait=self.max_wait,
+            queue_timeout=self.queue_timeout,
+        )
 
 
 @dataclass(slots=True)
@@ -120,7 +125,9 @@ class _Exp:
     __slots__ = ("buf", "i", "rng")
 
     def __init__(self, rng: np.random.Generator) -> None:
-        self.rng, self.buf, self.i = rng, [], _BATCH
+        self.rng = rng
+        self.buf: list[float] = []
+        self.i = _BATCH
 
     def __call__(self) -> float:
         if self.i >= len(self.buf):
@@ -147,8 +154,14 @@ def simulate(
 
 
 class _Engine:
-    def __init__(self, workload: Workload, config: SimConfig, model: EtaModel,
-                 policy: str | Policy, rng: np.random.Generator) -> None:  # fmt: skip
+    def __init__(
+        self,
+        workload: Workload,
+        config: SimConfig,
+        model: EtaModel,
+        policy: str | Policy,
+        rng: np.random.Generator,
+    ) -> None:
         self.w, self.cfg, self.rng = workload, config, rng
         self.k = len(workload.classes)
         self.a_sum = [[0.0] * self.k for _ in range(self.k)]
@@ -164,7 +177,7 @@ class _Engine:
                 row[r] += tasks[r]
             self.a_count[c] += 1
 
-    def run(self) -> RunResult:  # noqa: C901, PLR0915 — one hot loop, kept in one frame
+    def run(self) -> RunResult:  # one hot loop, kept in one frame for speed
         cfg, rng, k_classes = self.cfg, self.rng, self.k
         sched = self.scheduler
         fps = [c.name for c in self.w.classes]
@@ -173,7 +186,9 @@ class _Engine:
         expo = _Exp(rng)
         exponential_service = cfg.service == "exponential"
         mix = np.asarray(cfg.mix, dtype=float) / sum(cfg.mix)
-        draw_class = (lambda: int(rng.choice(k_classes, p=mix)))  # noqa: E731
+
+        def draw_class() -> int:
+            return int(rng.choice(k_classes, p=mix))
 
         # cores: task count, virtual time, time of last update, heap of (finish V, seq, job, d)
         core_n = [0] * n_cores
@@ -186,7 +201,9 @@ class _Engine:
         rr = 0
         routing = cfg.routing
 
-        events: list[tuple[float, int, int, int]] = []  # (time, seq, core | -1 arrival | -2 tick, x)
+        events: list[
+            tuple[float, int, int, int]
+        ] = []  # (time, seq, core | -1 arrival | -2 tick, x)
         seq = 0
 
         # jobs: class, phase, tasks left in phase, arrival time

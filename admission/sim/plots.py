@@ -7,9 +7,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from admission.sim.study import StudyResult  # noqa: E402
+from admission.sim.study import StudyResult
 
 __all__ = ["write_figures"]
 
@@ -30,8 +30,13 @@ def write_figures(study: StudyResult, directory: str | Path) -> list[Path]:
     for key, label in _BARS:
         fig, ax = plt.subplots(figsize=(6, 3.6))
         estimates = [getattr(study.policies[p], key) for p in names]
-        ax.bar(names, [e.mean for e in estimates],
-               yerr=[e.ci or 0.0 for e in estimates], capsize=4, color="#4a7ab5")  # fmt: skip
+        ax.bar(
+            names,
+            [e.mean for e in estimates],
+            yerr=[e.ci or 0.0 for e in estimates],
+            capsize=4,
+            color="#4a7ab5",
+        )
         ax.set_ylabel(label)
         ax.set_title(f"{study.workload} Mix-{study.mix}: {label.lower()}")
         ax.grid(axis="y", alpha=0.3)

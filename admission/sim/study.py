@@ -3,9 +3,9 @@
 1. Isolation runs (one job at a time) give each class's service demand D_r.
 2. R replications under FCFS measure U_r, Q_r, A^c_r and A_r; their means form the model.
 3. R replications of every policy use that model, on the same random streams as FCFS (common
-   random numbers sharpen the comparison between policies); each metric is a mean over replications with
-   a 95% confidence interval (Student t) — replications are independent streams spawned from
-   one seed, so a study is reproducible bit for bit.
+   random numbers sharpen the comparison between policies); each metric is a mean over
+   replications with a 95% confidence interval (Student t). Replications are independent
+   streams spawned from one seed, so a study is reproducible bit for bit.
 
 ``map_fn`` lets a caller run replications in parallel processes; nothing here needs it.
 """
@@ -37,9 +37,38 @@ __all__ = [
 ]
 
 # Two-sided 95% Student t quantiles t_{0.975, df}; beyond 30 the normal 1.96 is close enough.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 MapFn = Callable[[Callable[[Any], RunResult], Iterable[Any]], Iterable[RunResult]]
 
@@ -80,9 +109,14 @@ def _run_one(args: tuple[Workload, SimConfig, EtaModel, str, np.random.SeedSeque
 
 
 def replicate(
-    workload: Workload, config: SimConfig, model: EtaModel, policy: str,
-    replications: int, seed: int, map_fn: MapFn = map,
-) -> list[RunResult]:  # fmt: skip
+    workload: Workload,
+    config: SimConfig,
+    model: EtaModel,
+    policy: str,
+    replications: int,
+    seed: int,
+    map_fn: MapFn = map,
+) -> list[RunResult]:
     """``replications`` independent runs (streams spawned from ``seed``)."""
     if replications < 1:
         raise ValueError("at least one replication is needed")
@@ -95,33 +129,58 @@ def isolation_demands(workload: Workload, config: SimConfig, seed: int = 0) -> l
     demands = []
     for r in range(len(workload.classes)):
         mix = tuple(1.0 if i == r else 0.0 for i in range(len(workload.classes)))
-        alone = replace(config, jobs=1, mix=mix, think=0.0, fcr=None, mpl=None, max_wait=None,
-                        queue_timeout=None, arrival_rate=None, class_per_cycle=False,
-                        completions=200, warmup=10)  # fmt: skip
+        alone = replace(
+            config,
+            jobs=1,
+            mix=mix,
+            think=0.0,
+            fcr=None,
+            mpl=None,
+            max_wait=None,
+            queue_timeout=None,
+            arrival_rate=None,
+            class_per_cycle=False,
+            completions=200,
+            warmup=10,
+        )
         model = workload.model(config.cores, None)
         run = simulate(workload, alone, model, "fcfs", np.random.default_rng(seed + r))
         demands.append(float(run.response_times[r].mean()))
     return demands
 
 
-def build_model(workload: Workload, config: SimConfig, runs: Sequence[RunResult],
-                demands: Sequence[float]) -> EtaModel:  # fmt: skip
+def build_model(
+    workload: Workload, config: SimConfig, runs: Sequence[RunResult], demands: Sequence[float]
+) -> EtaModel:
     """The η model from (FCFS) runs: means of U_r, Q_r, A_r and A^c_r over replications."""
     k = len(workload.classes)
-    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+
+    def mean(xs: Sequence[float]) -> float:
+        return float(np.mean(xs))
+
     profiles = []
     base = workload.model(config.cores, config.fcr, demands)
     for r, c in enumerate(base.classes):
         profiles.append(
             ClassProfile(
-                **{**c.model_dump(), "U": mean([x.U[r] for x in runs]),
-                   "Q": mean([x.Q[r] for x in runs]), "A": mean([x.A[r] for x in runs]),
-                   "count": int(sum(x.completions[r] for x in runs))}
+                **{
+                    **c.model_dump(),
+                    "U": mean([x.U[r] for x in runs]),
+                    "Q": mean([x.Q[r] for x in runs]),
+                    "A": mean([x.A[r] for x in runs]),
+                    "count": int(sum(x.completions[r] for x in runs)),
+                }
             )
-        )  # fmt: skip
+        )
     a = tuple(tuple(mean([x.A_matrix[r][c] for x in runs]) for c in range(k)) for r in range(k))
-    return base.model_copy(update={"classes": tuple(profiles), "A_matrix": a,
-                                   "mpl": config.mpl, "notes": "built from FCFS simulation"})  # fmt: skip
+    return base.model_copy(
+        update={
+            "classes": tuple(profiles),
+            "A_matrix": a,
+            "mpl": config.mpl,
+            "notes": "built from FCFS simulation",
+        }
+    )
 
 
 def rank_classes(policy: str, model: EtaModel) -> list[int] | None:
@@ -166,10 +225,13 @@ class PolicySummary:
         for run in runs:
             x_total = run.throughput
             xs = run.class_throughput()
-            wsd.append(sum(
-                (float(rt.mean()) / demands[r]) * xs[r] / x_total
-                for r, rt in enumerate(run.response_times) if len(rt)
-            ))  # fmt: skip
+            wsd.append(
+                sum(
+                    (float(rt.mean()) / demands[r]) * xs[r] / x_total
+                    for r, rt in enumerate(run.response_times)
+                    if len(rt)
+                )
+            )
         for r, name in enumerate(names):
             per_class[name] = {
                 "throughput": Estimate.of([x.class_throughput()[r] for x in runs]),
@@ -177,9 +239,14 @@ class PolicySummary:
                 "mean_wait": Estimate.of([x.waits[r] for x in runs]),
                 "slowdown": Estimate.of([_mean(x.response_times[r]) / demands[r] for x in runs]),
             }
-        pct = lambda q: Estimate.of([float(np.percentile(_all(x), q)) for x in runs])  # noqa: E731
-        gaps = [abs(x.jobs_in_system - x.throughput * x.mean_response()) / x.jobs_in_system
-                for x in runs]  # fmt: skip
+
+        def pct(q: float) -> Estimate:
+            return Estimate.of([float(np.percentile(_all(x), q)) for x in runs])
+
+        gaps = [
+            abs(x.jobs_in_system - x.throughput * x.mean_response()) / x.jobs_in_system
+            for x in runs
+        ]
         return cls(
             policy=policy,
             throughput=Estimate.of([x.throughput for x in runs]),
@@ -198,15 +265,25 @@ class PolicySummary:
 
     def json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key in ("throughput", "mean_response", "p50_response", "p95_response",
-                    "p99_response", "weighted_slowdown"):  # fmt: skip
+        for key in (
+            "throughput",
+            "mean_response",
+            "p50_response",
+            "p95_response",
+            "p99_response",
+            "weighted_slowdown",
+        ):
             out.update(getattr(self, key).json(key))
         out["per_class"] = {
             name: {k: v for key, est in m.items() for k, v in est.json(key).items()}
             for name, m in self.per_class.items()
         }
-        out.update(littles_law_gap=self.littles_law_gap, aged=self.aged,
-                   timed_out=self.timed_out, ccdf=self.ccdf)  # fmt: skip
+        out.update(
+            littles_law_gap=self.littles_law_gap,
+            aged=self.aged,
+            timed_out=self.timed_out,
+            ccdf=self.ccdf,
+        )
         return out
 
 
@@ -243,9 +320,7 @@ class StudyResult:
         runs = self.fcfs_runs
         rows = []
         ranks = {p: rank_classes(p, self.model) for p in self.policies}
-        p_rows = [
-            [sum(row) for row in interference_matrix(_model_of(self.model, x))] for x in runs
-        ]
+        p_rows = [p_row_sums(self.model, x) for x in runs]
         for r, c in enumerate(self.model.classes):
             row: dict[str, Any] = {"name": c.name, "D": self.demands[r], "f": c.f}
             row.update(Estimate.of([x.U[r] for x in runs]).json("U"))
@@ -268,14 +343,19 @@ class StudyResult:
         }
 
 
-def _model_of(base: EtaModel, run: RunResult) -> EtaModel:
-    """The model one replication alone would give (for per-replication P row sums)."""
+def model_of_run(base: EtaModel, run: RunResult) -> EtaModel:
+    """The model one replication alone would give (its U_r, Q_r, A_r and A^c_r)."""
     profiles = tuple(
         c.model_copy(update={"U": run.U[r], "Q": run.Q[r], "A": run.A[r]})
         for r, c in enumerate(base.classes)
     )
     a = tuple(tuple(row) for row in run.A_matrix)
     return base.model_copy(update={"classes": profiles, "A_matrix": a})
+
+
+def p_row_sums(base: EtaModel, run: RunResult) -> list[float]:
+    """Σ_c P_{r,c} per class, as measured in one replication."""
+    return [sum(row) for row in interference_matrix(model_of_run(base, run))]
 
 
 def run_study(
@@ -293,7 +373,11 @@ def run_study(
     """FCFS builds the model (unless one is given), then each policy runs with it."""
     for p in policies:
         policy_by_name(p)
-    say = progress or (lambda _msg: None)
+
+    def say(message: str) -> None:
+        if progress is not None:
+            progress(message)
+
     say("isolation runs (D_r)")
     demands = isolation_demands(workload, config, seed)
     say(f"FCFS × {replications} to build the η tables")
@@ -303,9 +387,12 @@ def run_study(
     summaries: dict[str, PolicySummary] = {}
     for p in policies:
         say(f"{p} × {replications}")
-        runs = fcfs_runs if p == "fcfs" else replicate(
-            workload, config, built, p, replications, seed, map_fn
-        )  # fmt: skip
+        runs = (
+            fcfs_runs
+            if p == "fcfs"
+            else replicate(workload, config, built, p, replications, seed, map_fn)
+        )
         summaries[p] = PolicySummary.of(p, runs, demands)
-    return StudyResult(workload.name, mix_name, config, replications, built, demands,
-                       fcfs_runs, summaries)  # fmt: skip
+    return StudyResult(
+        workload.name, mix_name, config, replications, built, demands, fcfs_runs, summaries
+    )

@@ -39,9 +39,7 @@ def mva(
     queues: dict[tuple[int, ...], list[list[float]]] = {}
     zero = tuple([0] * k_classes)
     queues[zero] = [[0.0] * k_classes for _ in range(stations)]
-    vectors = sorted(
-        itertools.product(*(range(n + 1) for n in populations)), key=lambda v: sum(v)
-    )
+    vectors = sorted(itertools.product(*(range(n + 1) for n in populations)), key=lambda v: sum(v))
     x_last: list[float] = [0.0] * k_classes
     r_last: list[float] = [0.0] * k_classes
     for n in vectors:

@@ -45,7 +45,9 @@ class Workload:
     name: str
     classes: tuple[SimClass, ...]
 
-    def model(self, cores: int, fcr: int | None, demands: Sequence[float] | None = None) -> EtaModel:
+    def model(
+        self, cores: int, fcr: int | None, demands: Sequence[float] | None = None
+    ) -> EtaModel:
         """A model naming these classes (D_r from ``demands`` or the phase lengths)."""
         profiles = tuple(
             ClassProfile(
@@ -57,8 +59,9 @@ class Workload:
             )
             for i, c in enumerate(self.classes)
         )
-        return EtaModel(backend="simulator", dataset=self.name, cores=cores, fcr=fcr,
-                        classes=profiles)  # fmt: skip
+        return EtaModel(
+            backend="simulator", dataset=self.name, cores=cores, fcr=fcr, classes=profiles
+        )
 
     @classmethod
     def from_model(cls, model: EtaModel, name: str = "trace") -> Workload:
@@ -91,7 +94,9 @@ def synthetic(name: str) -> Workload:
     try:
         spec = SYNTHETIC[name]
     except KeyError:
-        raise ValueError(f"unknown workload {name!r}; choose one of {', '.join(SYNTHETIC)}") from None
+        raise ValueError(
+            f"unknown workload {name!r}; choose one of {', '.join(SYNTHETIC)}"
+        ) from None
     return Workload(name, tuple(SimClass(f"SC{i + 1}", ((f, d),)) for i, (f, d) in enumerate(spec)))
 
 

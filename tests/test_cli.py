@@ -1,0 +1,220 @@
+"""The ``admission`` command line, run as a user would: a real subprocess of the installed
+entry point, checking output, exit codes and error messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from admission import ClassProfile, EtaModel, Phase
+
+ADMISSION = str(Path(sys.executable).with_name("admission"))
+
+
+def run(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ADMISSION, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_help_lists_the_subcommands() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    for word in ("simulate", "classify", "model"):
+        assert word in result.stdout
+
+
+def test_simulate_json_has_the_documented_shape(tmp_path: Path) -> None:
+    result = run(
+        "simulate",
+        "--workload",
+        "var-para",
+        "--mix",
+        "II",
+        "--policies",
+        "fcfs,sept,min-a",
+        "--completions",
+        "1500",
+        "--warmup",
+        "150",
+        "--replications",
+        "2",
+        "--format",
+        "json",
+        "--plot",
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["workload"] == "var-para" and data["mix"] == "II"
+    assert [c["name"] for c in data["classes"]] == ["SC1", "SC2", "SC3"]
+    for c in data["classes"]:
+        assert {"U", "U_ci", "Q", "A", "P_row_sum", "rank"} <= set(c)
+        assert set(c["rank"]) == {"fcfs", "sept", "min-a"}
+    assert set(data["policies"]) == {"fcfs", "sept", "min-a"}
+    for p in data["policies"].values():
+        assert {
+            "throughput",
+            "mean_response",
+            "p95_response",
+            "p99_response",
+            "weighted_slowdown",
+            "per_class",
+        } <= set(p)
+        assert set(p["per_class"]) == {"SC1", "SC2", "SC3"}
+    pngs = sorted(x.name for x in tmp_path.glob("*.png"))
+    assert pngs == [
+        f"var-para-II-{k}.png" for k in ("ccdf", "mean_response", "throughput", "weighted_slowdown")
+    ]
+
+
+def test_simulate_options_from_environment() -> None:
+    result = run(
+        "simulate",
+        "--policies",
+        "fcfs",
+        "--format",
+        "json",
+        "--replications",
+        "1",
+        env={
+            "ADMISSION_COMPLETIONS": "500",
+            "ADMISSION_WARMUP": "50",
+            "ADMISSION_WORKLOAD": "lin-increase",
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["workload"] == "lin-increase"
+
+
+def test_simulate_table_output() -> None:
+    result = run(
+        "simulate",
+        "--policies",
+        "fcfs,max-p",
+        "--completions",
+        "800",
+        "--warmup",
+        "80",
+        "--replications",
+        "2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "weighted slowdown" in result.stdout and "max-p" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policies", "fcfs,lifo"], "unknown policy lifo"),
+        (["--workload", "var-everything"], "unknown workload"),
+        (["--mix", "IV"], "--mix must be one of"),
+        (["--routing", "sideways"], "routing must be one of"),
+        (["--replications", "0"], "replications"),
+        (["--model", "/nonexistent/model.json"], "cannot read the model file"),
+    ],
+)
+def test_simulate_bad_arguments_are_clear(args: list[str], message: str) -> None:
+    result = run("simulate", *args)
+    assert result.returncode == 2
+    assert message in result.stderr.replace("\n", " ") or message in result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def _trained_model(path: Path) -> None:
+    EtaModel(
+        backend="duckdb",
+        dataset="tpch-sf0.01",
+        cores=2,
+        classes=(
+            ClassProfile(
+                fingerprint="pg:1",
+                name="Q16",
+                D=0.05,
+                f=2,
+                U=0.1,
+                Q=0.5,
+                A=0.6,
+                phases=(Phase(threads=2, duration=0.02), Phase(threads=1, duration=0.03)),
+            ),
+            ClassProfile(
+                fingerprint="pg:2",
+                name="Q9",
+                D=0.4,
+                f=2,
+                U=0.4,
+                Q=1.5,
+                A=1.7,
+                phases=(Phase(threads=2, duration=0.4),),
+            ),
+        ),
+        A_matrix=((0.7, 0.4), (1.2, 1.9)),
+    ).save(path)
+
+
+def test_simulate_trace_driven_from_a_model_file(tmp_path: Path) -> None:
+    path = tmp_path / "model.json"
+    _trained_model(path)
+    for source in ("simulation", "model"):
+        result = run(
+            "simulate",
+            "--model",
+            str(path),
+            "--mix-vector",
+            "0.7,0.3",
+            "--cores",
+            "2",
+            "--fcr",
+            "4",
+            "--jobs",
+            "8",
+            "--think",
+            "0.2",
+            "--completions",
+            "600",
+            "--warmup",
+            "60",
+            "--replications",
+            "2",
+            "--eta-source",
+            source,
+            "--format",
+            "json",
+        )
+        assert result.returncode == 0, result.stderr
+        data = json.loads(result.stdout)
+        assert [c["name"] for c in data["classes"]] == ["Q16", "Q9"]
+    bad = run("simulate", "--model", str(path), "--mix-vector", "1,2,3")
+    assert bad.returncode == 2 and "model has 2 classes" in bad.stderr.replace("\n", " ")
+
+
+def test_model_check_and_show(tmp_path: Path) -> None:
+    path = tmp_path / "model.json"
+    _trained_model(path)
+    assert run("model", "check", str(path)).returncode == 0
+    shown = run("model", "show", str(path), "--policy", "max-p")
+    assert shown.returncode == 0 and "Q16" in shown.stdout and "P_{r,c}" in shown.stdout
+    broken = tmp_path / "broken.json"
+    broken.write_text(path.read_text().replace('"f": 2', '"f": "two"', 1))
+    result = run("model", "check", str(broken))
+    assert result.returncode == 2
+    assert "classes.0.f" in result.stderr and str(broken) in result.stderr.replace("\n", "")
+
+
+def test_classify_from_arguments_and_stdin() -> None:
+    result = run("classify", "select * from t where a = 1", "SET x = 1")
+    assert result.returncode == 0 and "pg:" in result.stdout and "yes" in result.stdout
+    piped = run("classify", stdin="select 1\nselect 2\n")
+    assert piped.returncode == 0 and piped.stdout.count("pg:") == 2
