@@ -93,9 +93,17 @@ def normalize_sql(text: str) -> str:
     return s.rstrip(";")
 
 
-def _verb(skeleton: str) -> str:
-    word = skeleton.lstrip("(").split(" ", 1)[0]
-    return word.split("(", 1)[0]
+_WORD = re.compile(r"[a-z_]+")
+
+
+def _verb(statement: str) -> str:
+    match = _WORD.match(statement.lstrip("( "))
+    return match.group(0) if match else ""
+
+
+def _is_control(skeleton: str) -> bool:
+    """Every statement in the text is session control (an empty text counts as control)."""
+    return all(_verb(s) in CONTROL_VERBS for s in skeleton.split(";") if s.strip())
 
 
 def _label(verb: str, skeleton: str, fingerprint: str) -> str:
@@ -114,7 +122,7 @@ def classify_sql(text: str) -> QueryClass:
     hint = HINT.search(text)
     skeleton = normalize_sql(text)
     verb = _verb(skeleton)
-    control = verb in CONTROL_VERBS or not skeleton
+    control = _is_control(skeleton)
     if hint:
         name = hint.group(1)
         return QueryClass(f"hint:{name}", name, control)

@@ -356,6 +356,150 @@ def _print_study(study: Any) -> None:
     out.print(table)
 
 
+# -- serve ---------------------------------------------------------------------------------
+
+
+@app.command()
+def serve(
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            help="The database: postgresql://HOST:PORT (database and user come from each client).",
+            envvar=_env("backend"),
+        ),
+    ] = None,
+    listen: Annotated[
+        str, typer.Option(help="Address to accept clients on, HOST:PORT.", envvar=_env("listen"))
+    ] = "127.0.0.1:6432",
+    policy: Annotated[
+        str, typer.Option(help=f"Admission policy: {', '.join(POLICIES)}.", envvar=_env("policy"))
+    ] = "fcfs",
+    model: Annotated[
+        Path | None,
+        typer.Option(help="η model file written by `admission train`.", envvar=_env("model")),
+    ] = None,
+    mpl: Annotated[
+        int,
+        typer.Option(
+            help="Multiprogramming limit: statements in service at once (0 = unlimited).",
+            envvar=_env("mpl"),
+            min=0,
+        ),
+    ] = 0,
+    threads: Annotated[
+        int,
+        typer.Option(
+            help="Thread budget N_fcr: sum of nominal fork sizes in service (0 = unlimited).",
+            envvar=_env("threads"),
+            min=0,
+        ),
+    ] = 0,
+    backfill: Annotated[
+        bool,
+        typer.Option(
+            help="Admit the best statement that fits instead of blocking at the head of line.",
+            envvar=_env("backfill"),
+        ),
+    ] = False,
+    max_wait: Annotated[
+        float | None,
+        typer.Option(
+            help="Aging: a statement queued this many seconds is admitted next.",
+            envvar=_env("max_wait"),
+        ),
+    ] = None,
+    queue_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="Fail a statement still queued after this many seconds (SQLSTATE 57014).",
+            envvar=_env("queue_timeout"),
+        ),
+    ] = None,
+    max_queue: Annotated[
+        int,
+        typer.Option(
+            help="Statements allowed to wait; more are refused with SQLSTATE 53300.",
+            envvar=_env("max_queue"),
+            min=1,
+        ),
+    ] = 10_000,
+    max_message: Annotated[
+        int,
+        typer.Option(
+            help="Largest protocol message accepted from a client, in bytes.",
+            envvar=_env("max_message"),
+            min=1024,
+        ),
+    ] = 256 * 1024 * 1024,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            help="Certificate for TLS with clients (with --tls-key).", envvar=_env("tls_cert")
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(help="Private key for --tls-cert.", envvar=_env("tls_key"))
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option(help="debug, info, warning or error.", envvar=_env("log_level"))
+    ] = "info",
+) -> None:
+    """Run the admission-control proxy in front of a PostgreSQL server.
+
+    Clients connect here instead of to the database. Every statement is classified by its SQL
+    skeleton and waits in the admission queue until the policy admits it under the MPL and the
+    thread budget; session control and statements inside a transaction block pass at once.
+    """
+    import logging
+
+    from admission.scheduler import Limits
+    from proxy.app import ProxyConfig, run
+    from proxy.server import parse_backend
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    if backend is None:
+        raise _fail(
+            "--backend postgresql://HOST:PORT is required (the embedded DuckDB backend "
+            "is not part of this release)"
+        )
+    if policy not in POLICIES:
+        raise _fail(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    if (tls_cert is None) != (tls_key is None):
+        raise _fail("--tls-cert and --tls-key go together")
+    try:
+        address = parse_backend(backend)
+        host, _, port = listen.rpartition(":")
+        limits = Limits(
+            mpl=mpl or None,
+            threads=threads or None,
+            backfill=backfill,
+            max_wait=max_wait,
+            queue_timeout=queue_timeout,
+        )
+        loaded = EtaModel.load(model) if model is not None else None
+        config = ProxyConfig(
+            backend=address,
+            listen_host=host or "127.0.0.1",
+            listen_port=int(port),
+            policy=policy,
+            model=loaded,
+            model_path=model,
+            limits=limits,
+            max_queue=max_queue,
+            max_message=max_message,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
+    except (ValueError, ModelError) as e:
+        raise _fail(str(e)) from None
+    try:
+        run(config)
+    except OSError as e:
+        raise _fail(f"cannot listen on {listen}: {e.strerror or e}") from None
+
+
 # -- classify ------------------------------------------------------------------------------
 
 

@@ -138,3 +138,18 @@ def test_never_raises(text: str) -> None:
 def test_never_raises_on_decoded_garbage(data: bytes) -> None:
     cls = classify_sql(data.decode("latin-1"))
     assert cls.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("sql", "control"),
+    [
+        ("BEGIN; SET x = 1; COMMIT", True),
+        ("BEGIN;", True),
+        ("BEGIN; select * from big; COMMIT", False),
+        ("select 1; SET x = 1", False),
+    ],
+)
+def test_multi_statement_texts_are_control_only_if_every_statement_is(
+    sql: str, control: bool
+) -> None:
+    assert classify_sql(sql).control is control

@@ -1,0 +1,167 @@
+"""The admission gate: the pure ``Scheduler`` on an asyncio event loop.
+
+The gate passes the loop's clock to the scheduler, arms a timer at the scheduler's next deadline
+(aging, queue timeouts), bounds the queue (a full queue answers at once instead of growing), and
+turns grants into callbacks. Callbacks are delivered one at a time from a FIFO, never nested: a
+callback that releases a job (and so admits others) only appends to the FIFO.
+
+Every job submitted is eventually released exactly once — by ``release`` (its statement ended,
+its client or backend died), by a rejection (timeout, cancel, queue full; the scheduler already
+forgot it) — so capacity always comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from admission.classify import QueryClass
+from admission.scheduler import Job, JobState, Scheduler
+from proxy.wire import protocol as pg
+
+__all__ = ["AdmissionGate", "GateStats"]
+
+OnGrant = Callable[[], None]
+OnReject = Callable[[str, str], None]
+
+
+@dataclass(slots=True)
+class GateStats:
+    queue_full: int = 0
+    timed_out: int = 0
+    cancelled: int = 0
+
+
+class AdmissionGate:
+    def __init__(self, scheduler: Scheduler, *, max_queue: int | None = 10_000) -> None:
+        self.scheduler = scheduler
+        self.max_queue = max_queue
+        self.stats = GateStats()
+        self._callbacks: dict[int, tuple[OnGrant, OnReject]] = {}
+        self._deliveries: deque[tuple[Callable[..., None], tuple[str, ...]]] = deque()
+        self._delivering = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+
+    @property
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def submit(
+        self,
+        job: int,
+        query_class: QueryClass,
+        bypass: bool,
+        sql: str,
+        on_grant: OnGrant,
+        on_reject: OnReject,
+    ) -> None:
+        """Queue a statement; ``on_grant()`` or ``on_reject(sqlstate, message)`` follows."""
+        s = self.scheduler
+        if not bypass and self.max_queue is not None and s.queued >= self.max_queue:
+            self.stats.queue_full += 1
+            self._deliver(
+                [
+                    (
+                        on_reject,
+                        (
+                            pg.SQLSTATE_TOO_MANY,
+                            f"too many statements waiting for admission (queue limit "
+                            f"{self.max_queue}); try again later",
+                        ),
+                    )
+                ]
+            )
+            return
+        self._callbacks[job] = (on_grant, on_reject)
+        granted = s.submit(
+            job,
+            query_class.fingerprint,
+            self.now,
+            name=query_class.name,
+            bypass=bypass,
+            sample_sql=sql[:2000],
+        )
+        self._after(granted)
+
+    def release(self, job: int) -> None:
+        """The statement ended (or its connection died): give its capacity back."""
+        self._callbacks.pop(job, None)
+        self._after(self.scheduler.complete(job, self.now))
+
+    def is_queued(self, job: int) -> bool:
+        record = self.scheduler.job(job)
+        return record is not None and record.state is JobState.QUEUED
+
+    def cancel(self, job: int, reason: str = "canceling statement due to user request") -> bool:
+        """Withdraw a queued job; its client is told ``57014``. False if it was not queued."""
+        if not self.is_queued(job):
+            return False
+        callbacks = self._callbacks.pop(job, None)
+        granted = self.scheduler.cancel(job, self.now)
+        self.stats.cancelled += 1
+        if callbacks is not None:
+            self._deliveries.append((callbacks[1], (pg.SQLSTATE_QUERY_CANCELED, reason)))
+        self._after(granted)
+        return True
+
+    def wake(self) -> None:
+        """Re-run the decision now (after a limit, policy or model change)."""
+        self._after(self.scheduler.tick(self.now))
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _after(self, granted: list[Job]) -> None:
+        batch: list[tuple[Callable[..., None], tuple[str, ...]]] = []
+        for job in granted:
+            callbacks = self._callbacks.get(int(job.id))  # type: ignore[call-overload]
+            if callbacks is not None:
+                batch.append((callbacks[0], ()))
+        timed_out = self.scheduler.take_timed_out() if self.scheduler.timed_out else ()
+        for job in timed_out:
+            callbacks = self._callbacks.pop(int(job.id), None)  # type: ignore[call-overload]
+            self.stats.timed_out += 1
+            if callbacks is not None:
+                waited = job.arrival
+                message = (
+                    f"canceling statement due to queue timeout: it waited "
+                    f"{self.now - waited:.1f} s for admission (limit "
+                    f"{self.scheduler.limits.queue_timeout} s)"
+                )
+                batch.append((callbacks[1], (pg.SQLSTATE_QUERY_CANCELED, message)))
+        self._deliver(batch)
+        self._arm_timer()
+
+    def _deliver(self, items: list[tuple[Callable[..., None], tuple[str, ...]]]) -> None:
+        self._deliveries.extend(items)
+        if self._delivering:
+            return
+        self._delivering = True
+        try:
+            while self._deliveries:
+                callback, args = self._deliveries.popleft()
+                callback(*args)
+        finally:
+            self._delivering = False
+
+    def _arm_timer(self) -> None:
+        limits = self.scheduler.limits
+        if limits.max_wait is None and limits.queue_timeout is None and self._timer is None:
+            return
+        deadline = self.scheduler.next_deadline()
+        if deadline == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_at = deadline
+        if deadline is not None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_at(deadline, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.wake()

@@ -1,0 +1,322 @@
+"""The asyncio shell around ``ProxySession``: accept clients, pump bytes, await grants.
+
+Each client connection gets one backend connection (session mode: the proxy pools nothing, so
+session state, prepared statements, LISTEN and temporary tables behave exactly as with a direct
+connection). Bytes go through the session state machine; the actions it returns are carried
+out here. Flow control is end to end: when one side's write buffer fills, the other side's
+reading pauses, so a 100 MB result streams through a bounded buffer.
+
+A CancelRequest arrives on a connection of its own with the backend key the client was given
+(the server's real key, relayed untouched): if the target's statement is still queued here it
+is withdrawn and its client gets SQLSTATE 57014; otherwise the request goes to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+from proxy.gate import AdmissionGate
+from proxy.wire import protocol as pg
+from proxy.wire.framing import DEFAULT_MAX_MESSAGE
+from proxy.wire.session import (
+    Action,
+    Close,
+    ConnectServer,
+    ForwardCancel,
+    ProxySession,
+    Release,
+    SendToClient,
+    SendToServer,
+    StartTLS,
+    Submit,
+)
+
+__all__ = ["BackendAddress", "ProxyServer", "parse_backend"]
+
+log = logging.getLogger("admission.proxy")
+
+
+@dataclass(frozen=True, slots=True)
+class BackendAddress:
+    host: str  # a directory for a Unix socket
+    port: int
+
+    @property
+    def is_unix(self) -> bool:
+        return self.host.startswith("/")
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+def parse_backend(url: str) -> BackendAddress:
+    """``postgresql://host:port[/db]`` (the database and user come from each client)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"backend must be a postgresql://HOST:PORT URL, not {url!r}")
+    host = unquote(parts.hostname or "") if parts.hostname else ""
+    if not host and "host=" in parts.query:
+        host = unquote(parts.query.split("host=", 1)[1].split("&", 1)[0])
+    try:
+        port = parts.port or 5432
+    except ValueError:
+        raise ValueError(f"backend URL {url!r} has an invalid port") from None
+    return BackendAddress(host or "127.0.0.1", port)
+
+
+class ProxyServer:
+    """Listens for clients and connects each to the backend through the admission gate."""
+
+    def __init__(
+        self,
+        gate: AdmissionGate,
+        backend: BackendAddress,
+        *,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+        tls: ssl.SSLContext | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.gate = gate
+        self.backend = backend
+        self.max_message = max_message
+        self.tls = tls
+        self.connect_timeout = connect_timeout
+        self.connections: set[ClientConnection] = set()
+        self.by_key: dict[tuple[int, int], ClientConnection] = {}
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: ClientConnection(self), host, port)
+        return self._server
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.shutdown("the proxy is shutting down")
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def open_backend(
+        self, protocol_factory: Callable[[], asyncio.Protocol]
+    ) -> asyncio.Transport:
+        loop = asyncio.get_running_loop()
+        b = self.backend
+        if b.is_unix:
+            path = f"{b.host}/.s.PGSQL.{b.port}"
+            coro = loop.create_unix_connection(protocol_factory, path)
+        else:
+            coro = loop.create_connection(protocol_factory, b.host, b.port)
+        transport, _ = await asyncio.wait_for(coro, self.connect_timeout)
+        return transport
+
+    def cancel(self, pid: int, secret: int) -> None:
+        target = self.by_key.get((pid, secret))
+        if target is None:
+            log.info("cancel request for an unknown key ignored")
+            return
+        for job in target.session.active_jobs:
+            if self.gate.cancel(job):
+                log.info("cancelled queued statement job=%s", job)
+                return
+        asyncio.get_running_loop().create_task(self._forward_cancel(pid, secret))
+
+    async def _forward_cancel(self, pid: int, secret: int) -> None:
+        packet = struct.pack("!IIII", 16, pg.CANCEL_REQUEST_CODE, pid, secret)
+        try:
+            transport = await self.open_backend(asyncio.Protocol)
+            transport.write(packet)
+            transport.close()
+        except (TimeoutError, OSError) as e:
+            log.warning("could not forward a cancel request to %s: %s", self.backend, e)
+
+
+class _Backend(asyncio.Protocol):
+    def __init__(self, owner: ClientConnection) -> None:
+        self.owner = owner
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.owner.from_server(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner.backend_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.owner.pause_client_reading()
+
+    def resume_writing(self) -> None:
+        self.owner.resume_client_reading()
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, server: ProxyServer) -> None:
+        self.server = server
+        self.session = ProxySession(
+            tls_available=server.tls is not None, max_message=server.max_message
+        )
+        self.transport: asyncio.Transport | None = None
+        self.backend: _Backend | None = None
+        self._to_server: list[bytes] | None = None  # held while the backend connects
+        self._closed = False
+        self._key: tuple[int, int] | None = None
+        self._reading_paused = False
+
+    # -- client side -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.server.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._apply(self.session.client_data(data))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._closed:
+            key = self.session.backend_key
+            if self.session.statement_running and key is not None:
+                # nobody will read the result: stop the work on the server too
+                asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
+            self._apply(self.session.client_lost())
+        self._teardown()
+
+    def pause_writing(self) -> None:
+        if self.backend is not None and self.backend.transport is not None:
+            self.backend.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.backend is not None and self.backend.transport is not None:
+            self.backend.transport.resume_reading()
+
+    def pause_client_reading(self) -> None:
+        if self.transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_client_reading(self) -> None:
+        if self.transport is not None and self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    # -- server side -----------------------------------------------------------------------
+
+    def from_server(self, data: bytes) -> None:
+        self._apply(self.session.server_data(data))
+        if self._key is None and self.session.backend_key is not None:
+            self._key = self.session.backend_key
+            self.server.by_key[self._key] = self
+
+    def backend_lost(self, exc: Exception | None) -> None:
+        if self._closed:
+            return
+        why = "the database closed the connection"
+        if exc is not None:
+            why += f" ({exc})"
+        self._apply(self.session.server_lost(why))
+
+    async def _connect(self, startup: bytes) -> None:
+        try:
+            await self.server.open_backend(lambda: self._make_backend())
+        except (TimeoutError, OSError) as e:
+            reason = str(e) or type(e).__name__
+            message = f"the proxy cannot connect to the database at {self.server.backend}: {reason}"
+            log.warning(message)
+            self._apply(
+                [
+                    SendToClient(pg.error_response(pg.SQLSTATE_CANNOT_CONNECT, message, "FATAL")),
+                    *self.session.server_lost(message),
+                ]
+            )
+            return
+        if self._closed:
+            self._close_backend()
+            return
+        assert self.backend is not None and self.backend.transport is not None
+        pending, self._to_server = self._to_server or [], None
+        self.backend.transport.write(startup + b"".join(pending))
+
+    def _make_backend(self) -> _Backend:
+        self.backend = _Backend(self)
+        return self.backend
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, SendToServer):
+                if self._to_server is not None:
+                    self._to_server.append(action.data)
+                elif self.backend is not None and self.backend.transport is not None:
+                    self.backend.transport.write(action.data)
+            elif isinstance(action, SendToClient):
+                if self.transport is not None and not self.transport.is_closing():
+                    self.transport.write(action.data)
+            elif isinstance(action, Submit):
+                job = action.job
+                self.server.gate.submit(
+                    job,
+                    action.query_class,
+                    action.bypass,
+                    action.sql,
+                    lambda job=job: self._apply(self.session.granted(job)),  # type: ignore[misc]
+                    lambda state, text, job=job: self._apply(  # type: ignore[misc]
+                        self.session.rejected(job, state, text)
+                    ),
+                )
+            elif isinstance(action, Release):
+                self.server.gate.release(action.job)
+            elif isinstance(action, ConnectServer):
+                self._to_server = []
+                asyncio.get_running_loop().create_task(self._connect(action.startup))
+            elif isinstance(action, ForwardCancel):
+                self.server.cancel(action.pid, action.secret)
+            elif isinstance(action, StartTLS):
+                asyncio.get_running_loop().create_task(self._start_tls())
+            elif isinstance(action, Close):
+                self._closed = True
+                if self.transport is not None:
+                    self.transport.close()
+                self._close_backend()
+                self._teardown()
+
+    async def _start_tls(self) -> None:
+        assert self.transport is not None and self.server.tls is not None
+        loop = asyncio.get_running_loop()
+        self.transport.pause_reading()
+        try:
+            new = await loop.start_tls(self.transport, self, self.server.tls, server_side=True)
+        except (OSError, ssl.SSLError) as e:
+            log.info("TLS handshake with a client failed: %s", e)
+            self._apply(self.session.client_lost())
+            return
+        assert new is not None
+        self.transport = new
+
+    def shutdown(self, why: str) -> None:
+        error = pg.error_response(pg.SQLSTATE_ADMIN_SHUTDOWN, why, severity="FATAL")
+        self._apply([SendToClient(error), *self.session.client_lost()])
+
+    def _close_backend(self) -> None:
+        if self.backend is not None and self.backend.transport is not None:
+            self.backend.transport.close()
+
+    def _teardown(self) -> None:
+        self.server.connections.discard(self)
+        if self._key is not None and self.server.by_key.get(self._key) is self:
+            del self.server.by_key[self._key]

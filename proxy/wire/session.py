@@ -1,0 +1,532 @@
+"""One client connection through the proxy, as a pure state machine (no sockets, no asyncio).
+
+Theory of operation
+-------------------
+Input: ``client_data(bytes)``, ``server_data(bytes)``, ``granted(job)``, ``rejected(job, error)``
+and ``server_lost()``. Output: a list of ``Action`` values the shell carries out — bytes to send
+either way, a backend to connect, a job to submit to or release from the admission scheduler,
+a cancel to forward, a connection to close.
+
+States: STARTUP (SSL/GSSENC negotiation, cancel requests, the startup packet) → AUTH (messages
+relayed untouched both ways until the server's first ReadyForQuery) → READY → CLOSED.
+
+In READY the client's messages are grouped into *batches*: a simple Query is one batch; an
+extended-protocol sequence is one batch up to and including its Sync. A batch containing an
+Execute (or a Query) is one admission job whose class comes from its SQL text (for Execute: the
+text its portal's statement was parsed from). A batch with no Execute (Parse, Describe, Close)
+carries no work and is forwarded without admission. A Flush forces the decision before the
+Sync: the batch waits for admission (if it executes) and, once forwarded, the rest of it up to
+the Sync streams straight through. An Execute arriving after a batch went through unadmitted
+starts a new batch.
+
+Batches are submitted in order, one at a time: batch k+1 waits until batch k is forwarded, so
+the server sees exactly the client's byte order. A job is released when the ReadyForQuery of
+its last Sync (or Query) arrives, or when either side goes away.
+
+Statements inside a transaction block (the last ReadyForQuery said 'T' or 'E') and session
+control statements are submitted with ``bypass``: admitted at once, counted against capacity.
+
+When the proxy itself fails a batch (queue timeout, cancel while queued, queue full) the client
+gets an ErrorResponse and one ReadyForQuery per Sync/Query of that batch, placed in the reply
+stream after the replies to every earlier batch. A batch failed before its Sync arrived makes the
+session discard the client's messages up to that Sync, as PostgreSQL itself does after an error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from admission.classify import QueryClass, classify_sql
+from proxy.wire import protocol as pg
+from proxy.wire.framing import DEFAULT_MAX_MESSAGE, STARTUP, Frame, FrameScanner
+
+__all__ = [
+    "Action",
+    "Close",
+    "ConnectServer",
+    "ForwardCancel",
+    "ProxySession",
+    "Release",
+    "SendToClient",
+    "SendToServer",
+    "StartTLS",
+    "Submit",
+]
+
+_job_ids = itertools.count(1)
+_LENGTH = struct.Struct("!I")
+
+
+class State(Enum):
+    STARTUP = "startup"
+    AUTH = "auth"
+    READY = "ready"
+    CLOSED = "closed"
+
+
+# -- actions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SendToClient:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SendToServer:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectServer:
+    """Open the backend connection and send it ``startup`` (the client's packet, untouched)."""
+
+    startup: bytes
+    parameters: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class StartTLS:
+    """Answer 'S' to an SSLRequest was sent: upgrade the client transport to TLS now."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    job: int
+    query_class: QueryClass
+    bypass: bool
+    sql: str
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    job: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardCancel:
+    """A CancelRequest arrived on this connection: find the session with this key."""
+
+    pid: int
+    secret: int
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    reason: str
+
+
+Action = (
+    SendToClient
+    | SendToServer
+    | ConnectServer
+    | StartTLS
+    | Submit
+    | Release
+    | ForwardCancel
+    | Close
+)
+
+
+# -- batches -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, eq=False)
+class _Batch:
+    held: list[bytes] = field(default_factory=list)  # raw messages not yet forwarded
+    sql: str | None = None  # what decides the class: the first executed statement
+    executes: bool = False
+    ready: bool = False  # Sync, Query or Flush seen: the admission decision can be made
+    complete: bool = False  # its last Sync (or the Query) seen
+    job: int | None = None
+    submitted: bool = False
+    forwarded: bool = False
+    syncs: int = 0  # Sync/Query messages in the batch
+    outstanding: int = 0  # ReadyForQuery still expected from the server
+    failed: bool = False  # the proxy answered it with an error
+
+
+@dataclass(slots=True)
+class _Synthetic:
+    """Reply bytes the proxy made, to go out after the server's replies to earlier batches."""
+
+    data: bytes
+
+
+class ProxySession:
+    """The per-connection protocol state machine (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        tls_available: bool = False,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+        classify: Callable[[str], QueryClass] = classify_sql,
+    ) -> None:
+        self.state = State.STARTUP
+        self.tls_available = tls_available
+        self.classify = classify
+        self.backend_key: tuple[int, int] | None = None
+        self.transaction_status = b"I"
+        self._client = FrameScanner(startup=True, max_message=max_message)
+        self._server_buf = bytearray()
+        self._statements: dict[str, str] = {}  # prepared statement name → SQL
+        self._portals: dict[str, str] = {}  # portal name → SQL
+        self._queue: deque[_Batch] = deque()  # batches not yet (fully) forwarded, in order
+        self._tail: _Batch | None = None  # the batch still receiving messages
+        self._replies: deque[_Batch | _Synthetic] = deque()  # what each ReadyForQuery closes
+        self._discard_to_sync = False
+        self._jobs: dict[int, _Batch] = {}
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def active_jobs(self) -> list[int]:
+        """Jobs submitted and not yet released (for cleanup when a side goes away)."""
+        return list(self._jobs)
+
+    @property
+    def statement_running(self) -> bool:
+        """Whether a statement was forwarded and its reply is not complete yet."""
+        return any(batch.forwarded for batch in self._jobs.values())
+
+    def job_is_queued(self, job: int) -> bool:
+        batch = self._jobs.get(job)
+        return batch is not None and not batch.forwarded
+
+    # -- client → proxy --------------------------------------------------------------------
+
+    def client_data(self, data: bytes) -> list[Action]:
+        actions: list[Action] = []
+        try:
+            frames = self._client.feed(data)
+            while frames:
+                for frame in frames:
+                    self._client_frame(frame, actions)
+                    if self.state is State.CLOSED:
+                        return actions
+                # a startup frame stops the scanner until the state says what comes next
+                frames = self._client.feed(b"") if self._client.buffered else []
+        except pg.ProtocolViolation as e:
+            actions.extend(self._violation(str(e)))
+        return actions
+
+    def _violation(self, why: str) -> list[Action]:
+        self.state = State.CLOSED
+        error = pg.error_response(
+            pg.SQLSTATE_PROTOCOL_VIOLATION, f"protocol violation: {why}", severity="FATAL"
+        )
+        return [SendToClient(error), *self._release_all(), Close(f"protocol violation: {why}")]
+
+    def _client_frame(self, frame: Frame, out: list[Action]) -> None:
+        if self.state is State.STARTUP:
+            self._startup_frame(frame, out)
+        elif self.state is State.AUTH:
+            if frame.type == pg.TERMINATE:
+                self.state = State.CLOSED
+                out.append(Close("client terminated during authentication"))
+            elif frame.type != pg.PASSWORD:
+                raise pg.ProtocolViolation(
+                    f"unexpected message {frame.name!r} during authentication"
+                )
+            else:
+                out.append(SendToServer(frame.raw))
+        elif self.state is State.READY:
+            self._ready_frame(frame, out)
+
+    def _startup_frame(self, frame: Frame, out: list[Action]) -> None:
+        if frame.type != STARTUP:
+            raise pg.ProtocolViolation("expected a startup packet")
+        code = pg.int32(frame.body)
+        if code == pg.SSL_REQUEST_CODE:
+            if self.tls_available:
+                out.extend((SendToClient(b"S"), StartTLS()))
+            else:
+                out.append(SendToClient(b"N"))
+            self._client.expect_startup()
+        elif code == pg.GSSENC_REQUEST_CODE:
+            out.append(SendToClient(b"N"))
+            self._client.expect_startup()
+        elif code == pg.CANCEL_REQUEST_CODE:
+            if len(frame.body) < 12:
+                raise pg.ProtocolViolation("short CancelRequest")
+            pid, secret = struct.unpack_from("!II", frame.body, 4)
+            self.state = State.CLOSED
+            out.extend((ForwardCancel(pid, secret), Close("cancel request handled")))
+        elif code >> 16 == 3:
+            params = _startup_parameters(frame.body[4:])
+            if "user" not in params:
+                raise pg.ProtocolViolation("the startup packet names no user")
+            self.state = State.AUTH
+            out.append(ConnectServer(frame.raw, params))
+        else:
+            raise pg.ProtocolViolation(
+                f"unsupported protocol version {code >> 16}.{code & 0xFFFF} (this proxy speaks 3.x)"
+            )
+
+    def _ready_frame(self, frame: Frame, out: list[Action]) -> None:
+        kind = frame.type
+        if kind not in pg.FRONTEND_TYPES or kind == pg.PASSWORD:
+            raise pg.ProtocolViolation(f"unexpected message type {frame.name!r}")
+        if kind == pg.TERMINATE:
+            self.state = State.CLOSED
+            out.extend(self._release_all())
+            out.append(SendToServer(frame.raw))
+            out.append(Close("client terminated"))
+            return
+        if kind in (pg.COPY_DATA, pg.COPY_DONE, pg.COPY_FAIL):
+            # part of a COPY: it follows its statement, held with it while that one waits
+            if self._queue and not self._queue[-1].forwarded:
+                self._queue[-1].held.append(frame.raw)
+            else:
+                out.append(SendToServer(frame.raw))
+            return
+        if self._discard_to_sync:
+            if kind == pg.SYNC:
+                self._discard_to_sync = False
+                self._reply_synthetic(pg.ready_for_query(self.transaction_status), out)
+            return
+        if kind == pg.QUERY:
+            text = frame.body[:-1].decode("utf-8", "replace")
+            query = self._tail if self._tail is not None else self._new_batch()
+            self._add(query, frame.raw, out)
+            if query.sql is None:
+                query.sql = text
+            query.executes = True
+            query.syncs += 1
+            query.ready = query.complete = True
+            self._tail = None
+            self._pump(out)
+            return
+        self._track_names(kind, frame.body)
+        executes = kind == pg.EXECUTE or kind == pg.FUNCTION_CALL
+        tail = self._tail
+        if executes and tail is not None and tail.forwarded and tail.job is None:
+            tail.complete = True  # went through unadmitted: this Execute starts anew
+            self._queue_done(tail)
+            tail = None
+        batch = tail if tail is not None else self._new_batch()
+        self._add(batch, frame.raw, out)
+        if executes and not batch.executes:
+            batch.executes = True
+            if batch.sql is None:
+                portal, _ = pg.read_cstring(frame.body, 0)
+                batch.sql = self._portals.get(portal, "") if kind == pg.EXECUTE else "fastpath"
+        if kind == pg.SYNC:
+            batch.syncs += 1
+            if batch.forwarded:
+                batch.outstanding += 1
+                self._replies.append(batch)
+            batch.ready = batch.complete = True
+            self._tail = None
+        elif kind == pg.FLUSH:
+            batch.ready = True
+        self._pump(out)
+
+    def _new_batch(self) -> _Batch:
+        batch = _Batch()
+        self._tail = batch
+        self._queue.append(batch)
+        return batch
+
+    def _add(self, batch: _Batch, raw: bytes, out: list[Action]) -> None:
+        if batch.forwarded:
+            out.append(SendToServer(raw))
+        else:
+            batch.held.append(raw)
+
+    def _track_names(self, kind: int, body: bytes) -> None:
+        if kind == pg.PARSE:
+            name, pos = pg.read_cstring(body, 0)
+            sql, _ = pg.read_cstring(body, pos)
+            self._statements[name] = sql
+        elif kind == pg.BIND:
+            portal, pos = pg.read_cstring(body, 0)
+            statement, _ = pg.read_cstring(body, pos)
+            self._portals[portal] = self._statements.get(statement, "")
+        elif kind == pg.CLOSE and body:
+            name, _ = pg.read_cstring(body, 1)
+            (self._statements if body[:1] == b"S" else self._portals).pop(name, None)
+
+    # -- admission -------------------------------------------------------------------------
+
+    def _pump(self, out: list[Action]) -> None:
+        """Forward or submit batches from the head of the queue, in order."""
+        while self._queue:
+            batch = self._queue[0]
+            if not batch.ready:
+                return
+            if batch.executes and batch.job is None:
+                job = next(_job_ids)
+                batch.job = job
+                self._jobs[job] = batch
+                query_class = self.classify(batch.sql or "")
+                bypass = query_class.control or self.transaction_status != b"I"
+                batch.submitted = True
+                out.append(Submit(job, query_class, bypass, batch.sql or ""))
+                return  # granted() resumes the pump
+            if batch.submitted and not batch.forwarded:
+                return  # still waiting for its grant
+            self._forward(batch, out)
+            if not batch.complete:
+                return  # streams through until its Sync; later batches wait behind it
+            self._queue.popleft()
+
+    def _forward(self, batch: _Batch, out: list[Action]) -> None:
+        if not batch.forwarded:
+            batch.forwarded = True
+            if batch.held:
+                out.append(SendToServer(b"".join(batch.held)))
+                batch.held = []
+            batch.outstanding += batch.syncs
+            self._replies.extend([batch] * batch.syncs)
+        if batch.complete and batch.outstanding == 0 and batch.job is not None:
+            out.append(self._release(batch))
+
+    def _queue_done(self, batch: _Batch) -> None:
+        if self._queue and self._queue[0] is batch:
+            self._queue.popleft()
+        if self._tail is batch:
+            self._tail = None
+
+    def granted(self, job: int) -> list[Action]:
+        """The scheduler admitted ``job``: forward its batch (and whatever can follow)."""
+        out: list[Action] = []
+        batch = self._jobs.get(job)
+        if batch is None or batch.forwarded or self.state is State.CLOSED:
+            if batch is None or self.state is State.CLOSED:
+                out.append(Release(job))
+            return out
+        self._forward(batch, out)
+        if batch.complete and self._queue and self._queue[0] is batch:
+            self._queue.popleft()
+        self._pump(out)
+        return out
+
+    def rejected(self, job: int, sqlstate: str, text: str) -> list[Action]:
+        """The proxy fails a queued job (timeout, cancel, queue full): answer for the server."""
+        out: list[Action] = []
+        batch = self._jobs.pop(job, None)
+        if batch is None or batch.forwarded:
+            return out
+        batch.failed = True
+        if self._queue and self._queue[0] is batch:
+            self._queue.popleft()
+        error = pg.error_response(sqlstate, text)
+        syncs = batch.syncs
+        if not batch.complete:
+            self._discard_to_sync = True  # the rest up to its Sync is dropped; Sync → Z
+            if self._tail is batch:
+                self._tail = None
+        replies = error + pg.ready_for_query(self.transaction_status) * syncs
+        self._reply_synthetic(replies, out)
+        self._pump(out)
+        return out
+
+    def _reply_synthetic(self, data: bytes, out: list[Action]) -> None:
+        if self._replies:
+            self._replies.append(_Synthetic(data))
+        else:
+            out.append(SendToClient(data))
+
+    def _release(self, batch: _Batch) -> Release:
+        job = batch.job
+        assert job is not None
+        self._jobs.pop(job, None)
+        return Release(job)
+
+    def _release_all(self) -> list[Action]:
+        out: list[Action] = [Release(job) for job in self._jobs]
+        self._jobs.clear()
+        return out
+
+    # -- server → proxy --------------------------------------------------------------------
+
+    def server_data(self, data: bytes) -> list[Action]:
+        """Forward the server's bytes; note ReadyForQuery, BackendKeyData, the end of auth."""
+        buf = self._server_buf
+        buf += data
+        out: list[Action] = []
+        pos = 0
+        start = 0
+        end = len(buf)
+        chunks: list[bytes] = []
+        while end - pos >= 5:
+            kind = buf[pos]
+            (length,) = _LENGTH.unpack_from(buf, pos + 1)
+            if length < 4:
+                out.append(SendToClient(bytes(buf[start:pos])))
+                del buf[:]
+                out.extend(self._server_violation(f"server message of length {length}"))
+                return out
+            total = length + 1
+            if end - pos < total:
+                break
+            if kind == pg.READY_FOR_QUERY:
+                self.transaction_status = bytes(buf[pos + 5 : pos + 6])
+                pos += total
+                chunks.append(bytes(buf[start:pos]))
+                start = pos
+                self._server_ready(chunks, out)
+                continue
+            if kind == pg.BACKEND_KEY_DATA and length >= 12:
+                self.backend_key = struct.unpack_from("!II", buf, pos + 5)
+            pos += total
+        if pos > start:
+            chunks.append(bytes(buf[start:pos]))
+        if chunks:
+            out.insert(0, SendToClient(b"".join(chunks)))
+        del buf[:pos]
+        return out
+
+    def _server_ready(self, chunks: list[bytes], out: list[Action]) -> None:
+        if self.state is State.AUTH:
+            self.state = State.READY
+            return
+        if not self._replies:
+            return  # a ReadyForQuery we did not expect: relay it, nothing to release
+        batch = self._replies.popleft()
+        if isinstance(batch, _Batch):
+            batch.outstanding -= 1
+            done = batch.complete and batch.outstanding == 0
+            if done and batch.job is not None and batch.job in self._jobs:
+                out.append(self._release(batch))
+        while self._replies and isinstance(self._replies[0], _Synthetic):
+            synthetic = self._replies.popleft()
+            assert isinstance(synthetic, _Synthetic)
+            chunks.append(synthetic.data)
+
+    def _server_violation(self, why: str) -> list[Action]:
+        self.state = State.CLOSED
+        error = pg.error_response(
+            pg.SQLSTATE_CONNECTION_FAILURE, f"the database sent an invalid message ({why})", "FATAL"
+        )
+        return [SendToClient(error), *self._release_all(), Close(why)]
+
+    def server_lost(self, why: str = "the database closed the connection") -> list[Action]:
+        """The backend connection died: tell the client (08006) and give everything back."""
+        if self.state is State.CLOSED:
+            return self._release_all()
+        self.state = State.CLOSED
+        error = pg.error_response(pg.SQLSTATE_CONNECTION_FAILURE, why, severity="FATAL")
+        return [SendToClient(error), *self._release_all(), Close(why)]
+
+    def client_lost(self) -> list[Action]:
+        """The client went away: release (or withdraw) every job it had."""
+        self.state = State.CLOSED
+        return [*self._release_all(), Close("client disconnected")]
+
+
+def _startup_parameters(body: bytes) -> dict[str, str]:
+    parts = body.split(b"\0")
+    params: dict[str, str] = {}
+    for i in range(0, len(parts) - 1, 2):
+        if not parts[i]:
+            break
+        params[parts[i].decode("utf-8", "replace")] = parts[i + 1].decode("utf-8", "replace")
+    return params

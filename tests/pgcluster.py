@@ -1,0 +1,177 @@
+"""A real PostgreSQL cluster for the tests: initdb in a temporary directory, started on a free
+port, with users for every authentication method the proxy must pass through.
+
+PostgreSQL refuses to run as root; when the tests run as root (CI), the server runs as the
+``postgres`` system user that the PostgreSQL packages create.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+USERS = {"scram_user": ("scram-pass", "scram-sha-256"), "md5_user": ("md5-pass", "md5")}
+
+
+def pg_bin() -> Path:
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    found = shutil.which("initdb")
+    if candidates:
+        return Path(candidates[-1]).parent
+    if found:
+        return Path(found).resolve().parent
+    raise RuntimeError(
+        "PostgreSQL server binaries (initdb) not found; scripts/check installs them "
+        "(apt-get install postgresql)"
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Cluster:
+    bin: Path
+    data: Path
+    socket_dir: Path
+    port: int
+    run_as: str | None
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://127.0.0.1:{self.port}"
+
+    def dsn(
+        self,
+        user: str = "postgres",
+        dbname: str = "postgres",
+        port: int | None = None,
+        password: str | None = None,
+    ) -> str:
+        dsn = f"host=127.0.0.1 port={port or self.port} user={user} dbname={dbname}"
+        return dsn + (f" password={password}" if password else "")
+
+    def _cmd(self, *args: str) -> list[str]:
+        if self.run_as:
+            return ["runuser", "-u", self.run_as, "--", *args]
+        return list(args)
+
+    def psql(self, sql: str, dbname: str = "postgres") -> str:
+        result = subprocess.run(
+            self._cmd(
+                str(self.bin / "psql"),
+                "-h",
+                str(self.socket_dir),
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                dbname,
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if result.returncode:
+            raise RuntimeError(f"psql failed: {result.stderr}")
+        return result.stdout.strip()
+
+    def stop(self) -> None:
+        subprocess.run(
+            self._cmd(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"),
+            capture_output=True,
+            timeout=60,
+        )
+        shutil.rmtree(self.data.parent, ignore_errors=True)
+
+
+def start_cluster() -> Cluster:
+    binary = pg_bin()
+    run_as = "postgres" if os.geteuid() == 0 else None
+    base = Path(tempfile.mkdtemp(prefix="admission-pg-"))
+    data, sockets = base / "data", base / "sock"
+    sockets.mkdir()
+    if run_as:
+        entry = pwd.getpwnam(run_as)
+        for path in (base, sockets):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+    port = free_port()
+    cluster = Cluster(binary, data, sockets, port, run_as)
+    subprocess.run(
+        cluster._cmd(
+            str(binary / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+        ),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    hba = "\n".join(
+        [f"host all {user} 127.0.0.1/32 {method}" for user, (_, method) in USERS.items()]
+        + ["host all all 127.0.0.1/32 trust", "local all all trust", ""]
+    )
+    (data / "pg_hba.conf").write_text(hba)
+    options = (
+        f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off "
+        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
+        "-c max_parallel_workers_per_gather=2"
+    )
+    subprocess.run(
+        cluster._cmd(
+            str(binary / "pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(base / "log"),
+            "start",
+        ),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    if run_as:
+        os.chmod(base / "log", 0o644)
+    for user, (password, method) in USERS.items():
+        encryption = "md5" if method == "md5" else "scram-sha-256"
+        cluster.psql(
+            f"SET password_encryption = '{encryption}'; "
+            f"CREATE ROLE {user} LOGIN PASSWORD '{password}' SUPERUSER"
+        )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return cluster

@@ -1,0 +1,328 @@
+"""The sans-IO protocol layer, without sockets: framing, and the session state machine.
+
+- The same stream fed whole, byte by byte or split at random points gives identical frames and
+  identical actions.
+- Fuzzed input raises nothing but ``ProtocolViolation`` from the scanner, and makes the session
+  answer 08P01 and close, never crash.
+- Scenarios: what is admitted, what bypasses, what passes without admission, and where the
+  proxy's own errors land in the reply stream.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proxy.wire import protocol as pg
+from proxy.wire.framing import STARTUP, FrameScanner
+from proxy.wire.session import (
+    Close,
+    ConnectServer,
+    ForwardCancel,
+    ProxySession,
+    Release,
+    SendToClient,
+    SendToServer,
+    Submit,
+)
+
+
+def m(kind: str, body: bytes = b"") -> bytes:
+    return pg.message(kind.encode(), body)
+
+
+def cstr(s: str) -> bytes:
+    return s.encode() + b"\0"
+
+
+def startup(user: str = "alice") -> bytes:
+    body = struct.pack("!I", pg.PROTOCOL_3_0) + cstr("user") + cstr(user) + b"\0"
+    return struct.pack("!I", len(body) + 4) + body
+
+
+def parse(name: str, sql: str) -> bytes:
+    return m("P", cstr(name) + cstr(sql) + b"\0\0")
+
+
+def bind(portal: str, statement: str) -> bytes:
+    return m("B", cstr(portal) + cstr(statement) + b"\0\0\0\0\0\0")
+
+
+def execute(portal: str = "") -> bytes:
+    return m("E", cstr(portal) + b"\0\0\0\0")
+
+
+SYNC, FLUSH = m("S"), m("H")
+RFQ = pg.ready_for_query(b"I")
+RFQ_T = pg.ready_for_query(b"T")
+KEY = m("K", struct.pack("!II", 4242, 99))
+AUTH_OK = m("R", struct.pack("!I", 0))
+QUERY_REPLY = m("C", cstr("SELECT 1")) + RFQ
+
+
+def ready_session() -> ProxySession:
+    s = ProxySession()
+    actions = s.client_data(startup())
+    assert isinstance(actions[0], ConnectServer)
+    s.server_data(AUTH_OK + KEY + RFQ)
+    return s
+
+
+STREAM = (
+    m("Q", cstr("select 1"))
+    + parse("s1", "select $1::int")
+    + bind("", "s1")
+    + m("D", b"P\0")
+    + execute()
+    + SYNC
+    + m("Q", cstr("BEGIN"))
+    + m("Q", cstr("select 2"))
+    + m("d", b"copy data")
+    + m("X")
+)
+
+
+# -- framing -------------------------------------------------------------------------------
+
+
+def _frames(chunks: list[bytes]) -> list[tuple[int, bytes]]:
+    scanner = FrameScanner()
+    out = []
+    for chunk in chunks:
+        out.extend((f.type, f.raw) for f in scanner.feed(chunk))
+    return out
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({c % (len(data) + 1) for c in cuts})
+    return [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+
+
+def test_frames_whole_and_byte_by_byte_agree() -> None:
+    whole = _frames([STREAM])
+    assert [chr(t) for t, _ in whole] == list("QPBDESQQdX")
+    assert _frames([bytes([b]) for b in STREAM]) == whole
+    assert b"".join(raw for _, raw in whole) == STREAM
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), max_size=30))
+def test_frames_at_random_split_points(cuts: list[int]) -> None:
+    assert _frames(_split(STREAM, cuts)) == _frames([STREAM])
+
+
+@given(st.binary(max_size=400))
+@settings(max_examples=500)
+def test_scanner_fuzz_raises_only_protocol_violation(data: bytes) -> None:
+    for startup_mode in (True, False):
+        scanner = FrameScanner(startup=startup_mode, max_message=1 << 16)
+        try:
+            for frame in scanner.feed(data):
+                assert frame.type == STARTUP or 0 <= frame.type < 256
+        except pg.ProtocolViolation:
+            pass
+
+
+def test_scanner_limits() -> None:
+    with pytest.raises(pg.ProtocolViolation, match="invalid length"):
+        FrameScanner().feed(b"Q\0\0\0\x02")
+    with pytest.raises(pg.ProtocolViolation, match="limit 100"):
+        FrameScanner(max_message=100).feed(b"Q" + struct.pack("!I", 1000))
+    with pytest.raises(pg.ProtocolViolation, match="startup packet length"):
+        FrameScanner(startup=True).feed(struct.pack("!I", 4) + b"\0" * 8)
+
+
+# -- session: split invariance and fuzz ----------------------------------------------------
+
+
+def _drive(chunks: list[bytes]) -> list[object]:
+    """Feed client chunks to a ready session, granting every job at once."""
+    s = ready_session()
+    out: list[object] = []
+    pending = [a for c in chunks for a in s.client_data(c)]
+    while pending:
+        action = pending.pop(0)
+        out.append(action)
+        if isinstance(action, Submit):
+            pending[:0] = s.granted(action.job)
+    return [_norm(a) for a in out]
+
+
+def _norm(action: object) -> object:
+    # jobs are numbered globally; compare shapes, and coalesce what goes to the server
+    if isinstance(action, Submit):
+        return ("submit", action.query_class.fingerprint, action.bypass)
+    if isinstance(action, Release):
+        return "release"
+    return action
+
+
+def _coalesce(actions: list[object]) -> list[object]:
+    out: list[object] = []
+    for a in actions:
+        if isinstance(a, SendToServer) and out and isinstance(out[-1], SendToServer):
+            out[-1] = SendToServer(out[-1].data + a.data)
+        else:
+            out.append(a)
+    return out
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), max_size=20))
+def test_session_actions_do_not_depend_on_how_bytes_arrive(cuts: list[int]) -> None:
+    assert _coalesce(_drive(_split(STREAM, cuts))) == _coalesce(_drive([STREAM]))
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=300)
+def test_session_fuzz_never_crashes(data: bytes) -> None:
+    s = ready_session()
+    actions = s.client_data(data)
+    for action in actions:
+        if isinstance(action, Close):
+            assert any(isinstance(a, SendToClient) and b"08P01" in a.data for a in actions) or (
+                "terminated" in action.reason
+            )
+
+
+@given(st.binary(max_size=300))
+def test_session_fuzz_before_startup(data: bytes) -> None:
+    ProxySession().client_data(data)  # must not raise
+
+
+# -- session: scenarios --------------------------------------------------------------------
+
+
+def test_ssl_and_gssenc_are_declined_then_startup_proceeds() -> None:
+    s = ProxySession()
+    ssl_request = struct.pack("!II", 8, pg.SSL_REQUEST_CODE)
+    gss_request = struct.pack("!II", 8, pg.GSSENC_REQUEST_CODE)
+    actions = s.client_data(gss_request + ssl_request)
+    assert actions == [SendToClient(b"N"), SendToClient(b"N")]
+    actions = s.client_data(startup("bob"))
+    assert isinstance(actions[0], ConnectServer) and actions[0].parameters == {"user": "bob"}
+
+
+def test_cancel_request_is_routed_by_key() -> None:
+    s = ProxySession()
+    actions = s.client_data(struct.pack("!IIII", 16, pg.CANCEL_REQUEST_CODE, 7, 8))
+    assert actions[0] == ForwardCancel(7, 8) and isinstance(actions[1], Close)
+
+
+def test_backend_key_and_transaction_status_are_tracked() -> None:
+    s = ready_session()
+    assert s.backend_key == (4242, 99)
+    s.client_data(m("Q", cstr("BEGIN")))
+    s.server_data(m("C", cstr("BEGIN")) + RFQ_T)
+    assert s.transaction_status == b"T"
+
+
+def test_simple_query_waits_for_its_grant_and_releases_on_ready() -> None:
+    s = ready_session()
+    (submit,) = s.client_data(m("Q", cstr("select * from t where a = 1")))
+    assert isinstance(submit, Submit) and not submit.bypass
+    assert s.job_is_queued(submit.job)
+    assert s.granted(submit.job) == [SendToServer(m("Q", cstr("select * from t where a = 1")))]
+    actions = s.server_data(m("T", b"\0\0") + QUERY_REPLY)
+    assert actions[0] == SendToClient(m("T", b"\0\0") + QUERY_REPLY)
+    assert actions[1] == Release(submit.job)
+
+
+def test_control_statements_and_transactions_bypass() -> None:
+    s = ready_session()
+    (submit,) = s.client_data(m("Q", cstr("SET search_path = x")))
+    assert isinstance(submit, Submit) and submit.bypass
+    s.granted(submit.job)
+    s.server_data(m("C", cstr("SET")) + RFQ_T)  # pretend a transaction is open now
+    (inside,) = s.client_data(m("Q", cstr("select 1")))
+    assert isinstance(inside, Submit) and inside.bypass
+
+
+def test_multi_statement_query_bypasses_only_if_all_are_control() -> None:
+    s = ready_session()
+    (a,) = s.client_data(m("Q", cstr("BEGIN; select * from big; COMMIT")))
+    assert isinstance(a, Submit) and not a.bypass
+
+
+def test_parse_describe_without_execute_pass_without_admission() -> None:
+    s = ready_session()
+    batch = parse("s", "select $1") + m("D", b"Ss\0") + SYNC
+    assert s.client_data(batch) == [SendToServer(batch)]
+    assert s.active_jobs == []
+
+
+def test_execute_of_a_named_statement_is_classified_by_its_parse() -> None:
+    s = ready_session()
+    s.client_data(parse("q9", "select * from lineitem where l_quantity > $1") + SYNC)
+    s.server_data(m("1") + RFQ)
+    (submit,) = s.client_data(bind("p", "q9") + execute("p") + SYNC)
+    assert isinstance(submit, Submit)
+    assert submit.sql == "select * from lineitem where l_quantity > $1"
+
+
+def test_flush_forces_the_decision_and_the_rest_streams_through() -> None:
+    s = ready_session()
+    (submit,) = s.client_data(parse("", "select 1") + bind("", "") + execute() + FLUSH)
+    assert isinstance(submit, Submit)
+    (first,) = s.granted(submit.job)
+    assert isinstance(first, SendToServer) and first.data.endswith(FLUSH)
+    assert s.client_data(SYNC) == [SendToServer(SYNC)]
+    assert s.server_data(m("C", cstr("SELECT 1")) + RFQ)[1] == Release(submit.job)
+
+
+def test_pipelined_batches_are_submitted_in_order() -> None:
+    s = ready_session()
+    one = parse("", "select 1") + bind("", "") + execute() + SYNC
+    two = parse("", "select 2") + bind("", "") + execute() + SYNC
+    (first,) = s.client_data(one + two)
+    assert isinstance(first, Submit) and first.sql == "select 1"
+    forward, second = s.granted(first.job)
+    assert forward == SendToServer(one) and isinstance(second, Submit)
+    assert s.granted(second.job) == [SendToServer(two)]
+    replies = s.server_data(RFQ + RFQ)
+    assert replies[1:] == [Release(first.job), Release(second.job)]
+
+
+def test_a_rejected_batch_is_answered_after_earlier_replies() -> None:
+    s = ready_session()
+    (first,) = s.client_data(m("Q", cstr("select 1")))
+    s.granted(first.job)
+    (second,) = s.client_data(m("Q", cstr("select 2")))
+    # the second times out in the queue while the first still runs on the server
+    assert s.rejected(second.job, "57014", "queue timeout") == []
+    actions = s.server_data(QUERY_REPLY)
+    assert isinstance(actions[0], SendToClient)
+    data = actions[0].data
+    assert data.startswith(QUERY_REPLY)
+    assert b"C57014" in data[len(QUERY_REPLY) :] and data.endswith(RFQ)
+    assert Release(first.job) in actions
+
+
+def test_rejection_before_sync_discards_up_to_the_sync() -> None:
+    s = ready_session()
+    (submit,) = s.client_data(parse("", "select 1") + bind("", "") + execute() + FLUSH)
+    (error,) = s.rejected(submit.job, "57014", "cancelled")
+    assert isinstance(error, SendToClient) and b"C57014" in error.data
+    assert s.client_data(execute() + SYNC) == [SendToClient(RFQ)]
+    assert s.client_data(m("Q", cstr("select 3")))[0].__class__ is Submit
+
+
+def test_terminate_and_loss_release_everything() -> None:
+    s = ready_session()
+    (submit,) = s.client_data(m("Q", cstr("select 1")))
+    actions = s.client_data(m("X"))
+    assert Release(submit.job) in actions and isinstance(actions[-1], Close)
+    s = ready_session()
+    (submit,) = s.client_data(m("Q", cstr("select 1")))
+    s.granted(submit.job)
+    lost = s.server_lost()
+    assert isinstance(lost[0], SendToClient) and b"C08006" in lost[0].data
+    assert Release(submit.job) in lost
+
+
+def test_copy_data_follows_its_statement() -> None:
+    s = ready_session()
+    (submit,) = s.client_data(m("Q", cstr("COPY t FROM STDIN")) + m("d", b"1\n") + m("c"))
+    forward = s.granted(submit.job)
+    assert forward == [SendToServer(m("Q", cstr("COPY t FROM STDIN")) + m("d", b"1\n") + m("c"))]
