@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.pgcluster import Cluster, free_port, start_cluster
@@ -151,7 +152,7 @@ def logic_cost(cycles: int = 20_000) -> float:
         session.server_data(pg.ready_for_query())
         gate = AdmissionGate(Scheduler(None, "min-q", Limits(mpl=16)))
 
-        def apply(actions: list[object]) -> None:
+        def apply(actions: Sequence[object]) -> None:
             for a in actions:
                 if isinstance(a, Submit):
                     job = a.job
