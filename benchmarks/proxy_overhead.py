@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tests.pgcluster import Cluster, free_port, start_cluster
@@ -152,18 +152,16 @@ def logic_cost(cycles: int = 20_000) -> float:
         session.server_data(pg.ready_for_query())
         gate = AdmissionGate(Scheduler(None, "min-q", Limits(mpl=16)))
 
+        def on_grant(job: int) -> Callable[[], None]:
+            return lambda: apply(session.granted(job))
+
+        def ignore(sqlstate: str, text: str) -> None:
+            raise AssertionError(f"rejected: {sqlstate} {text}")
+
         def apply(actions: Sequence[object]) -> None:
             for a in actions:
                 if isinstance(a, Submit):
-                    job = a.job
-                    gate.submit(
-                        job,
-                        a.query_class,
-                        a.bypass,
-                        a.sql,
-                        lambda job=job: apply(session.granted(job)),
-                        lambda *_: None,
-                    )
+                    gate.submit(a.job, a.query_class, a.bypass, a.sql, on_grant(a.job), ignore)
                 elif isinstance(a, Release):
                     gate.release(a.job)
 
