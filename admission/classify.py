@@ -116,20 +116,35 @@ def _label(verb: str, skeleton: str, fingerprint: str) -> str:
     return f"{verb or 'empty'}{'(' + shown + ')' if shown else ''}#{digest}"
 
 
+# A fingerprint always stands for the same statements, so its label and control flag are
+# worked out once (the normaliser is the slow part) and remembered; a bounded dict suffices
+# because a workload has few classes.
+_KNOWN: dict[str, QueryClass] = {}
+_KNOWN_LIMIT = 65_536
+
+
 @lru_cache(maxsize=8192)
 def classify_sql(text: str) -> QueryClass:
     """Return the class of one SQL text (possibly several statements). Never raises."""
-    hint = HINT.search(text)
-    skeleton = normalize_sql(text)
-    verb = _verb(skeleton)
-    control = _is_control(skeleton)
-    if hint:
-        name = hint.group(1)
-        return QueryClass(f"hint:{name}", name, control)
+    if "admission:class" in text:
+        hint = HINT.search(text)
+        if hint:
+            name = hint.group(1)
+            return QueryClass(f"hint:{name}", name, _is_control(normalize_sql(text)))
+    skeleton = None
     try:
         fingerprint = "pg:" + _pg.fingerprint(text)
     except Exception:  # pglast raises ParseError, or ValueError for NUL bytes and the like
-        fingerprint = (
-            "sk:" + hashlib.sha1(skeleton.encode(), usedforsecurity=False).hexdigest()[:16]
-        )
-    return QueryClass(fingerprint, _label(verb, skeleton, fingerprint), control)
+        skeleton = normalize_sql(text)
+        digest = hashlib.sha1(skeleton.encode(), usedforsecurity=False).hexdigest()[:16]
+        fingerprint = "sk:" + digest
+    known = _KNOWN.get(fingerprint)
+    if known is not None:
+        return known
+    if skeleton is None:
+        skeleton = normalize_sql(text)
+    label = _label(_verb(skeleton), skeleton, fingerprint)
+    found = QueryClass(fingerprint, label, _is_control(skeleton))
+    if len(_KNOWN) < _KNOWN_LIMIT:
+        _KNOWN[fingerprint] = found
+    return found

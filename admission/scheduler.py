@@ -267,6 +267,10 @@ class Scheduler:
             self._blocked_until = float("-inf")
             self._admit(job, now)
             return [job]
+        mpl = self.limits.mpl
+        if not self._nonempty and (mpl is None or self._running < mpl) and self._fits(job):
+            self._admit(job, now)  # nothing waits and it fits: the decision is trivial
+            return [job]
         self._enqueue(st, job)
         if st.live > 1 and now < self._blocked_until:
             return []  # same heads, scores and capacity as the blocked decision just made
@@ -574,6 +578,9 @@ class Scheduler:
     def _dispatch(self, now: float) -> list[Job]:
         if self.limits.queue_timeout is not None:
             self._expire(now)
+        if not self._nonempty:
+            self._blocked_until = float("-inf")
+            return []
         granted: list[Job] = []
         mpl, budget = self.limits.mpl, self.limits.threads
         head_seq = self._head_seq

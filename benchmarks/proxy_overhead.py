@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.pgcluster import Cluster, free_port, start_cluster
@@ -152,16 +152,19 @@ def logic_cost(cycles: int = 20_000) -> float:
         session.server_data(pg.ready_for_query())
         gate = AdmissionGate(Scheduler(None, "min-q", Limits(mpl=16)))
 
-        def on_grant(job: int) -> Callable[[], None]:
-            return lambda: apply(session.granted(job))
+        class Waiter:
+            def admitted(self, job: int) -> None:
+                apply(session.granted(job))
 
-        def ignore(sqlstate: str, text: str) -> None:
-            raise AssertionError(f"rejected: {sqlstate} {text}")
+            def refused(self, job: int, sqlstate: str, text: str) -> None:
+                raise AssertionError(f"rejected: {sqlstate} {text}")
+
+        waiter = Waiter()
 
         def apply(actions: Sequence[object]) -> None:
             for a in actions:
                 if isinstance(a, Submit):
-                    gate.submit(a.job, a.query_class, a.bypass, a.sql, on_grant(a.job), ignore)
+                    gate.submit(a.job, a.query_class, a.bypass, a.sql, waiter)
                 elif isinstance(a, Release):
                     gate.release(a.job)
 

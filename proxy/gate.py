@@ -16,6 +16,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from admission.classify import QueryClass
 from admission.scheduler import Job, JobState, Scheduler
@@ -23,8 +24,13 @@ from proxy.wire import protocol as pg
 
 __all__ = ["AdmissionGate", "GateStats"]
 
-OnGrant = Callable[[], None]
-OnReject = Callable[[str, str], None]
+
+class Waiter(Protocol):
+    """Whoever submitted a job: told once, either way."""
+
+    def admitted(self, job: int) -> None: ...
+
+    def refused(self, job: int, sqlstate: str, message: str) -> None: ...
 
 
 @dataclass(slots=True)
@@ -39,43 +45,35 @@ class AdmissionGate:
         self.scheduler = scheduler
         self.max_queue = max_queue
         self.stats = GateStats()
-        self._callbacks: dict[int, tuple[OnGrant, OnReject]] = {}
-        self._deliveries: deque[tuple[Callable[..., None], tuple[str, ...]]] = deque()
+        self._waiters: dict[int, Waiter] = {}
+        self._deliveries: deque[tuple[Callable[..., None], tuple[object, ...]]] = deque()
         self._delivering = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def now(self) -> float:
-        return asyncio.get_running_loop().time()
+        # get_running_loop() checks the pid (a system call) every time: look the loop up once
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop.time()
 
     def submit(
-        self,
-        job: int,
-        query_class: QueryClass,
-        bypass: bool,
-        sql: str,
-        on_grant: OnGrant,
-        on_reject: OnReject,
+        self, job: int, query_class: QueryClass, bypass: bool, sql: str, waiter: Waiter
     ) -> None:
-        """Queue a statement; ``on_grant()`` or ``on_reject(sqlstate, message)`` follows."""
+        """Queue a statement; ``waiter.admitted(job)`` or ``waiter.refused(job, …)`` follows."""
         s = self.scheduler
         if not bypass and self.max_queue is not None and s.queued >= self.max_queue:
             self.stats.queue_full += 1
-            self._deliver(
-                [
-                    (
-                        on_reject,
-                        (
-                            pg.SQLSTATE_TOO_MANY,
-                            f"too many statements waiting for admission (queue limit "
-                            f"{self.max_queue}); try again later",
-                        ),
-                    )
-                ]
+            message = (
+                f"too many statements waiting for admission (queue limit {self.max_queue}); "
+                "try again later"
             )
+            self._deliver([(waiter.refused, (job, pg.SQLSTATE_TOO_MANY, message))])
             return
-        self._callbacks[job] = (on_grant, on_reject)
+        self._waiters[job] = waiter
         granted = s.submit(
             job,
             query_class.fingerprint,
@@ -88,7 +86,7 @@ class AdmissionGate:
 
     def release(self, job: int) -> None:
         """The statement ended (or its connection died): give its capacity back."""
-        self._callbacks.pop(job, None)
+        self._waiters.pop(job, None)
         self._after(self.scheduler.complete(job, self.now))
 
     def is_queued(self, job: int) -> bool:
@@ -99,11 +97,11 @@ class AdmissionGate:
         """Withdraw a queued job; its client is told ``57014``. False if it was not queued."""
         if not self.is_queued(job):
             return False
-        callbacks = self._callbacks.pop(job, None)
+        waiter = self._waiters.pop(job, None)
         granted = self.scheduler.cancel(job, self.now)
         self.stats.cancelled += 1
-        if callbacks is not None:
-            self._deliveries.append((callbacks[1], (pg.SQLSTATE_QUERY_CANCELED, reason)))
+        if waiter is not None:
+            self._deliveries.append((waiter.refused, (job, pg.SQLSTATE_QUERY_CANCELED, reason)))
         self._after(granted)
         return True
 
@@ -114,27 +112,27 @@ class AdmissionGate:
     # -- internals -------------------------------------------------------------------------
 
     def _after(self, granted: list[Job]) -> None:
-        batch: list[tuple[Callable[..., None], tuple[str, ...]]] = []
+        batch: list[tuple[Callable[..., None], tuple[object, ...]]] = []
         for job in granted:
-            callbacks = self._callbacks.get(int(job.id))  # type: ignore[call-overload]
-            if callbacks is not None:
-                batch.append((callbacks[0], ()))
+            waiter = self._waiters.get(job.id)  # type: ignore[call-overload]
+            if waiter is not None:
+                batch.append((waiter.admitted, (job.id,)))
         timed_out = self.scheduler.take_timed_out() if self.scheduler.timed_out else ()
         for job in timed_out:
-            callbacks = self._callbacks.pop(int(job.id), None)  # type: ignore[call-overload]
+            waiter = self._waiters.pop(job.id, None)  # type: ignore[call-overload]
             self.stats.timed_out += 1
-            if callbacks is not None:
-                waited = job.arrival
+            if waiter is not None:
                 message = (
                     f"canceling statement due to queue timeout: it waited "
-                    f"{self.now - waited:.1f} s for admission (limit "
+                    f"{self.now - job.arrival:.1f} s for admission (limit "
                     f"{self.scheduler.limits.queue_timeout} s)"
                 )
-                batch.append((callbacks[1], (pg.SQLSTATE_QUERY_CANCELED, message)))
-        self._deliver(batch)
+                batch.append((waiter.refused, (job.id, pg.SQLSTATE_QUERY_CANCELED, message)))
+        if batch or self._deliveries:
+            self._deliver(batch)
         self._arm_timer()
 
-    def _deliver(self, items: list[tuple[Callable[..., None], tuple[str, ...]]]) -> None:
+    def _deliver(self, items: list[tuple[Callable[..., None], tuple[object, ...]]]) -> None:
         self._deliveries.extend(items)
         if self._delivering:
             return
@@ -158,8 +156,9 @@ class AdmissionGate:
             self._timer = None
         self._timer_at = deadline
         if deadline is not None:
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_at(deadline, self._on_timer)
+            self.now  # noqa: B018 - makes sure the loop is known
+            assert self._loop is not None
+            self._timer = self._loop.call_at(deadline, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -268,16 +268,8 @@ class ClientConnection(asyncio.Protocol):
                 if self.transport is not None and not self.transport.is_closing():
                     self.transport.write(action.data)
             elif isinstance(action, Submit):
-                job = action.job
                 self.server.gate.submit(
-                    job,
-                    action.query_class,
-                    action.bypass,
-                    action.sql,
-                    lambda job=job: self._apply(self.session.granted(job)),  # type: ignore[misc]
-                    lambda state, text, job=job: self._apply(  # type: ignore[misc]
-                        self.session.rejected(job, state, text)
-                    ),
+                    action.job, action.query_class, action.bypass, action.sql, self
                 )
             elif isinstance(action, Release):
                 self.server.gate.release(action.job)
@@ -294,6 +286,14 @@ class ClientConnection(asyncio.Protocol):
                     self.transport.close()
                 self._close_backend()
                 self._teardown()
+
+    # -- the gate's answers ------------------------------------------------------------------
+
+    def admitted(self, job: int) -> None:
+        self._apply(self.session.granted(job))
+
+    def refused(self, job: int, sqlstate: str, message: str) -> None:
+        self._apply(self.session.rejected(job, sqlstate, message))
 
     async def _start_tls(self) -> None:
         assert self.transport is not None and self.server.tls is not None

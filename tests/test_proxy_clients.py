@@ -250,3 +250,12 @@ def test_tls_termination(make_proxy: Callable[..., ProxyHarness], tmp_path: Path
         connect(plain, sslmode="require")
     proxy.wait_idle()
     plain.wait_idle()
+
+
+def test_notices_are_relayed(proxy: ProxyHarness) -> None:
+    with connect(proxy, autocommit=True) as conn:
+        notices: list[str] = []
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        conn.execute("DO $$ BEGIN RAISE NOTICE 'from the server'; END $$")
+        assert notices == ["from the server"]
+    proxy.wait_idle()

@@ -13,7 +13,6 @@ below 4, above the configured maximum) raises ``ProtocolViolation`` and nothing 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from proxy.wire.protocol import ProtocolViolation
 
@@ -27,15 +26,32 @@ _LEN = struct.Struct("!I")
 _TYPED = struct.Struct("!BI")
 
 
-@dataclass(frozen=True, slots=True)
 class Frame:
-    type: int  # message type byte, or STARTUP
-    body: bytes  # payload after the length
-    raw: bytes  # the whole message as received
+    """One message: its type (or STARTUP) and its raw bytes; the body is sliced on demand."""
+
+    __slots__ = ("raw", "type")
+
+    def __init__(self, kind: int, raw: bytes) -> None:
+        self.type = kind
+        self.raw = raw
+
+    @property
+    def body(self) -> bytes:
+        """The payload after the length (and after the type byte of a typed message)."""
+        return self.raw[4:] if self.type == STARTUP else self.raw[5:]
 
     @property
     def name(self) -> str:
         return chr(self.type) if self.type else "startup"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Frame) and (self.type, self.raw) == (other.type, other.raw)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.raw))
+
+    def __repr__(self) -> str:
+        return f"Frame({self.name!r}, {self.raw!r})"
 
 
 class FrameScanner:
@@ -69,8 +85,7 @@ class FrameScanner:
                     raise ProtocolViolation(f"invalid startup packet length {length}")
                 if end - pos < length:
                     break
-                raw = bytes(buf[pos : pos + length])
-                frames.append(Frame(STARTUP, raw[4:], raw))
+                frames.append(Frame(STARTUP, bytes(buf[pos : pos + length])))
                 pos += length
                 self._startup = False
                 # a startup message is answered before the client sends more
@@ -85,8 +100,7 @@ class FrameScanner:
             total = length + 1
             if end - pos < total:
                 break
-            raw = bytes(buf[pos : pos + total])
-            frames.append(Frame(kind, raw[5:], raw))
+            frames.append(Frame(kind, bytes(buf[pos : pos + total])))
             pos += total
         if pos:
             del buf[:pos]

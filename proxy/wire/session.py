@@ -303,7 +303,8 @@ class ProxySession:
             self._tail = None
             self._pump(out)
             return
-        self._track_names(kind, frame.body)
+        if kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
+            self._track_names(kind, frame.body)
         executes = kind == pg.EXECUTE or kind == pg.FUNCTION_CALL
         tail = self._tail
         if executes and tail is not None and tail.forwarded and tail.job is None:
@@ -315,7 +316,7 @@ class ProxySession:
         if executes and not batch.executes:
             batch.executes = True
             if batch.sql is None:
-                portal, _ = pg.read_cstring(frame.body, 0)
+                portal, _ = pg.read_cstring(frame.raw, 5)
                 batch.sql = self._portals.get(portal, "") if kind == pg.EXECUTE else "fastpath"
         if kind == pg.SYNC:
             batch.syncs += 1
