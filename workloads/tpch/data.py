@@ -1,0 +1,136 @@
+"""TPC-H data: generate it with ``tpchgen-cli`` and load it into DuckDB or PostgreSQL.
+
+Generation writes CSV files (with a header row) into a directory per scale factor and is
+skipped when that directory is complete. Loading is idempotent: a small ``tpch_meta`` table
+records the scale factor loaded, and a database that already holds it is left alone.
+``progress`` receives one line per step, for the CLI's progress display.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from workloads.tpch.schema import TABLES, create_statements
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def default_cache() -> Path:
+    base = os.environ.get("ADMISSION_DATA") or os.environ.get("XDG_CACHE_HOME")
+    return Path(base) / "admission" if base else Path.home() / ".cache" / "admission"
+
+
+def _tpchgen() -> str:
+    beside = Path(sys.executable).with_name("tpchgen-cli")
+    found = str(beside) if beside.exists() else shutil.which("tpchgen-cli")
+    if not found:
+        raise RuntimeError("tpchgen-cli is not installed (pip install tpchgen-cli)")
+    return found
+
+
+def generate(scale_factor: float, cache: Path | None = None, progress: Progress = _quiet) -> Path:
+    """CSV files of every table at ``scale_factor``; generated once, then reused."""
+    if scale_factor <= 0:
+        raise ValueError(f"the scale factor must be positive, not {scale_factor}")
+    target = (cache or default_cache()) / f"tpch-sf{scale_factor:g}"
+    if all((target / f"{t}.csv").exists() for t in TABLES) and (target / ".complete").exists():
+        progress(f"TPC-H SF {scale_factor:g}: using {target}")
+        return target
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    progress(f"TPC-H SF {scale_factor:g}: generating with tpchgen-cli into {target}")
+    subprocess.run(
+        [_tpchgen(), "csv", "-s", f"{scale_factor:g}", f"--output-dir={partial}"],
+        check=True,
+        capture_output=True,
+    )
+    (partial / ".complete").touch()
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    return target
+
+
+def load_duckdb(con: Any, data: Path, scale_factor: float, progress: Progress = _quiet) -> None:
+    """Create and fill the tables in a DuckDB connection (in memory or a file)."""
+    if _loaded_duckdb(con, scale_factor):
+        progress("TPC-H already loaded")
+        return
+    for name in TABLES:
+        con.execute(f"drop table if exists {name}")
+    for ddl in create_statements():
+        con.execute(ddl)
+    for name in TABLES:
+        progress(f"loading {name}")
+        path = str(data / f"{name}.csv").replace("'", "''")
+        con.execute(
+            f"insert into {name} select * from read_csv('{path}', header = true, "
+            f"columns = {_duck_columns(con, name)})"
+        )
+    con.execute("create or replace table tpch_meta (scale_factor double)")
+    con.execute("insert into tpch_meta values (?)", [scale_factor])
+
+
+def _duck_columns(con: Any, table: str) -> str:
+    rows = con.execute(
+        f"select column_name, data_type from information_schema.columns "
+        f"where table_name = '{table}' order by ordinal_position"
+    ).fetchall()
+    return "{" + ", ".join(f"'{c}': '{t}'" for c, t in rows) + "}"
+
+
+def load_postgres(conn: Any, data: Path, scale_factor: float, progress: Progress = _quiet) -> None:
+    """Create and fill the tables through a psycopg connection, with keys and ANALYZE."""
+    loaded = _loaded_postgres(conn, scale_factor)
+    conn.commit()  # end the check's transaction (a no-op in autocommit mode)
+    if loaded:
+        progress("TPC-H already loaded")
+        return
+    with conn.transaction():
+        for name in TABLES:
+            conn.execute(f"drop table if exists {name} cascade")
+        for ddl in create_statements():
+            conn.execute(ddl)
+        for name in TABLES:
+            progress(f"loading {name}")
+            with (
+                (data / f"{name}.csv").open("rb") as source,
+                conn.cursor().copy(
+                    f"copy {name} from stdin with (format csv, header true)"
+                ) as copy,
+            ):
+                while chunk := source.read(1 << 20):
+                    copy.write(chunk)
+        conn.execute("drop table if exists tpch_meta")
+        conn.execute("create table tpch_meta (scale_factor double precision)")
+        conn.execute("insert into tpch_meta values (%s)", [scale_factor])
+    progress("ANALYZE")
+    conn.execute("analyze")  # allowed inside a transaction, unlike VACUUM
+    conn.commit()
+
+
+def _loaded_duckdb(con: Any, scale_factor: float) -> bool:
+    exists = con.execute(
+        "select count(*) from information_schema.tables where table_name = 'tpch_meta'"
+    ).fetchone()[0]
+    if not exists:
+        return False
+    row = con.execute("select scale_factor from tpch_meta").fetchone()
+    return row is not None and float(row[0]) == scale_factor
+
+
+def _loaded_postgres(conn: Any, scale_factor: float) -> bool:
+    if conn.execute("select to_regclass('tpch_meta')").fetchone()[0] is None:
+        return False
+    row = conn.execute("select scale_factor from tpch_meta").fetchone()
+    return row is not None and float(row[0]) == scale_factor
