@@ -1,0 +1,2 @@
+"""What the proxy can stand in front of. ``pgtypes`` renders DuckDB values the way PostgreSQL
+would, for the embedded DuckDB backend."""

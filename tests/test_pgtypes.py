@@ -1,0 +1,113 @@
+"""DuckDB values rendered as PostgreSQL would: each case runs in DuckDB (encoded by
+``proxy.backends.pgtypes``) and in the test suite's real PostgreSQL (its own text output), and
+the two texts must be identical."""
+
+from __future__ import annotations
+
+import subprocess
+
+import duckdb
+import pytest
+
+from proxy.backends.pgtypes import encode_text, pg_type
+from tests.pgcluster import Cluster
+
+CASES = [
+    # (DuckDB expression, PostgreSQL expression, PostgreSQL type name)
+    ("true", "true", "bool"),
+    ("42::tinyint", "42::int2", "int2"),
+    ("-7::integer", "-7::int4", "int4"),
+    ("9007199254740993::bigint", "9007199254740993::int8", "int8"),
+    ("1234.50::decimal(10,2)", "1234.50::numeric(10,2)", "numeric"),
+    ("0.000001::decimal(12,6)", "0.000001::numeric(12,6)", "numeric"),
+    (
+        "170141183460469231731687303715884105727::hugeint",
+        "170141183460469231731687303715884105727::numeric",
+        "numeric",
+    ),
+    ("3::double", "3::float8", "float8"),
+    ("1e15::double", "1e15::float8", "float8"),
+    ("1e14::double", "1e14::float8", "float8"),
+    ("0.00001::double", "0.00001::float8", "float8"),
+    ("-2.5e-7::double", "-2.5e-7::float8", "float8"),
+    ("123456789.125::double", "123456789.125::float8", "float8"),
+    ("'nan'::double", "'nan'::float8", "float8"),
+    ("'-inf'::double", "'-inf'::float8", "float8"),
+    ("0.1::float", "0.1::float4", "float4"),
+    ("1e6::float", "1e6::float4", "float4"),
+    ("123456::float", "123456::float4", "float4"),
+    ("1234567::float", "1234567::float4", "float4"),
+    ("'héllo, wörld'", "'héllo, wörld'::text", "text"),
+    ("date '2024-02-29'", "date '2024-02-29'", "date"),
+    ("time '01:02:03.25'", "time '01:02:03.25'", "time"),
+    ("timestamp '2020-01-02 03:04:05.5'", "timestamp '2020-01-02 03:04:05.5'", "timestamp"),
+    ("timestamp '1999-12-31 23:59:59'", "timestamp '1999-12-31 23:59:59'", "timestamp"),
+    ("timestamptz '2020-01-02 03:04:05+02'", "timestamptz '2020-01-02 03:04:05+02'", "timestamptz"),
+    ("'1 day 2 hours'::interval", "'1 day 2 hours'::interval", "interval"),
+    ("'3 days'::interval", "'3 days'::interval", "interval"),
+    ("'-1 day'::interval", "'-1 day'::interval", "interval"),
+    ("'-1 hour'::interval", "'-1 hour'::interval", "interval"),
+    ("'-1 day -1 hour'::interval", "'-1 day -1 hour'::interval", "interval"),
+    ("'00:00:01.5'::interval", "'00:00:01.5'::interval", "interval"),
+    ("'\\x01\\xFF'::blob", "'\\x01ff'::bytea", "bytea"),
+    (
+        "'6f1e8c0e-5b1a-4b3e-9b1e-0e8c5b1a4b3e'::uuid",
+        "'6f1e8c0e-5b1a-4b3e-9b1e-0e8c5b1a4b3e'::uuid",
+        "uuid",
+    ),
+    ("[1, 2, NULL]", "array[1, 2, NULL]", "int4[]"),
+    ("['a', 'b c', 'x\"y', '', 'NULL']", "array['a', 'b c', 'x\"y', '', 'NULL']", "text[]"),
+    ("[1.5::double, 2]", "array[1.5::float8, 2]", "float8[]"),
+    ("[date '2020-01-01']", "array[date '2020-01-01']", "date[]"),
+]
+
+
+def _postgres_text(pg: Cluster, expression: str) -> str:
+    out = subprocess.run(
+        [
+            "psql",
+            pg.dsn(),
+            "-X",
+            "-A",
+            "-t",
+            "-c",
+            "set timezone = 'UTC'",
+            "-c",
+            f"select {expression}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return out.stdout.splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def duck() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("set TimeZone = 'UTC'")
+    return con
+
+
+@pytest.mark.parametrize(
+    ("duck_expr", "pg_expr", "type_name"), CASES, ids=[c[0][:40] for c in CASES]
+)
+def test_text_encoding_matches_postgresql(
+    duck: duckdb.DuckDBPyConnection, pg: Cluster, duck_expr: str, pg_expr: str, type_name: str
+) -> None:
+    cursor = duck.execute(f"select {duck_expr}")
+    t = pg_type(cursor.description[0][1])
+    assert t.name == type_name
+    (value,) = cursor.fetchone()  # type: ignore[misc]
+    ours = encode_text(value, t)
+    assert ours is not None
+    assert ours.decode() == _postgres_text(pg, pg_expr)
+
+
+def test_null_and_type_metadata() -> None:
+    assert encode_text(None, pg_type("INTEGER")) is None
+    numeric = pg_type("DECIMAL(15,2)")
+    assert (numeric.oid, numeric.typmod) == (1700, (15 << 16 | 2) + 4)  # as PostgreSQL's atttypmod
+    assert pg_type("INTEGER[]").oid == 1007 and pg_type("VARCHAR[]").oid == 1009
+    assert pg_type("STRUCT(a INTEGER)").oid == 25  # anything unknown travels as text
