@@ -440,6 +440,21 @@ def serve(
     tls_key: Annotated[
         Path | None, typer.Option(help="Private key for --tls-cert.", envvar=_env("tls_key"))
     ] = None,
+    admin: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve the admin API (status, classes, η, policy, limits, metrics) on HOST:PORT;"
+            " off unless given.",
+            envvar=_env("admin"),
+        ),
+    ] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            help="Bearer token the admin API requires (needed when it listens beyond loopback).",
+            envvar=_env("admin_token"),
+        ),
+    ] = None,
     log_level: Annotated[
         str, typer.Option(help="debug, info, warning or error.", envvar=_env("log_level"))
     ] = "info",
@@ -471,6 +486,15 @@ def serve(
     try:
         address = parse_backend(backend)
         host, _, port = listen.rpartition(":")
+        admin_host, admin_port = None, 6433
+        if admin is not None:
+            admin_host, _, admin_text = admin.rpartition(":")
+            admin_host, admin_port = admin_host or "127.0.0.1", int(admin_text)
+            if admin_host not in ("127.0.0.1", "::1", "localhost") and not admin_token:
+                raise ValueError(
+                    f"the admin API on {admin_host} needs --admin-token: it can change the "
+                    "policy and the limits"
+                )
         limits = Limits(
             mpl=mpl or None,
             threads=threads or None,
@@ -491,6 +515,9 @@ def serve(
             max_message=max_message,
             tls_cert=tls_cert,
             tls_key=tls_key,
+            admin_host=admin_host,
+            admin_port=admin_port,
+            admin_token=admin_token,
         )
     except (ValueError, ModelError) as e:
         raise _fail(str(e)) from None

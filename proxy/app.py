@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from admission.model import EtaModel
 from admission.scheduler import Limits, Scheduler
@@ -30,11 +33,21 @@ class ProxyConfig:
     max_message: int = 256 * 1024 * 1024
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    admin_host: str | None = None  # the admin API listens here when set
+    admin_port: int = 6433
+    admin_token: str | None = None
+
+
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def build(config: ProxyConfig) -> ProxyServer:
-    scheduler = Scheduler(config.model, config.policy, config.limits)
+    from proxy.admin import AdminMetrics
+
+    metrics = AdminMetrics()
+    scheduler = Scheduler(config.model, config.policy, config.limits, listener=metrics.on_event)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
+    gate.metrics = metrics
     tls = None
     if config.tls_cert is not None:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -46,6 +59,9 @@ async def serve(config: ProxyConfig, ready: asyncio.Event | None = None) -> None
     """Run until SIGINT/SIGTERM; then refuse new clients and close the open ones."""
     server = build(config)
     await server.start(config.listen_host, config.listen_port)
+    admin = None
+    if config.admin_host is not None:
+        admin = await start_admin(server.gate, config)
     log.info(
         "listening host=%s port=%s backend=%s policy=%s mpl=%s threads=%s classes=%s",
         config.listen_host,
@@ -64,7 +80,58 @@ async def serve(config: ProxyConfig, ready: asyncio.Event | None = None) -> None
         ready.set()
     await stop.wait()
     log.info("shutting down")
+    if admin is not None:
+        await admin.stop()
     await server.close()
+
+
+class AdminServer:
+    """uvicorn inside the proxy's event loop, leaving signal handling to the proxy."""
+
+    def __init__(self, app: Any, host: str, port: int) -> None:
+        import uvicorn
+
+        class Embedded(uvicorn.Server):
+            def install_signal_handlers(self) -> None:  # older uvicorn
+                pass
+
+            @contextlib.contextmanager
+            def capture_signals(self) -> Iterator[None]:  # newer uvicorn
+                yield
+
+        self.server = Embedded(
+            uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.server.serve())
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()  # raises what stopped it (the port is taken, say)
+                raise RuntimeError("the admin API stopped during start-up")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        if self.task is not None:
+            await self.task
+
+
+async def start_admin(gate: AdmissionGate, config: ProxyConfig) -> AdminServer:
+    from proxy.admin import create_app
+
+    host = config.admin_host or "127.0.0.1"
+    if host not in LOOPBACK and not config.admin_token:
+        raise ValueError(
+            f"the admin API on {host} needs a token (--admin-token): it can change "
+            "the policy and the limits"
+        )
+    app = create_app(gate, gate.metrics, model_path=config.model_path, token=config.admin_token)
+    admin = AdminServer(app, host, config.admin_port)
+    await admin.start()
+    log.info("admin API listening host=%s port=%s", host, config.admin_port)
+    return admin
 
 
 def run(config: ProxyConfig) -> None:

@@ -13,11 +13,15 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, TypeVar
 
 from admission import EtaModel, Event, Limits, Scheduler
+from proxy.admin import AdminMetrics, create_app
+from proxy.app import AdminServer
 from proxy.gate import AdmissionGate
 from proxy.server import BackendAddress, ProxyServer
+from tests.pgcluster import free_port
 
 T = TypeVar("T")
 
@@ -33,13 +37,23 @@ class ProxyHarness:
         max_queue: int | None = 10_000,
         max_message: int = 256 * 1024 * 1024,
         tls: ssl.SSLContext | None = None,
+        admin: bool = False,
+        admin_token: str | None = None,
+        model_path: Path | None = None,
     ) -> None:
         self.events: list[Event] = []
         self.errors: list[dict[str, Any]] = []
         self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(lambda _loop, ctx: self.errors.append(ctx))
-        self.scheduler = Scheduler(model, policy, limits or Limits(), listener=self.events.append)
+        self.metrics = AdminMetrics()
+
+        def listen(event: Event) -> None:
+            self.events.append(event)
+            self.metrics.on_event(event)
+
+        self.scheduler = Scheduler(model, policy, limits or Limits(), listener=listen)
         self.gate = AdmissionGate(self.scheduler, max_queue=max_queue)
+        self.gate.metrics = self.metrics
         self.server = ProxyServer(
             self.gate, BackendAddress("127.0.0.1", backend_port), max_message=max_message, tls=tls
         )
@@ -47,6 +61,14 @@ class ProxyHarness:
         self.thread.start()
         self.call(lambda: self.server.start("127.0.0.1", 0))
         self.port = self.server.port
+        self.admin: AdminServer | None = None
+        self.admin_url = ""
+        if admin:
+            port = free_port()
+            app = create_app(self.gate, self.metrics, model_path=model_path, token=admin_token)
+            self.admin = AdminServer(app, "127.0.0.1", port)
+            self.call(self.admin.start)
+            self.admin_url = f"http://127.0.0.1:{port}"
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` on the proxy's loop (awaiting it if it returns a coroutine)."""
@@ -94,6 +116,8 @@ class ProxyHarness:
 
     def close(self) -> None:
         try:
+            if self.admin is not None:
+                self.call(self.admin.stop)
             self.call(self.server.close)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)

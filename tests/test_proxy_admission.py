@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
@@ -382,8 +383,13 @@ def test_backend_unreachable_gives_a_clear_error(pg: Cluster) -> None:
 
 def test_cli_serve_end_to_end(pg: Cluster, tmp_path: Path) -> None:
     """The real command: environment variables, SIGTERM shutdown, psql through it."""
-    port = free_port()
-    env = {**os.environ, "ADMISSION_MPL": "2", "ADMISSION_POLICY": "min-q"}
+    port, admin_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "ADMISSION_MPL": "2",
+        "ADMISSION_POLICY": "min-q",
+        "ADMISSION_ADMIN": f"127.0.0.1:{admin_port}",
+    }
     server = subprocess.Popen(
         [
             str(Path(sys.executable).with_name("admission")),
@@ -415,6 +421,9 @@ def test_cli_serve_end_to_end(pg: Cluster, tmp_path: Path) -> None:
             timeout=30,
         )
         assert result.stdout.strip() == "42", result.stderr
+        wait_for(lambda: _port_open(admin_port), timeout=20)
+        status = httpx.get(f"http://127.0.0.1:{admin_port}/status").json()
+        assert status["policy"] == "min-q" and status["limits"]["mpl"] == 2
     finally:
         server.send_signal(signal.SIGTERM)
         output, _ = server.communicate(timeout=20)

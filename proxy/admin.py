@@ -1,0 +1,261 @@
+"""The admin API: look at the admission system and steer it while it runs (FastAPI).
+
+- ``GET /status`` — policy, limits, statements in service, capacity in use, the queue by class
+- ``GET /classes`` — per class: fingerprint, sample SQL, counts, mean queue wait and response
+  time, and the model's profile
+- ``GET /eta?policy=`` — the η matrix a policy uses now
+- ``PUT /policy`` ``{"policy": "sept"}``, ``PUT /limits`` ``{"mpl": 8, …}`` — change at run time
+- ``POST /model/reload`` — read the model file again (a broken file leaves the old model)
+- ``GET /metrics`` — Prometheus: queue-wait and response-time histograms per class, counters of
+  admitted, completed, cancelled and timed-out statements, capacity in use
+
+The app runs on the proxy's own event loop and every handler is ``async`` (FastAPI would run a
+plain function in a worker thread), so handlers touch the scheduler without locks.
+It listens on loopback by default; bound to any other address it requires a bearer token.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from pydantic import BaseModel, Field
+
+from admission.model import EtaModel, ModelError
+from admission.policies import POLICIES
+from admission.scheduler import Event, Limits
+from proxy.gate import AdmissionGate
+
+__all__ = ["AdminMetrics", "create_app"]
+
+_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class AdminMetrics:
+    """Counts and latencies per class, fed by the scheduler's events (its ``listener``)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["query_class"]
+        self.queue_wait = Histogram(
+            "admission_queue_wait_seconds",
+            "Time statements waited for admission",
+            labels,
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.response = Histogram(
+            "admission_response_seconds",
+            "Time from arrival at the proxy to completion",
+            labels,
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.counters = {
+            kind: Counter(f"admission_{kind}", f"Statements {kind}", labels, registry=self.registry)
+            for kind in ("admitted", "bypassed", "completed", "cancelled", "timed_out")
+        }
+        self.in_service = Gauge(
+            "admission_in_service", "Statements in service", registry=self.registry
+        )
+        self.threads = Gauge(
+            "admission_threads_in_use", "Thread budget in use", registry=self.registry
+        )
+        self.queued = Gauge("admission_queued", "Statements waiting", registry=self.registry)
+        self._arrival: dict[object, float] = {}
+        self.per_class: dict[str, dict[str, float]] = {}
+
+    def _tally(self, name: str) -> dict[str, float]:
+        return self.per_class.setdefault(
+            name,
+            {
+                "submitted": 0,
+                "admitted": 0,
+                "completed": 0,
+                "cancelled": 0,
+                "timed_out": 0,
+                "wait_sum": 0.0,
+                "response_sum": 0.0,
+            },
+        )
+
+    def on_event(self, e: Event) -> None:
+        tally = self._tally(e.class_name)
+        if e.kind == "submit":
+            self._arrival[e.job] = e.time
+            tally["submitted"] += 1
+        elif e.kind == "grant":
+            wait = e.time - self._arrival.get(e.job, e.time)
+            kind = "bypassed" if e.detail == "bypass" else "admitted"
+            self.counters[kind].labels(e.class_name).inc()
+            self.queue_wait.labels(e.class_name).observe(wait)
+            tally["admitted"] += 1
+            tally["wait_sum"] += wait
+        elif e.kind == "release":
+            response = e.time - self._arrival.pop(e.job, e.time)
+            self.counters["completed"].labels(e.class_name).inc()
+            self.response.labels(e.class_name).observe(response)
+            tally["completed"] += 1
+            tally["response_sum"] += response
+        elif e.kind in ("cancel", "timeout"):
+            self._arrival.pop(e.job, None)
+            key = "cancelled" if e.kind == "cancel" else "timed_out"
+            self.counters[key].labels(e.class_name).inc()
+            tally[key] += 1
+
+
+class PolicyChange(BaseModel):
+    policy: str
+
+
+class LimitsChange(BaseModel):
+    """Fields left out keep their value; 0 for mpl or threads means unlimited."""
+
+    mpl: int | None = Field(default=None, ge=0)
+    threads: int | None = Field(default=None, ge=0)
+    backfill: bool | None = None
+    max_wait: float | None = Field(default=None, ge=0)
+    queue_timeout: float | None = Field(default=None, ge=0)
+
+
+def create_app(
+    gate: AdmissionGate,
+    metrics: AdminMetrics,
+    *,
+    model_path: Path | None = None,
+    token: str | None = None,
+) -> FastAPI:
+    app = FastAPI(title="admission", version="1", summary="Admission control for the proxy")
+    scheduler = gate.scheduler
+
+    def authorize(request: Request) -> None:
+        if token is None:
+            return
+        supplied = request.headers.get("authorization", "")
+        if not secrets.compare_digest(supplied, f"Bearer {token}"):
+            raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
+
+    guard = [Depends(authorize)]
+
+    def limits_json(limits: Limits) -> dict[str, Any]:
+        return {
+            "mpl": limits.mpl,
+            "threads": limits.threads,
+            "backfill": limits.backfill,
+            "max_wait": limits.max_wait,
+            "queue_timeout": limits.queue_timeout,
+        }
+
+    @app.get("/status", dependencies=guard)
+    async def status() -> dict[str, Any]:
+        return {
+            "policy": scheduler.policy.name,
+            "limits": limits_json(scheduler.limits),
+            "in_service": scheduler.in_service,
+            "threads_in_use": scheduler.threads_in_use,
+            "queued": scheduler.queued,
+            "queue_by_class": scheduler.queue_by_class(),
+            "classes": len(scheduler.fingerprints),
+            "refused_queue_full": gate.stats.queue_full,
+            "timed_out": gate.stats.timed_out,
+            "cancelled": gate.stats.cancelled,
+            "aged": scheduler.stats.aged,
+        }
+
+    @app.get("/classes", dependencies=guard)
+    async def classes() -> list[dict[str, Any]]:
+        out = []
+        for profile in scheduler.model.classes:
+            tally = metrics.per_class.get(profile.name, {})
+            done = tally.get("completed", 0)
+            admitted = tally.get("admitted", 0)
+            out.append(
+                {
+                    "fingerprint": profile.fingerprint,
+                    "name": profile.name,
+                    "sample_sql": profile.sample_sql,
+                    "counts": {k: int(v) for k, v in tally.items() if not k.endswith("_sum")},
+                    "mean_queue_wait": tally["wait_sum"] / admitted if admitted else None,
+                    "mean_response": tally["response_sum"] / done if done else None,
+                    "profile": {
+                        "D": profile.D,
+                        "f": profile.f,
+                        "U": profile.U,
+                        "Q": profile.Q,
+                        "A": profile.A,
+                        "count": profile.count,
+                    },
+                }
+            )
+        return out
+
+    @app.get("/eta", dependencies=guard)
+    async def eta(policy: Annotated[str | None, Query()] = None) -> dict[str, Any]:
+        chosen = policy or scheduler.policy.name
+        if chosen not in POLICIES:
+            raise HTTPException(
+                422, f"unknown policy {chosen!r}; choose from {', '.join(POLICIES)}"
+            )
+        prio = POLICIES[chosen].build(scheduler.model)
+        return {
+            "policy": chosen,
+            "classes": [c.name for c in scheduler.model.classes],
+            "eta": [list(row) for row in prio.eta],
+            "bias": list(prio.bias),
+        }
+
+    @app.put("/policy", dependencies=guard)
+    async def set_policy(change: PolicyChange) -> dict[str, Any]:
+        if change.policy not in POLICIES:
+            raise HTTPException(
+                422, f"unknown policy {change.policy!r}; choose from {', '.join(POLICIES)}"
+            )
+        scheduler.set_policy(change.policy, gate.now)
+        gate.wake()
+        return await status()
+
+    @app.put("/limits", dependencies=guard)
+    async def set_limits(change: LimitsChange) -> dict[str, Any]:
+        current = limits_json(scheduler.limits)
+        for key in change.model_fields_set:
+            value = getattr(change, key)
+            current[key] = (value or None) if key in ("mpl", "threads") else value
+        try:
+            limits = Limits(**current)
+        except ValueError as e:
+            raise HTTPException(422, str(e)) from None
+        scheduler.set_limits(limits, gate.now)
+        gate.wake()
+        return await status()
+
+    @app.post("/model/reload", dependencies=guard)
+    async def reload_model() -> dict[str, Any]:
+        if model_path is None:
+            raise HTTPException(409, "the proxy was started without --model; nothing to reload")
+        try:
+            model = EtaModel.load(model_path)
+        except ModelError as e:
+            raise HTTPException(422, f"the model was not reloaded: {e}") from None
+        scheduler.set_model(model, gate.now)
+        gate.wake()
+        return {"reloaded": str(model_path), "classes": len(model.classes)}
+
+    @app.get("/metrics", dependencies=guard)
+    async def prometheus() -> Response:
+        metrics.in_service.set(scheduler.in_service)
+        metrics.threads.set(scheduler.threads_in_use)
+        metrics.queued.set(scheduler.queued)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

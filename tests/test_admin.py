@@ -1,0 +1,129 @@
+"""The admin API against a running proxy and real clients: status, classes, η, run-time policy
+and limit changes, model reload, Prometheus metrics, OpenAPI, and the token."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from admission import ClassProfile, EtaModel, Limits, classify_sql
+from tests.proxyharness import ProxyHarness
+
+MakeProxy = Callable[..., ProxyHarness]
+
+
+def run_queries(proxy: ProxyHarness, *sql: str) -> None:
+    with psycopg.connect(
+        host="127.0.0.1", port=proxy.port, user="postgres", dbname="postgres", autocommit=True
+    ) as conn:
+        for text in sql:
+            conn.execute(text).fetchall()
+
+
+def test_status_classes_and_metrics(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(admin=True, policy="min-q", limits=Limits(mpl=4))
+    run_queries(proxy, "select 1", "select 2", "select count(*) from pg_class")
+    proxy.wait_idle()
+    status = httpx.get(f"{proxy.admin_url}/status").json()
+    assert status["policy"] == "min-q" and status["limits"]["mpl"] == 4
+    assert status["in_service"] == 0 and status["queued"] == 0
+    classes = {c["fingerprint"]: c for c in httpx.get(f"{proxy.admin_url}/classes").json()}
+    select_n = classes[classify_sql("select 1").fingerprint]
+    assert select_n["counts"]["completed"] == 2 and select_n["mean_response"] > 0
+    metrics = httpx.get(f"{proxy.admin_url}/metrics").text
+    assert "admission_response_seconds_bucket" in metrics
+    assert "admission_queue_wait_seconds_count" in metrics
+    assert 'admission_completed_total{query_class="' in metrics
+    assert "admission_in_service 0.0" in metrics
+
+
+def test_policy_and_limits_change_at_run_time(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(admin=True, limits=Limits(mpl=2))
+    changed = httpx.put(f"{proxy.admin_url}/policy", json={"policy": "sept"}).json()
+    assert changed["policy"] == "sept" and proxy.scheduler.policy.name == "sept"
+    bad = httpx.put(f"{proxy.admin_url}/policy", json={"policy": "lifo"})
+    assert bad.status_code == 422 and "unknown policy" in bad.json()["detail"]
+    limits = httpx.put(f"{proxy.admin_url}/limits", json={"mpl": 0, "queue_timeout": 5}).json()
+    assert limits["limits"]["mpl"] is None and limits["limits"]["queue_timeout"] == 5
+    assert proxy.scheduler.limits.queue_timeout == 5
+    invalid = httpx.put(f"{proxy.admin_url}/limits", json={"threads": -1})
+    assert invalid.status_code == 422
+    run_queries(proxy, "select 'still works'")
+
+
+def test_eta_and_model_reload(make_proxy: MakeProxy, tmp_path: Path) -> None:
+    path = tmp_path / "model.json"
+    first = EtaModel(
+        classes=(
+            ClassProfile(fingerprint="hint:a", name="a", D=1, f=1, Q=2),
+            ClassProfile(fingerprint="hint:b", name="b", D=3, f=2, Q=5),
+        )
+    )
+    first.save(path)
+    proxy = make_proxy(admin=True, model=EtaModel.load(path), model_path=path, policy="min-q")
+    eta = httpx.get(f"{proxy.admin_url}/eta").json()
+    assert eta["classes"] == ["a", "b"] and eta["eta"] == [[-2.0, -2.0], [-5.0, -5.0]]
+    assert httpx.get(f"{proxy.admin_url}/eta", params={"policy": "sept"}).json()["bias"] == [-1, -3]
+    second = first.model_copy(
+        update={
+            "classes": (*first.classes, ClassProfile(fingerprint="hint:c", name="c", D=9, f=1, Q=1))
+        }
+    )
+    second.save(path)
+    reloaded = httpx.post(f"{proxy.admin_url}/model/reload").json()
+    assert reloaded["classes"] == 3
+    assert httpx.get(f"{proxy.admin_url}/eta").json()["classes"] == ["a", "b", "c"]
+    broken = json.loads(path.read_text())
+    broken["classes"][0]["D"] = "slow"
+    path.write_text(json.dumps(broken))
+    failed = httpx.post(f"{proxy.admin_url}/model/reload")
+    assert failed.status_code == 422 and "classes.0.D" in failed.json()["detail"]
+    assert len(httpx.get(f"{proxy.admin_url}/eta").json()["classes"]) == 3  # old model kept
+
+
+def test_token_and_openapi(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(admin=True, admin_token="s3cret")
+    assert httpx.get(f"{proxy.admin_url}/status").status_code == 401
+    wrong = httpx.get(f"{proxy.admin_url}/status", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    ok = httpx.get(f"{proxy.admin_url}/status", headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 200
+    paths = httpx.get(f"{proxy.admin_url}/openapi.json").json()["paths"]
+    assert {
+        "/status",
+        "/classes",
+        "/eta",
+        "/policy",
+        "/limits",
+        "/model/reload",
+        "/metrics",
+    } <= set(paths)
+
+
+def test_reload_without_a_model_file(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(admin=True)
+    response = httpx.post(f"{proxy.admin_url}/model/reload")
+    assert response.status_code == 409 and "--model" in response.json()["detail"]
+
+
+def test_cli_refuses_an_unprotected_admin_api_beyond_loopback() -> None:
+    from typer.testing import CliRunner
+
+    from admission.cli import app
+
+    result = CliRunner().invoke(
+        app, ["serve", "--backend", "postgresql://127.0.0.1:1", "--admin", "0.0.0.0:6433"]
+    )
+    assert result.exit_code == 2
+    assert "needs --admin-token" in result.output.replace("\n", " ")
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    monkeypatch.delenv("http_proxy", raising=False)
