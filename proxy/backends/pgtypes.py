@@ -55,19 +55,52 @@ NUMERIC = _t("numeric", 1700, -1)
 UUID = _t("uuid", 2950, 16)
 
 _ARRAY_OIDS = {
-    16: 1000, 17: 1001, 20: 1016, 21: 1005, 23: 1007, 25: 1009, 114: 199, 700: 1021,
-    701: 1022, 1043: 1015, 1082: 1182, 1083: 1183, 1114: 1115, 1184: 1185, 1186: 1187,
-    1700: 1231, 2950: 2951,
-}  # fmt: skip
+    16: 1000,
+    17: 1001,
+    20: 1016,
+    21: 1005,
+    23: 1007,
+    25: 1009,
+    114: 199,
+    700: 1021,
+    701: 1022,
+    1043: 1015,
+    1082: 1182,
+    1083: 1183,
+    1114: 1115,
+    1184: 1185,
+    1186: 1187,
+    1700: 1231,
+    2950: 2951,
+}
 
 _SCALARS: dict[str, PgType] = {
-    "BOOLEAN": BOOL, "TINYINT": INT2, "SMALLINT": INT2, "UTINYINT": INT2, "INTEGER": INT4,
-    "USMALLINT": INT4, "BIGINT": INT8, "UINTEGER": INT8, "UBIGINT": NUMERIC,
-    "HUGEINT": NUMERIC, "UHUGEINT": NUMERIC, "FLOAT": FLOAT4, "DOUBLE": FLOAT8,
-    "VARCHAR": TEXT, "BLOB": BYTEA, "DATE": DATE, "TIME": TIME, "TIMESTAMP": TIMESTAMP,
-    "TIMESTAMP_S": TIMESTAMP, "TIMESTAMP_MS": TIMESTAMP, "TIMESTAMP_NS": TIMESTAMP,
-    "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ, "INTERVAL": INTERVAL, "UUID": UUID, "JSON": JSON,
-}  # fmt: skip
+    "BOOLEAN": BOOL,
+    "TINYINT": INT2,
+    "SMALLINT": INT2,
+    "UTINYINT": INT2,
+    "INTEGER": INT4,
+    "USMALLINT": INT4,
+    "BIGINT": INT8,
+    "UINTEGER": INT8,
+    "UBIGINT": NUMERIC,
+    "HUGEINT": NUMERIC,
+    "UHUGEINT": NUMERIC,
+    "FLOAT": FLOAT4,
+    "DOUBLE": FLOAT8,
+    "VARCHAR": TEXT,
+    "BLOB": BYTEA,
+    "DATE": DATE,
+    "TIME": TIME,
+    "TIMESTAMP": TIMESTAMP,
+    "TIMESTAMP_S": TIMESTAMP,
+    "TIMESTAMP_MS": TIMESTAMP,
+    "TIMESTAMP_NS": TIMESTAMP,
+    "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ,
+    "INTERVAL": INTERVAL,
+    "UUID": UUID,
+    "JSON": JSON,
+}
 _DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
 
 
@@ -202,11 +235,21 @@ def _str(v: object) -> str:
 
 
 _ENCODERS: dict[int, Callable[[object], str]] = {
-    BOOL.oid: _bool, INT2.oid: _str, INT4.oid: _str, INT8.oid: _str, NUMERIC.oid: _numeric,
-    FLOAT4.oid: _float4, FLOAT8.oid: _float8, DATE.oid: _date, TIME.oid: _time,
-    TIMESTAMP.oid: _timestamp, TIMESTAMPTZ.oid: _timestamptz, INTERVAL.oid: _interval,
-    BYTEA.oid: _bytea, UUID.oid: _str,
-}  # fmt: skip
+    BOOL.oid: _bool,
+    INT2.oid: _str,
+    INT4.oid: _str,
+    INT8.oid: _str,
+    NUMERIC.oid: _numeric,
+    FLOAT4.oid: _float4,
+    FLOAT8.oid: _float8,
+    DATE.oid: _date,
+    TIME.oid: _time,
+    TIMESTAMP.oid: _timestamp,
+    TIMESTAMPTZ.oid: _timestamptz,
+    INTERVAL.oid: _interval,
+    BYTEA.oid: _bytea,
+    UUID.oid: _str,
+}
 
 _NEEDS_QUOTES = re.compile(r'[\s{},"\\]')
 
