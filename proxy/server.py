@@ -70,7 +70,27 @@ def parse_backend(url: str) -> BackendAddress:
     return BackendAddress(host or "127.0.0.1", port)
 
 
-class ProxyServer:
+class Listener:
+    """What every front end shares: a listening socket and its clients' protocol factory."""
+
+    _server: asyncio.Server | None = None
+
+    def protocol(self) -> asyncio.Protocol:
+        raise NotImplementedError
+
+    async def start(self, host: str, port: int) -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self.protocol, host, port)
+        return self._server
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+
+class ProxyServer(Listener):
     """Listens for clients and connects each to the backend through the admission gate."""
 
     def __init__(
@@ -89,18 +109,9 @@ class ProxyServer:
         self.connect_timeout = connect_timeout
         self.connections: set[ClientConnection] = set()
         self.by_key: dict[tuple[int, int], ClientConnection] = {}
-        self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> asyncio.Server:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: ClientConnection(self), host, port)
-        return self._server
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
+    def protocol(self) -> ClientConnection:
+        return ClientConnection(self)
 
     async def close(self) -> None:
         if self._server is not None:

@@ -32,6 +32,7 @@ from admission.classify import classify_sql
 from proxy.backends.errors import sqlstate_for
 from proxy.backends.pgtypes import PgType, encode_text, pg_type
 from proxy.gate import AdmissionGate
+from proxy.server import Listener
 from proxy.wire import protocol as pg
 from proxy.wire.framing import STARTUP, Frame, FrameScanner
 
@@ -606,7 +607,7 @@ class EmbeddedConnection(asyncio.Protocol):
             self.cursor.interrupt()
 
 
-class EmbeddedServer:
+class EmbeddedServer(Listener):
     """Accepts clients and serves them from one ``DuckDBBackend`` through the gate."""
 
     def __init__(
@@ -617,18 +618,9 @@ class EmbeddedServer:
         self.max_message = max_message
         self.connections: set[EmbeddedConnection] = set()
         self.by_key: dict[tuple[int, int], EmbeddedConnection] = {}
-        self._server: asyncio.Server | None = None
 
-    async def start(self, host: str, port: int) -> asyncio.Server:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: EmbeddedConnection(self), host, port)
-        return self._server
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
+    def protocol(self) -> EmbeddedConnection:
+        return EmbeddedConnection(self)
 
     def cancel(self, pid: int, secret: int) -> None:
         target = self.by_key.get((pid, secret))
