@@ -20,7 +20,6 @@ import statistics
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -237,8 +236,3 @@ def _check_square(field: str, m: Sequence[Sequence[float]], k: int, *, allow_emp
         for c, v in enumerate(row):
             if not math.isfinite(v):
                 raise ValueError(f"{field}[{r}][{c}] is not a finite number")
-
-
-def profile_dict(profile: Profile) -> dict[str, Any]:
-    """The profile's numbers, for tables and the admin API."""
-    return {k: v for k, v in profile.model_dump().items() if k in {"D", "f", "U", "Q", "A"}}

@@ -287,7 +287,7 @@ class Scheduler:
         if job is None:
             return []
         if job.state is _QUEUED:
-            return self._withdraw(job, JobState.CANCELLED, now)
+            return self._cancel(job, now)
         del self._jobs[job_id]
         self._set_tasks(job, 0)
         self._held -= job.held
@@ -320,7 +320,7 @@ class Scheduler:
         job = self._jobs.get(job_id)
         if job is None or job.state is not _QUEUED:
             return []
-        return self._withdraw(job, JobState.CANCELLED, now)
+        return self._cancel(job, now)
 
     def tick(self, now: float) -> list[Job]:
         """Apply aging and queue timeouts due by ``now``; returns the jobs admitted."""
@@ -502,16 +502,17 @@ class Scheduler:
         if self.on_grant is not None:
             self.on_grant(job, self._tasks)
 
-    def _withdraw(self, job: Job, state: JobState, now: float) -> list[Job]:
+    def _cancel(self, job: Job, now: float) -> list[Job]:
+        """Take a queued job out (cancelled, or its client went away)."""
         st = job.klass
-        job.state = state
+        job.state = JobState.CANCELLED
         st.live -= 1
         self._queued -= 1
         del self._jobs[job.id]
         if st.queue[0] is job:
             self._settle(st)
-        if state is JobState.CANCELLED:
-            self.stats.cancelled += 1
+        self.stats.cancelled += 1
+        if self.listener is not None:
             self._emit("cancel", job)
         return self._dispatch(now)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from admission.model import EtaModel
 from admission.scheduler import Limits, Scheduler
+from proxy.admin import AdminMetrics
 from proxy.gate import AdmissionGate
 from proxy.server import BackendAddress, ProxyServer
 
@@ -41,27 +42,26 @@ class ProxyConfig:
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def build(config: ProxyConfig) -> ProxyServer:
-    from proxy.admin import AdminMetrics
-
+def build(config: ProxyConfig) -> tuple[ProxyServer, AdminMetrics]:
+    """The proxy, and the metrics its scheduler's events feed (for the admin API)."""
     metrics = AdminMetrics()
     scheduler = Scheduler(config.model, config.policy, config.limits, listener=metrics.on_event)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
-    gate.metrics = metrics
     tls = None
     if config.tls_cert is not None:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         tls.load_cert_chain(config.tls_cert, config.tls_key)
-    return ProxyServer(gate, config.backend, max_message=config.max_message, tls=tls)
+    server = ProxyServer(gate, config.backend, max_message=config.max_message, tls=tls)
+    return server, metrics
 
 
 async def serve(config: ProxyConfig, ready: asyncio.Event | None = None) -> None:
     """Run until SIGINT/SIGTERM; then refuse new clients and close the open ones."""
-    server = build(config)
+    server, metrics = build(config)
     await server.start(config.listen_host, config.listen_port)
     admin = None
     if config.admin_host is not None:
-        admin = await start_admin(server.gate, config)
+        admin = await start_admin(server.gate, metrics, config)
     log.info(
         "listening host=%s port=%s backend=%s policy=%s mpl=%s threads=%s classes=%s",
         config.listen_host,
@@ -118,7 +118,9 @@ class AdminServer:
             await self.task
 
 
-async def start_admin(gate: AdmissionGate, config: ProxyConfig) -> AdminServer:
+async def start_admin(
+    gate: AdmissionGate, metrics: AdminMetrics, config: ProxyConfig
+) -> AdminServer:
     from proxy.admin import create_app
 
     host = config.admin_host or "127.0.0.1"
@@ -127,7 +129,7 @@ async def start_admin(gate: AdmissionGate, config: ProxyConfig) -> AdminServer:
             f"the admin API on {host} needs a token (--admin-token): it can change "
             "the policy and the limits"
         )
-    app = create_app(gate, gate.metrics, model_path=config.model_path, token=config.admin_token)
+    app = create_app(gate, metrics, model_path=config.model_path, token=config.admin_token)
     admin = AdminServer(app, host, config.admin_port)
     await admin.start()
     log.info("admin API listening host=%s port=%s", host, config.admin_port)

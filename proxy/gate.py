@@ -16,7 +16,7 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from admission.classify import QueryClass
 from admission.scheduler import Job, JobState, Scheduler
@@ -43,7 +43,6 @@ class GateStats:
 class AdmissionGate:
     def __init__(self, scheduler: Scheduler, *, max_queue: int | None = 10_000) -> None:
         self.scheduler = scheduler
-        self.metrics: Any = None  # the admin API's metrics, when it runs
         self.max_queue = max_queue
         self.stats = GateStats()
         self._waiters: dict[int, Waiter] = {}

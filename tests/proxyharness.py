@@ -53,7 +53,6 @@ class ProxyHarness:
 
         self.scheduler = Scheduler(model, policy, limits or Limits(), listener=listen)
         self.gate = AdmissionGate(self.scheduler, max_queue=max_queue)
-        self.gate.metrics = self.metrics
         self.server = ProxyServer(
             self.gate, BackendAddress("127.0.0.1", backend_port), max_message=max_message, tls=tls
         )

@@ -148,7 +148,6 @@ class _Batch:
     forwarded: bool = False
     syncs: int = 0  # Sync/Query messages in the batch
     outstanding: int = 0  # ReadyForQuery still expected from the server
-    failed: bool = False  # the proxy answered it with an error
 
 
 @dataclass(slots=True)
@@ -415,7 +414,6 @@ class ProxySession:
         batch = self._jobs.pop(job, None)
         if batch is None or batch.forwarded:
             return out
-        batch.failed = True
         if self._queue and self._queue[0] is batch:
             self._queue.popleft()
         error = pg.error_response(sqlstate, text)
