@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from enum import StrEnum
 from pathlib import Path
@@ -42,6 +45,16 @@ err = Console(stderr=True)
 def _fail(message: str) -> typer.Exit:
     err.print(f"[bold red]error:[/] {message}")
     return typer.Exit(2)
+
+
+def _progress_printer() -> Callable[[str], None]:
+    """Progress lines on standard error, each with the seconds since the first."""
+    started = time.monotonic()
+
+    def show(message: str) -> None:
+        err.print(f"[dim]{time.monotonic() - started:7.1f}s[/] {message}")
+
+    return show
 
 
 def _env(name: str) -> str:
@@ -364,10 +377,34 @@ def serve(
     backend: Annotated[
         str | None,
         typer.Option(
-            help="The database: postgresql://HOST:PORT (database and user come from each client).",
+            help="The database: postgresql://HOST:PORT (database and user come from each client)."
+            " Without it the proxy hosts an in-memory DuckDB database itself.",
             envvar=_env("backend"),
         ),
     ] = None,
+    tpch: Annotated[
+        float | None,
+        typer.Option(
+            help="Embedded DuckDB only: generate TPC-H at this scale factor (cached) and load it.",
+            envvar=_env("tpch"),
+            min=0.001,
+        ),
+    ] = None,
+    database: Annotated[
+        str,
+        typer.Option(
+            help="Embedded DuckDB only: a database file to open instead of memory.",
+            envvar=_env("database"),
+        ),
+    ] = ":memory:",
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Embedded DuckDB only: worker threads, the most statements DuckDB runs at once.",
+            envvar=_env("workers"),
+            min=1,
+        ),
+    ] = 8,
     listen: Annotated[
         str, typer.Option(help="Address to accept clients on, HOST:PORT.", envvar=_env("listen"))
     ] = "127.0.0.1:6432",
@@ -459,11 +496,14 @@ def serve(
         str, typer.Option(help="debug, info, warning or error.", envvar=_env("log_level"))
     ] = "info",
 ) -> None:
-    """Run the admission-control proxy in front of a PostgreSQL server.
+    """Run the admission-control proxy in front of a database.
 
-    Clients connect here instead of to the database. Every statement is classified by its SQL
-    skeleton and waits in the admission queue until the policy admits it under the MPL and the
-    thread budget; session control and statements inside a transaction block pass at once.
+    By default the proxy hosts an in-memory DuckDB database and answers the PostgreSQL protocol
+    for it (--tpch SF loads TPC-H into it); with --backend it sits in front of a PostgreSQL
+    server. Clients connect here instead of to the database. Every statement is classified by
+    its SQL skeleton and waits in the admission queue until the policy admits it under the MPL
+    and the thread budget; session control and statements inside a transaction block pass at
+    once.
     """
     import logging
 
@@ -474,17 +514,14 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    if backend is None:
-        raise _fail(
-            "--backend postgresql://HOST:PORT is required (the embedded DuckDB backend "
-            "is not part of this release)"
-        )
+    if backend is not None and (tpch is not None or database != ":memory:"):
+        raise _fail("--tpch and --database belong to the embedded DuckDB backend, not --backend")
     if policy not in POLICIES:
         raise _fail(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
     if (tls_cert is None) != (tls_key is None):
         raise _fail("--tls-cert and --tls-key go together")
     try:
-        address = parse_backend(backend)
+        address = parse_backend(backend) if backend is not None else None
         host, _, port = listen.rpartition(":")
         admin_host, admin_port = None, 6433
         if admin is not None:
@@ -518,11 +555,16 @@ def serve(
             admin_host=admin_host,
             admin_port=admin_port,
             admin_token=admin_token,
+            database=database,
+            tpch=tpch,
+            workers=workers,
         )
     except (ValueError, ModelError) as e:
         raise _fail(str(e)) from None
     try:
-        run(config)
+        run(config, progress=_progress_printer())
+    except (ValueError, RuntimeError, subprocess.CalledProcessError) as e:
+        raise _fail(str(e)) from None
     except OSError as e:
         raise _fail(f"cannot listen on {listen}: {e.strerror or e}") from None
 

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import signal
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,14 +16,21 @@ from admission.model import EtaModel
 from admission.scheduler import Limits, Scheduler
 from proxy.admin import AdminMetrics
 from proxy.gate import AdmissionGate
-from proxy.server import BackendAddress, ProxyServer
+from proxy.server import BackendAddress, Listener, ProxyServer
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
 
 log = logging.getLogger("admission.proxy")
 
 
 @dataclass(frozen=True)
 class ProxyConfig:
-    backend: BackendAddress
+    backend: BackendAddress | None  # None: the embedded DuckDB backend
     listen_host: str = "127.0.0.1"
     listen_port: int = 6432
     policy: str = "fcfs"
@@ -37,16 +44,22 @@ class ProxyConfig:
     admin_host: str | None = None  # the admin API listens here when set
     admin_port: int = 6433
     admin_token: str | None = None
+    database: str = ":memory:"  # the embedded backend's DuckDB database
+    tpch: float | None = None  # TPC-H scale factor to generate and load into it
+    workers: int = 8  # the embedded backend's worker threads (statements running at once)
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def build(config: ProxyConfig) -> tuple[ProxyServer, AdminMetrics]:
-    """The proxy, and the metrics its scheduler's events feed (for the admin API)."""
+def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, AdminMetrics]:
+    """The front end, and the metrics its scheduler's events feed (for the admin API).
+    With the embedded backend this opens the DuckDB database and loads TPC-H if asked."""
     metrics = AdminMetrics()
     scheduler = Scheduler(config.model, config.policy, config.limits, listener=metrics.on_event)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
+    if config.backend is None:
+        return embedded_server(config, gate, progress), metrics
     tls = None
     if config.tls_cert is not None:
         tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -55,9 +68,30 @@ def build(config: ProxyConfig) -> tuple[ProxyServer, AdminMetrics]:
     return server, metrics
 
 
-async def serve(config: ProxyConfig, ready: asyncio.Event | None = None) -> None:
+def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress) -> Listener:
+    from proxy.backends.embedded import DuckDBBackend, EmbeddedServer
+
+    backend = DuckDBBackend(config.database, workers=config.workers)
+    if config.tpch is not None:
+        from workloads.tpch.data import generate, load_duckdb
+
+        data = generate(config.tpch, progress=progress)
+        load_duckdb(backend.connection, data, config.tpch, progress=progress)
+    return EmbeddedServer(gate, backend, max_message=config.max_message)
+
+
+def describe_backend(config: ProxyConfig) -> str:
+    if config.backend is not None:
+        return f"postgresql://{config.backend}"
+    tpch = f" TPC-H SF {config.tpch:g}" if config.tpch is not None else ""
+    return f"duckdb:{config.database}{tpch}"
+
+
+async def serve(
+    config: ProxyConfig, ready: asyncio.Event | None = None, progress: Progress = _quiet
+) -> None:
     """Run until SIGINT/SIGTERM; then refuse new clients and close the open ones."""
-    server, metrics = build(config)
+    server, metrics = build(config, progress)
     await server.start(config.listen_host, config.listen_port)
     admin = None
     if config.admin_host is not None:
@@ -66,7 +100,7 @@ async def serve(config: ProxyConfig, ready: asyncio.Event | None = None) -> None
         "listening host=%s port=%s backend=%s policy=%s mpl=%s threads=%s classes=%s",
         config.listen_host,
         server.port,
-        config.backend,
+        describe_backend(config),
         config.policy,
         config.limits.mpl,
         config.limits.threads,
@@ -136,10 +170,10 @@ async def start_admin(
     return admin
 
 
-def run(config: ProxyConfig) -> None:
+def run(config: ProxyConfig, progress: Progress = _quiet) -> None:
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, progress=progress))
     else:
-        uvloop.run(serve(config))
+        uvloop.run(serve(config, progress=progress))

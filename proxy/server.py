@@ -74,8 +74,12 @@ class Listener:
     """What every front end shares: a listening socket and its clients' protocol factory."""
 
     _server: asyncio.Server | None = None
+    gate: AdmissionGate
 
     def protocol(self) -> asyncio.Protocol:
+        raise NotImplementedError
+
+    async def close(self) -> None:
         raise NotImplementedError
 
     async def start(self, host: str, port: int) -> asyncio.Server:

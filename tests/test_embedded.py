@@ -1,72 +1,43 @@
-"""The embedded DuckDB backend (work in progress): the proxy answers the protocol itself.
+"""The embedded DuckDB backend: the proxy answers the PostgreSQL protocol itself, on DuckDB.
 
-What works and is checked here: psql, psycopg (autocommit, parameters, errors with
-SQLSTATEs) and the admission gate in front of DuckDB statements. Not yet: savepoints (psycopg's
-nested transaction()), binary results (asyncpg), and the catalog functions psql's \\d needs.
+Real clients (psql, psycopg, asyncpg, SQLAlchemy) over real sockets: parameters and types both
+ways in text and binary, SQLSTATEs, transactions and savepoints, what drivers send on connect,
+cancel of a running DuckDB query, the admission gate in front of DuckDB (measured inside DuckDB
+by a UDF), and the profiler's per-statement measurements.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
-from concurrent.futures import Future
-from typing import Any
+from decimal import Decimal
 
+import asyncpg
+import duckdb
 import psycopg
 import pytest
+import sqlalchemy as sa
 
-from admission import Limits, Scheduler
-from proxy.backends.embedded import DuckDBBackend, EmbeddedServer
-from proxy.gate import AdmissionGate
+from admission import Limits
+from proxy.backends.embedded import Measurement
+from tests.embeddedharness import Embedded
 
 
-class Embedded:
-    def __init__(self, limits: Limits) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.errors: list[dict[str, Any]] = []
-        self.loop.set_exception_handler(lambda _l, ctx: self.errors.append(ctx))
-        self.backend = DuckDBBackend(workers=4)
-        self.backend.connection.execute(
-            "create table items (id integer primary key, name varchar, price decimal(10,2), "
-            "added date)"
-        )
-        self.backend.connection.execute(
-            "insert into items values (1, 'tea', 3.50, '2024-01-02'), (2, 'cake', null, null)"
-        )
-        self.scheduler = Scheduler(None, "fcfs", limits)
-        self.server = EmbeddedServer(AdmissionGate(self.scheduler), self.backend)
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self.call(lambda: self.server.start("127.0.0.1", 0))
-        self.port = self.server.port
-
-    def call(self, fn: Any) -> Any:
-        async def runner() -> Any:
-            result = fn()
-            return await result if asyncio.iscoroutine(result) else result
-
-        future: Future[Any] = asyncio.run_coroutine_threadsafe(runner(), self.loop)
-        return future.result(timeout=30)
-
-    def connect(self) -> psycopg.Connection:
-        return psycopg.connect(
-            host="127.0.0.1", port=self.port, user="app", dbname="app", autocommit=True
-        )
-
-    def close(self) -> None:
-        self.call(self.server.close)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.backend.close()
-        assert not self.errors, self.errors
+def _items(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        "create table items (id integer primary key, name varchar, price decimal(10,2), added date)"
+    )
+    con.execute("insert into items values (1, 'tea', 3.50, '2024-01-02'), (2, 'cake', null, null)")
 
 
 @pytest.fixture
 def embedded() -> Iterator[Embedded]:
-    server = Embedded(Limits(mpl=2))
+    server = Embedded(Limits(mpl=2), _items)
     yield server
     server.close()
 
@@ -140,3 +111,237 @@ def test_mpl_holds_inside_duckdb(embedded: Embedded) -> None:
     watcher.join()
     assert peak == 2
     assert embedded.call(lambda: embedded.scheduler.in_service) == 0
+
+
+def test_transactions_savepoints_and_failed_state(embedded: Embedded) -> None:
+    with embedded.connect(autocommit=False) as conn:
+        with conn.transaction():
+            conn.execute("insert into items (id, name) values (10, 'jam')")
+            with conn.transaction():  # a SAVEPOINT, released
+                conn.execute("insert into items (id, name) values (11, 'bun')")
+        assert conn.execute("select count(*) from items").fetchone() == (4,)
+        conn.commit()
+        # Rolling back to a savepoint fails (0A000) and fails the transaction: psycopg logs
+        # that, re-raises the application's error and rolls the whole transaction back.
+        with pytest.raises(RuntimeError), conn.transaction():
+            conn.execute("delete from items")
+            with conn.transaction():
+                raise RuntimeError("roll back to the savepoint")
+    with embedded.connect() as conn:
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="no savepoints"):
+            conn.execute("begin; savepoint s; rollback to savepoint s")
+        conn.execute("rollback")
+        assert conn.execute("select count(*) from items").fetchone() == (4,)  # nothing lost
+        notices: list[str] = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        conn.execute("commit")  # as PostgreSQL: a warning, not an error
+        conn.execute("begin")
+        conn.execute("begin")
+        conn.execute("rollback")
+        assert notices == [
+            "there is no transaction in progress",
+            "there is already a transaction in progress",
+        ]
+        conn.execute("begin")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute("select 1 // 0")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            conn.execute("select 1")
+        conn.execute("rollback")
+        assert conn.execute("select 1").fetchone() == (1,)
+        conn.execute("begin isolation level repeatable read")
+        conn.execute("update items set name = 'chai' where id = 1")
+        conn.execute("commit")
+        assert conn.execute("select name from items where id = 1").fetchone() == ("chai",)
+
+
+def test_what_drivers_send_on_connect(embedded: Embedded) -> None:
+    with embedded.connect() as conn:
+        assert conn.execute("show standard_conforming_strings").fetchone() == ("on",)
+        assert conn.execute("show transaction isolation level").fetchone() == ("repeatable read",)
+        conn.execute("set extra_float_digits = 3")
+        assert conn.execute("show extra_float_digits").fetchone() == ("3",)
+        version = conn.execute("select pg_catalog.version()").fetchone()
+        assert version is not None and version[0].startswith("PostgreSQL 15.0 (admission, DuckDB")
+        assert conn.execute("select current_schema()").fetchone() == ("main",)
+        assert psycopg.types.TypeInfo.fetch(conn, "hstore") is None  # psycopg type discovery
+        assert conn.execute("begin; savepoint a; release a; commit").rowcount in (-1, 0)
+    engine = sa.create_engine(f"postgresql+psycopg://app@127.0.0.1:{embedded.port}/app")
+    with engine.connect() as conn:  # the dialect's initialization runs first
+        rows = conn.execute(sa.text("select id, name from items order by id")).all()
+        assert [tuple(r) for r in rows] == [(1, "tea"), (2, "cake")]
+    engine.dispose()
+    out = subprocess.run(
+        ["psql", f"host=127.0.0.1 port={embedded.port} user=app dbname=app", "-X", "-c", "\\dt"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "items" in out.stdout and "app" in out.stdout  # the owner column
+
+
+TYPES = """
+create table typed (
+    b boolean, i2 smallint, i4 integer, i8 bigint, n decimal(12,3), f4 real, f8 double,
+    t varchar, d date, tm time, ts timestamp, tz timestamptz, iv interval, bl blob, u uuid,
+    a integer[], s varchar[]
+)
+"""
+VALUES = (
+    True,
+    -7,
+    2_000_000_000,
+    9_007_199_254_740_993,
+    Decimal("-1234.500"),
+    0.5,
+    1 / 3,
+    "héllo, 'wörld'",
+    datetime.date(2024, 2, 29),
+    datetime.time(1, 2, 3, 250_000),
+    datetime.datetime(1999, 12, 31, 23, 59, 59, 500_000),
+    datetime.datetime(2020, 1, 2, 1, 4, 5, tzinfo=datetime.UTC),
+    datetime.timedelta(days=3, hours=4, seconds=5),
+    b"\x00\x01\xff",
+    uuid.UUID("6f1e8c0e-5b1a-4b3e-9b1e-0e8c5b1a4b3e"),
+    [1, None, 3],
+    ["a", "b c", ""],
+)
+COLUMNS = "b, i2, i4, i8, n, f4, f8, t, d, tm, ts, tz, iv, bl, u, a, s"
+
+
+def test_every_type_round_trips_through_psycopg_text_and_binary(embedded: Embedded) -> None:
+    with embedded.connect() as conn:
+        conn.execute(TYPES)
+        placeholders = ", ".join(["%s"] * len(VALUES))
+        conn.execute(f"insert into typed ({COLUMNS}) values ({placeholders})", VALUES)
+        conn.execute(f"insert into typed ({COLUMNS}) values ({placeholders})", [None] * 17)
+        for binary in (False, True):
+            rows = conn.cursor(binary=binary).execute(f"select {COLUMNS} from typed").fetchall()
+            assert rows[0] == VALUES, binary
+            assert rows[1] == (None,) * 17
+
+
+def test_every_type_round_trips_through_asyncpg(embedded: Embedded) -> None:
+    async def run() -> tuple[object, ...]:
+        conn = await asyncpg.connect(embedded.url)
+        try:
+            await conn.execute(TYPES)
+            placeholders = ", ".join(f"${i + 1}" for i in range(len(VALUES)))
+            await conn.execute(f"insert into typed ({COLUMNS}) values ({placeholders})", *VALUES)
+            row = await conn.fetchrow(f"select {COLUMNS} from typed")
+            assert row is not None
+            by_param = await conn.fetchval("select count(*) from typed where i4 = $1", 2 * 10**9)
+            assert by_param == 1
+            return tuple(row)
+        finally:
+            await conn.close()
+
+    assert asyncio.run(run()) == VALUES
+
+
+def test_errors_carry_sqlstates(embedded: Embedded) -> None:
+    cases = {
+        "selec 1": "42601",
+        "select * from nope": "42P01",
+        "select nope from items": "42703",
+        "select 1 // 0": "22012",
+        "insert into items (id) values (1)": "23505",
+    }
+    with embedded.connect() as conn:
+        for sql, sqlstate in cases.items():
+            with pytest.raises(psycopg.Error) as caught:
+                conn.execute(sql)
+            assert caught.value.sqlstate == sqlstate, sql
+
+    async def run() -> None:
+        conn = await asyncpg.connect(embedded.url)
+        try:
+            for sql, sqlstate in cases.items():
+                with pytest.raises(asyncpg.PostgresError) as caught:
+                    await conn.fetch(sql)
+                assert caught.value.sqlstate == sqlstate, sql
+            assert await conn.fetchval("select 40 + 2") == 42  # the session is still fine
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def test_cancel_interrupts_a_running_duckdb_query(embedded: Embedded) -> None:
+    long = "select count(*) from range(10000000000) a(x) where x % 3 = 1"
+    with embedded.connect() as conn, embedded.connect() as other:
+        threading.Timer(0.5, conn.cancel_safe).start()
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute(long)
+        assert time.monotonic() - started < 10
+        assert other.execute("select 1").fetchone() == (1,)  # I/O for others never stalled
+        assert conn.execute("select 2").fetchone() == (2,)
+    assert embedded.call(lambda: embedded.scheduler.in_service) == 0
+
+
+def test_profiler_measures_each_statement(embedded: Embedded) -> None:
+    seen: list[Measurement] = []
+    embedded.call(lambda: embedded.server.observers.append(seen.append))
+    with embedded.connect() as conn:
+        conn.execute("select sum(x * x) from range(20000000) t(x) group by x % 5").fetchall()
+    measured = seen[-1]
+    assert measured.class_name.startswith("select(range)")
+    assert measured.cpu_time is not None and measured.cpu_time > 0
+    assert 0.01 < measured.latency < 60
+    assert measured.parallelism is not None and measured.parallelism > 0.5
+
+
+class Probe:
+    """A DuckDB scalar function that counts the statements executing it at once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+        self.calls = 0
+
+    def __call__(self, x: int) -> int:
+        with self.lock:
+            self.active += 1
+            self.calls += 1
+            self.peak = max(self.peak, self.active)
+        time.sleep(0.03)
+        with self.lock:
+            self.active -= 1
+        return x
+
+
+def test_sixteen_clients_mpl_two_measured_inside_duckdb() -> None:
+    probe = Probe()
+
+    def setup(con: duckdb.DuckDBPyConnection) -> None:
+        con.create_function("probe", probe, ["BIGINT"], "BIGINT", side_effects=True)
+
+    server = Embedded(Limits(mpl=2), setup, workers=8)
+    try:
+        errors: list[BaseException] = []
+
+        def client(n: int) -> None:
+            try:
+                with server.connect() as conn:
+                    for i in range(3):
+                        assert conn.execute("select probe(%s)", (n * 10 + i,)).fetchone() == (
+                            n * 10 + i,
+                        )
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        assert probe.calls == 48
+        assert probe.peak == 2  # never more than the MPL inside DuckDB, and it was reached
+        assert server.call(lambda: server.scheduler.in_service) == 0
+    finally:
+        server.close()

@@ -1,15 +1,16 @@
 """DuckDB values rendered as PostgreSQL would: each case runs in DuckDB (encoded by
-``proxy.backends.pgtypes``) and in the test suite's real PostgreSQL (its own text output), and
-the two texts must be identical."""
+``proxy.backends.pgtypes``) and in the test suite's real PostgreSQL (its own text output, and its
+binary send format), and the two must be byte-identical."""
 
 from __future__ import annotations
 
 import subprocess
 
 import duckdb
+import psycopg
 import pytest
 
-from proxy.backends.pgtypes import encode_text, pg_type
+from proxy.backends.pgtypes import encode_binary, encode_text, pg_type
 from tests.pgcluster import Cluster
 
 CASES = [
@@ -103,6 +104,43 @@ def test_text_encoding_matches_postgresql(
     ours = encode_text(value, t)
     assert ours is not None
     assert ours.decode() == _postgres_text(pg, pg_expr)
+
+
+@pytest.fixture(scope="module")
+def pg_binary(pg: Cluster) -> psycopg.Cursor[object]:
+    conn = psycopg.connect(pg.dsn(), autocommit=True)
+    conn.execute("set timezone = 'UTC'")
+    return conn.cursor(binary=True)
+
+
+@pytest.mark.parametrize(
+    ("duck_expr", "pg_expr", "type_name"), CASES, ids=[c[0][:40] for c in CASES]
+)
+def test_binary_encoding_matches_postgresql(
+    duck: duckdb.DuckDBPyConnection,
+    pg_binary: psycopg.Cursor[object],
+    duck_expr: str,
+    pg_expr: str,
+    type_name: str,
+) -> None:
+    cursor = duck.execute(f"select {duck_expr}")
+    t = pg_type(cursor.description[0][1])
+    (value,) = cursor.fetchone()  # type: ignore[misc]
+    pg_binary.execute(f"select {pg_expr}")
+    result = pg_binary.pgresult
+    assert result is not None and result.ftype(0) == t.oid
+    assert encode_binary(value, t) == result.get_value(0, 0)
+
+
+def test_binary_numeric_edge_cases(pg_binary: psycopg.Cursor[object]) -> None:
+    from decimal import Decimal
+
+    numeric = pg_type("DECIMAL(38,10)")
+    for text in ("0", "0.00", "-0.5", "10000", "12345678.0001", "-0.00012", "1e-10", "NaN"):
+        pg_binary.execute(f"select '{text}'::numeric")
+        result = pg_binary.pgresult
+        assert result is not None
+        assert encode_binary(Decimal(text), numeric) == result.get_value(0, 0), text
 
 
 def test_null_and_type_metadata() -> None:

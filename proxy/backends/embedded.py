@@ -7,8 +7,11 @@ Sync — and run in a worker pool, off the event loop, so a long query never sta
 clients' I/O. A CancelRequest withdraws a queued statement or interrupts a running one.
 
 Results travel in text format with PostgreSQL's type OIDs and text output
-(``proxy.backends.pgtypes``); DuckDB errors carry PostgreSQL SQLSTATEs
-(``proxy.backends.errors``). Binary result formats are refused with 0A000.
+(``proxy.backends.pgtypes``), in binary where the client asks for it (asyncpg does); DuckDB errors
+carry PostgreSQL SQLSTATEs (``proxy.backends.errors``).
+
+With ``profile`` on, each statement's CPU time and wall time come from DuckDB's profiler, and
+``EmbeddedServer.observers`` receive one ``Measurement`` per statement (what training needs).
 """
 
 from __future__ import annotations
@@ -16,48 +19,68 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
+import json
 import logging
 import re
 import secrets
 import struct
-from collections.abc import Sequence
+import time
+import uuid
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import duckdb
+import pglast
 
 from admission.classify import classify_sql
+from proxy.backends import compat
 from proxy.backends.errors import sqlstate_for
-from proxy.backends.pgtypes import PgType, encode_text, pg_type
+from proxy.backends.pgtypes import ARRAY_ELEMENT, PgType, encode_binary, encode_text, pg_type
 from proxy.gate import AdmissionGate
 from proxy.server import Listener
 from proxy.wire import protocol as pg
 from proxy.wire.framing import STARTUP, Frame, FrameScanner
 
-__all__ = ["DuckDBBackend", "EmbeddedServer"]
+__all__ = ["DuckDBBackend", "EmbeddedServer", "Measurement"]
 
 log = logging.getLogger("admission.duckdb")
 _jobs = itertools.count(1)
 _INT16 = struct.Struct("!h")
 _INT32 = struct.Struct("!i")
 _PARAM = re.compile(r"\$(\d+)")
+_LOCAL_HEAD = re.compile(r"\s*(?:show|set|savepoint|release|rollback)\b", re.I)
 SERVER_VERSION = "15.0"
+TEXT_OID = 25
+_DRIVER = "DRIVER:"  # statement kind of a driver's catalog query answered here
 
 
 class DuckDBBackend:
     """One DuckDB database and the worker threads that run statements on it."""
 
-    def __init__(self, database: str = ":memory:", workers: int = 8) -> None:
+    def __init__(
+        self, database: str = ":memory:", workers: int = 8, *, profile: bool = True
+    ) -> None:
         self.database = database
-        self.connection = duckdb.connect(database)
+        try:
+            self.connection = duckdb.connect(database)
+        except duckdb.Error as e:
+            raise ValueError(f"cannot open the DuckDB database {database}: {_first_line(e)}") from e
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="duckdb")
         self.version = duckdb.__version__
+        self.profile = profile
+        self.server_version = f"{SERVER_VERSION} (admission, DuckDB {self.version})"
+        self.version_string = f"PostgreSQL {self.server_version}"
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
+    def cursor(self, user: str = "duckdb") -> duckdb.DuckDBPyConnection:
         cursor = self.connection.cursor()
         cursor.execute("SET TimeZone = 'UTC'")
+        for macro in compat.session_macros(user):
+            cursor.execute(macro)
+        if self.profile:
+            cursor.execute("PRAGMA enable_profiling = 'no_output'")
         return cursor
 
     def close(self) -> None:
@@ -82,6 +105,25 @@ class Result:
     columns: list[tuple[str, PgType]]
     rows: list[bytes]  # DataRow messages, encoded in the worker thread
     tag: str
+    formats: list[int]  # per column: 0 text, 1 binary
+    latency: float = 0.0  # DuckDB's own wall time for the statement, seconds
+    cpu_time: float | None = None  # summed over DuckDB's threads (profiler), seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One statement as DuckDB ran it: the class, the time it took and the CPU it used.
+    ``parallelism`` is CPU time over wall time: the mean number of threads busy."""
+
+    class_name: str
+    latency: float
+    cpu_time: float | None
+
+    @property
+    def parallelism(self) -> float | None:
+        if self.cpu_time is None or self.latency <= 0:
+            return None
+        return self.cpu_time / self.latency
 
 
 @dataclass(slots=True)
@@ -95,6 +137,7 @@ class Prepared:
 class Portal:
     statement: Prepared
     params: list[object]
+    formats: tuple[int, ...] = ()  # result format codes from Bind
     result: Result | None = None
     sent: int = 0
 
@@ -102,21 +145,39 @@ class Portal:
 # -- encoding ------------------------------------------------------------------------------
 
 
-def row_description(columns: Sequence[tuple[str, PgType]]) -> bytes:
+def row_description(columns: Sequence[tuple[str, PgType]], formats: Sequence[int] = ()) -> bytes:
     body = bytearray(_INT16.pack(len(columns)))
-    for name, t in columns:
+    for i, (name, t) in enumerate(columns):
         body += name.encode() + b"\0"
-        body += struct.pack("!ihihih", 0, 0, t.oid, t.size, t.typmod, 0)
+        body += struct.pack("!ihihih", 0, 0, t.oid, t.size, t.typmod, formats[i] if formats else 0)
     return pg.message(b"T", bytes(body))
 
 
-def data_rows(rows: list[tuple[Any, ...]], types: list[PgType]) -> list[bytes]:
+def column_formats(codes: Sequence[int], count: int) -> list[int]:
+    """Bind's result format codes for ``count`` columns: none (all text), one for all, or one
+    per column."""
+    if not codes:
+        return [0] * count
+    if len(codes) == 1:
+        return [codes[0]] * count
+    if len(codes) != count:
+        raise QueryError(
+            pg.SQLSTATE_PROTOCOL_VIOLATION,
+            f"bind message has {len(codes)} result formats but query has {count} columns",
+        )
+    if any(code not in (0, 1) for code in codes):
+        raise QueryError(pg.SQLSTATE_PROTOCOL_VIOLATION, f"unsupported format code in {codes}")
+    return list(codes)
+
+
+def data_rows(rows: list[tuple[Any, ...]], types: list[PgType], formats: list[int]) -> list[bytes]:
     out = []
     count = _INT16.pack(len(types))
+    encoders = [encode_binary if f else encode_text for f in formats]
     for row in rows:
         parts = [count]
-        for value, t in zip(row, types, strict=True):
-            encoded = encode_text(value, t)
+        for value, t, encode in zip(row, types, encoders, strict=True):
+            encoded = encode(value, t)
             if encoded is None:
                 parts.append(b"\xff\xff\xff\xff")
             else:
@@ -149,26 +210,21 @@ def command_tag(kind: str, query: str, rows: list[tuple[Any, ...]], has_columns:
 def decode_param(raw: bytes | None, oid: int, binary: bool) -> object:
     if raw is None:
         return None
+    if oid in ARRAY_ELEMENT:
+        element = ARRAY_ELEMENT[oid]
+        if binary:
+            return _binary_array(raw, element)
+        return [
+            None if item is None else decode_param(item.encode(), element, False)
+            for item in _text_array(raw.decode())
+        ]
     if binary:
-        if oid == 21:
-            return struct.unpack("!h", raw)[0]
-        if oid == 23:
-            return struct.unpack("!i", raw)[0]
-        if oid == 20:
-            return struct.unpack("!q", raw)[0]
-        if oid == 701:
-            return struct.unpack("!d", raw)[0]
-        if oid == 700:
-            return struct.unpack("!f", raw)[0]
-        if oid == 16:
-            return raw != b"\0"
-        if oid in (25, 1043, 0, 705):
-            return raw.decode()
-        if oid == 17:
-            return bytes(raw)
-        raise QueryError("0A000", f"binary parameters of type {oid} are not supported")
+        decoder = _BINARY_PARAMS.get(oid)
+        if decoder is None:
+            raise QueryError("0A000", f"binary parameters of type {oid} are not supported")
+        return decoder(raw)
     text = raw.decode()
-    if oid in (20, 21, 23):
+    if oid in (20, 21, 23, 26):
         return int(text)
     if oid in (700, 701):
         return float(text)
@@ -183,24 +239,145 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> object:
     return text
 
 
+def _text_array(text: str) -> list[str | None]:
+    """The items of a one-dimensional array literal, ``{1,NULL,"a b"}``."""
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError(f"malformed array literal: {text!r}")
+    items: list[str | None] = []
+    body, i = text[1:-1], 0
+    while i < len(body):
+        if body[i] == '"':
+            i += 1
+            chars = []
+            while body[i] != '"':
+                if body[i] == "\\":
+                    i += 1
+                chars.append(body[i])
+                i += 1
+            items.append("".join(chars))
+            i += 1
+        else:
+            end = body.find(",", i)
+            end = len(body) if end < 0 else end
+            item = body[i:end].strip()
+            if item.startswith("{"):
+                raise ValueError("multidimensional array parameters are not supported")
+            items.append(None if item.upper() == "NULL" else item)
+            i = end
+        i += 1  # the comma
+    return items
+
+
+def _binary_array(raw: bytes, element: int) -> list[object]:
+    ndim, _, _ = struct.unpack_from("!iii", raw)
+    if ndim == 0:
+        return []
+    if ndim != 1:
+        raise ValueError("multidimensional array parameters are not supported")
+    (count,) = struct.unpack_from("!i", raw, 12)
+    pos, items = 20, []
+    for _ in range(count):
+        (length,) = struct.unpack_from("!i", raw, pos)
+        pos += 4
+        items.append(None if length < 0 else decode_param(raw[pos : pos + length], element, True))
+        pos += max(length, 0)
+    return items
+
+
+_PG_EPOCH = datetime.datetime(2000, 1, 1)
+
+
+def _numeric_param(raw: bytes) -> Decimal:
+    ndigits, weight, sign, dscale = struct.unpack_from("!hhHh", raw)
+    if sign == 0xC000:
+        return Decimal("NaN")
+    if sign in (0xD000, 0xF000):
+        return Decimal("Infinity" if sign == 0xD000 else "-Infinity")
+    digits = struct.unpack_from(f"!{ndigits}h", raw, 8)
+    value = sum(Decimal(d) * Decimal(10000) ** (weight - i) for i, d in enumerate(digits))
+    value = value.quantize(Decimal(1).scaleb(-dscale)) if digits else Decimal(0).scaleb(-dscale)
+    return -value if sign == 0x4000 else value
+
+
+def _micro(raw: bytes, offset: int = 0) -> datetime.timedelta:
+    return datetime.timedelta(microseconds=struct.unpack_from("!q", raw, offset)[0])
+
+
+def _interval_param(raw: bytes) -> datetime.timedelta:
+    _, days, months = struct.unpack("!qii", raw)
+    return _micro(raw) + datetime.timedelta(days=days + 30 * months)
+
+
+_BINARY_PARAMS: dict[int, Callable[[bytes], object]] = {
+    16: lambda raw: raw != b"\0",
+    17: bytes,
+    20: lambda raw: struct.unpack("!q", raw)[0],
+    21: lambda raw: struct.unpack("!h", raw)[0],
+    23: lambda raw: struct.unpack("!i", raw)[0],
+    26: lambda raw: struct.unpack("!I", raw)[0],
+    25: lambda raw: raw.decode(),
+    700: lambda raw: struct.unpack("!f", raw)[0],
+    701: lambda raw: struct.unpack("!d", raw)[0],
+    1043: lambda raw: raw.decode(),
+    705: lambda raw: raw.decode(),
+    0: lambda raw: raw.decode(),
+    1700: _numeric_param,
+    1082: lambda raw: datetime.date(2000, 1, 1) + datetime.timedelta(struct.unpack("!i", raw)[0]),
+    1083: lambda raw: (datetime.datetime.min + _micro(raw)).time(),
+    1114: lambda raw: _PG_EPOCH + _micro(raw),
+    1184: lambda raw: (_PG_EPOCH + _micro(raw)).replace(tzinfo=datetime.UTC),
+    1186: _interval_param,
+    2950: lambda raw: uuid.UUID(bytes=raw),
+}
+
+
+def _answered(answer: compat.LocalAnswer, format_codes: Sequence[int] = ()) -> Result:
+    """A statement answered by the proxy itself, as a Result."""
+    types = [t for _, t in answer.columns]
+    formats = column_formats(format_codes, len(types))
+    return Result(answer.columns, data_rows(answer.rows, types, formats), answer.tag, formats)
+
+
 # -- execution (worker threads) ------------------------------------------------------------
 
 
 def execute(
-    cursor: duckdb.DuckDBPyConnection, query: str, params: Sequence[object], kind: str
+    cursor: duckdb.DuckDBPyConnection,
+    query: str,
+    params: Sequence[object],
+    kind: str,
+    format_codes: Sequence[int] = (),
+    profile: bool = False,
 ) -> Result:
+    started = time.perf_counter()
     try:
         relation = cursor.execute(query, list(params) if params else None)
         description = relation.description
         rows = relation.fetchall() if description else []
     except duckdb.Error as e:
         raise QueryError(sqlstate_for(e), _first_line(e)) from None
+    latency = time.perf_counter() - started
+    cpu_time = None
+    if profile:
+        latency, cpu_time = _profiled(cursor, latency)
     columns = [(d[0], pg_type(str(d[1]))) for d in description or []]
     is_count = kind in ("INSERT", "UPDATE", "DELETE") and [c[0] for c in columns] == ["Count"]
     tag = command_tag(kind, query, rows, bool(columns) and not is_count)
     if is_count:
-        return Result([], [], tag)
-    return Result(columns, data_rows(rows, [t for _, t in columns]), tag)
+        return Result([], [], tag, [], latency, cpu_time)
+    formats = column_formats(format_codes, len(columns))
+    encoded = data_rows(rows, [t for _, t in columns], formats)
+    return Result(columns, encoded, tag, formats, latency, cpu_time)
+
+
+def _profiled(cursor: duckdb.DuckDBPyConnection, latency: float) -> tuple[float, float | None]:
+    """DuckDB's wall time and CPU time (summed over its threads) for the last statement."""
+    try:
+        info = json.loads(cursor.get_profiling_information(format="json"))
+        query = info.get("query", {})
+        return float(query.get("total_time", latency)), float(query["cpu_time"])
+    except (duckdb.Error, ValueError, KeyError, TypeError):
+        return latency, None  # statements the profiler does not cover (SET, BEGIN …)
 
 
 def describe(
@@ -225,6 +402,7 @@ def _first_line(error: BaseException) -> str:
 @dataclass(slots=True)
 class _Batch:
     job: int | None = None
+    class_name: str = ""
     failed: bool = False
 
 
@@ -237,6 +415,7 @@ class EmbeddedConnection(asyncio.Protocol):
         self.inbox: asyncio.Queue[Frame | None] = asyncio.Queue()
         self.transport: asyncio.Transport | None = None
         self.status = b"I"
+        self.settings: dict[str, str] = {}  # PostgreSQL-only parameters SET in this session
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.batch = _Batch()
@@ -298,10 +477,11 @@ class EmbeddedConnection(asyncio.Protocol):
             for i in range(0, len(parts) - 1, 2)
             if parts[i]
         }
-        self.cursor = self.server.backend.cursor()
+        self.cursor = self.server.backend.cursor(params.get("user", "duckdb"))
+        self.settings["application_name"] = params.get("application_name", "")
         out = bytearray(pg.message(b"R", _INT32.pack(0)))
         settings = {
-            "server_version": f"{SERVER_VERSION} (admission, DuckDB {self.server.backend.version})",
+            "server_version": self.server.backend.server_version,
             "server_encoding": "UTF8",
             "client_encoding": "UTF8",
             "DateStyle": "ISO, MDY",
@@ -393,6 +573,7 @@ class EmbeddedConnection(asyncio.Protocol):
             return
         job = next(_jobs)
         query_class = classify_sql(sql)
+        self.batch.class_name = query_class.name
         bypass = query_class.control or self.status != b"I"
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting[job] = future
@@ -424,23 +605,60 @@ class EmbeddedConnection(asyncio.Protocol):
             self.server.gate.release(self.batch.job)
         self.batch = _Batch()
 
-    async def _run(self, query: str, params: Sequence[object], kind: str) -> Result:
+    async def _run(
+        self, query: str, params: Sequence[object], kind: str, formats: Sequence[int] = ()
+    ) -> Result:
         if self.status == b"E" and kind != "TRANSACTION":
             raise QueryError(
                 "25P02",
                 "current transaction is aborted, commands ignored until end of transaction block",
             )
         assert self.cursor is not None
+        if kind.startswith(_DRIVER):
+            return _answered(compat.driver_answer(kind[len(_DRIVER) :], list(params)), formats)
+        local = self._local(query) or self._transaction_warning(query, kind)
+        if local is not None:
+            return local
         loop = asyncio.get_running_loop()
+        backend = self.server.backend
+        query = compat.rewrite(query, backend.version_string)
         self.running = True
         try:
             result = await loop.run_in_executor(
-                self.server.backend.pool, execute, self.cursor, query, params, kind
+                backend.pool, execute, self.cursor, query, params, kind, formats, backend.profile
             )
         finally:
             self.running = False
         self._track_transaction(result.tag)
+        if self.server.observers:
+            measured = Measurement(self.batch.class_name, result.latency, result.cpu_time)
+            for observer in self.server.observers:
+                observer(measured)
         return result
+
+    def _local(self, sql: str) -> Result | None:
+        """A PostgreSQL-only statement answered here (SHOW, SET, SAVEPOINT …), or None."""
+        try:
+            answer = compat.local_statement(sql, self.settings)
+        except compat.Unsupported as e:
+            raise QueryError("0A000", str(e)) from None
+        return None if answer is None else _answered(answer)
+
+    def _transaction_warning(self, query: str, kind: str) -> Result | None:
+        """PostgreSQL warns, where DuckDB fails, on BEGIN inside a transaction block and on
+        COMMIT or ROLLBACK outside one."""
+        if kind != "TRANSACTION":
+            return None
+        verb = query.lstrip()[:5].upper()
+        if self.status == b"T" and verb in ("BEGIN", "START"):
+            message, sqlstate, tag = "there is already a transaction in progress", "25001", "BEGIN"
+        elif self.status == b"I" and verb in ("COMMI", "END", "ROLLB", "ABORT"):
+            message, sqlstate = "there is no transaction in progress", "25P01"
+            tag = "ROLLBACK" if verb in ("ROLLB", "ABORT") else "COMMIT"
+        else:
+            return None
+        self.out += pg.error_response(sqlstate, message, severity="WARNING", kind=b"N")
+        return Result([], [], tag, [])
 
     def _track_transaction(self, tag: str) -> None:
         if tag == "BEGIN":
@@ -453,23 +671,52 @@ class EmbeddedConnection(asyncio.Protocol):
     async def _simple(self, text: str) -> None:
         self.batch = _Batch()
         assert self.cursor is not None
-        try:
-            statements = self.cursor.extract_statements(text)
-        except duckdb.Error as e:
-            raise QueryError(sqlstate_for(e), _first_line(e)) from None
+        local = self._local(text)
+        if local is not None:
+            self._send_result(local)
+            self.out += pg.ready_for_query(self.status)
+            self._flush()
+            return
+        statements = self._statements(text)
         if not statements:
             self.out += pg.message(b"I")
         else:
             await self._admit(text)
-            for statement in statements:
-                result = await self._run(statement.query, (), statement.type.name)
-                if result.columns:
-                    self.out += row_description(result.columns)
-                    self.out += b"".join(result.rows)
-                self.out += pg.message(b"C", result.tag.encode() + b"\0")
+            for query, kind in statements:
+                self._send_result(await self._run(query, (), kind))
         self._finish_batch()
         self.out += pg.ready_for_query(self.status)
         self._flush()
+
+    def _statements(self, text: str) -> list[tuple[str, str]]:
+        """The statements of a Query message and their kinds. When DuckDB's parser fails on
+        the whole text it is split with PostgreSQL's (pglast) to find the statements answered
+        here (``BEGIN; SAVEPOINT x``); a piece DuckDB cannot parse keeps DuckDB's error."""
+        assert self.cursor is not None
+        try:
+            return [(st.query, st.type.name) for st in self.cursor.extract_statements(text)]
+        except duckdb.Error as e:
+            error = QueryError(sqlstate_for(e), _first_line(e))
+        try:
+            pieces = pglast.split(text)
+        except Exception:  # pglast's parse errors: DuckDB's error is the one to report
+            raise error from None
+        if len(pieces) < 2:
+            if pieces and self._local_parse(pieces[0]):
+                return [(pieces[0], "LOCAL")]
+            if pieces and compat.begin_statement(pieces[0]):
+                return [("BEGIN", "TRANSACTION")]
+            raise error
+        out: list[tuple[str, str]] = []
+        for piece in pieces:
+            out.extend(self._statements(piece))
+        return out
+
+    def _send_result(self, result: Result) -> None:
+        if result.columns:
+            self.out += row_description(result.columns)
+            self.out += b"".join(result.rows)
+        self.out += pg.message(b"C", result.tag.encode() + b"\0")
 
     # extended protocol
 
@@ -481,15 +728,48 @@ class EmbeddedConnection(asyncio.Protocol):
         nparams = max((int(n) for n in _PARAM.findall(query)), default=0)
         types += [0] * (nparams - len(types))
         assert self.cursor is not None
-        try:
-            statements = self.cursor.extract_statements(query) if query.strip() else []
-        except duckdb.Error as e:
-            raise QueryError(sqlstate_for(e), _first_line(e)) from None
-        if len(statements) > 1:
-            raise QueryError("42601", "cannot insert multiple commands into a prepared statement")
-        kind = statements[0].type.name if statements else "EMPTY"
+        driver = compat.driver_statement(query)
+        if driver is not None:
+            kind = _DRIVER + driver  # answered at Execute
+            types = [1028] if driver == "typeinfo" else []
+        elif _LOCAL_HEAD.match(query) and self._local_parse(query):
+            kind = "LOCAL"  # answered at Execute
+        else:
+            statements = self._statements(query) if query.strip() else []
+            if len(statements) > 1:
+                raise QueryError(
+                    "42601", "cannot insert multiple commands into a prepared statement"
+                )
+            query, kind = statements[0] if statements else (query, "EMPTY")
+        if kind not in ("LOCAL", "EMPTY") and driver is None:
+            query = compat.rewrite(query, self.server.backend.version_string)
+        if 0 in types:
+            inferred = compat.infer_parameter_types(query, len(types), self._catalog())
+            types = [
+                oid or (pg_type(guess).oid if guess else TEXT_OID)
+                for oid, guess in zip(types, inferred, strict=True)
+            ]
         self.statements[name] = Prepared(query, types, kind)
         self.out += pg.message(b"1")
+
+    def _catalog(self) -> dict[str, list[tuple[str, str]]]:
+        """Every table's columns and their DuckDB types, for parameter type inference."""
+        assert self.cursor is not None
+        tables: dict[str, list[tuple[str, str]]] = {}
+        rows = self.cursor.execute(
+            "select lower(table_name), lower(column_name), data_type from duckdb_columns() "
+            "order by table_name, column_index"
+        ).fetchall()
+        for table, column, kind in rows:
+            tables.setdefault(table, []).append((column, kind))
+        return tables
+
+    def _local_parse(self, query: str) -> bool:
+        """Whether ``query`` is answered here; a SET is applied at Execute, not now."""
+        try:
+            return compat.local_statement(query, dict(self.settings)) is not None
+        except compat.Unsupported:
+            return True  # fails at Execute, as PostgreSQL fails it there
 
     def _bind(self, body: bytes) -> None:
         portal, pos = pg.read_cstring(body, 0)
@@ -516,13 +796,7 @@ class EmbeddedConnection(asyncio.Protocol):
                 raise QueryError("22P02", f"invalid value for parameter ${i + 1}: {e}") from None
         (nresults,) = struct.unpack_from("!h", body, pos)
         results = struct.unpack_from(f"!{nresults}h", body, pos + 2)
-        if any(results):
-            raise QueryError(
-                "0A000",
-                "binary result format is not supported by the embedded "
-                "DuckDB backend; request text results",
-            )
-        self.portals[portal] = Portal(statement, params)
+        self.portals[portal] = Portal(statement, params, results)
         self.out += pg.message(b"2")
 
     async def _describe(self, body: bytes) -> None:
@@ -531,11 +805,18 @@ class EmbeddedConnection(asyncio.Protocol):
             statement = self.statements.get(name)
             if statement is None:
                 raise QueryError("26000", f'prepared statement "{name}" does not exist')
-            oids = [oid or 25 for oid in statement.param_types]
+            oids = statement.param_types
             self.out += pg.message(
                 b"t", _INT16.pack(len(oids)) + b"".join(_INT32.pack(o) for o in oids)
             )
-            if statement.kind == "SELECT":
+            if statement.kind.startswith(_DRIVER):
+                columns = compat.driver_answer(statement.kind[len(_DRIVER) :], []).columns
+                self.out += row_description(columns)
+            elif statement.kind == "LOCAL":
+                local = self._local(statement.query)
+                columns = local.columns if local is not None else []
+                self.out += row_description(columns) if columns else pg.message(b"n")
+            elif statement.kind == "SELECT":
                 assert self.cursor is not None
                 columns = describe(self.cursor, statement.query, len(oids))
                 self.out += row_description(columns) if columns else pg.message(b"n")
@@ -546,13 +827,18 @@ class EmbeddedConnection(asyncio.Protocol):
         if portal is None:
             raise QueryError("34000", f'portal "{name}" does not exist')
         result = await self._portal_result(portal)
-        self.out += row_description(result.columns) if result.columns else pg.message(b"n")
+        if result.columns:
+            self.out += row_description(result.columns, result.formats)
+        else:
+            self.out += pg.message(b"n")
 
     async def _portal_result(self, portal: Portal) -> Result:
         if portal.result is None:
             statement = portal.statement
             await self._admit(statement.query)
-            portal.result = await self._run(statement.query, portal.params, statement.kind)
+            portal.result = await self._run(
+                statement.query, portal.params, statement.kind, portal.formats
+            )
         return portal.result
 
     async def _execute(self, body: bytes) -> None:
@@ -618,6 +904,7 @@ class EmbeddedServer(Listener):
         self.max_message = max_message
         self.connections: set[EmbeddedConnection] = set()
         self.by_key: dict[tuple[int, int], EmbeddedConnection] = {}
+        self.observers: list[Callable[[Measurement], None]] = []
 
     def protocol(self) -> EmbeddedConnection:
         return EmbeddedConnection(self)
@@ -634,3 +921,4 @@ class EmbeddedServer(Listener):
             conn._fatal(pg.SQLSTATE_ADMIN_SHUTDOWN, "the proxy is shutting down")
         if self._server is not None:
             await self._server.wait_closed()
+        self.backend.close()

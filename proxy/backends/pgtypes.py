@@ -6,7 +6,8 @@ output (DateStyle ISO, TimeZone UTC, IntervalStyle postgres, bytea_output hex), 
 client that parses ``1 day 02:00:00`` or ``{1,2,"a b"}`` must not be able to tell.
 
 ``pg_type(duckdb_type)`` maps a DuckDB type name (as in a cursor's description) to a ``PgType``;
-``encode_text(value, pg_type)`` turns the Python value DuckDB returned into bytes.
+``encode_text(value, pg_type)`` turns the Python value DuckDB returned into bytes;
+``encode_binary`` gives PostgreSQL's binary send format instead (what asyncpg asks for).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
-__all__ = ["PgType", "encode_text", "pg_type"]
+__all__ = ["ARRAY_ELEMENT", "BUILTIN", "PgType", "encode_binary", "encode_text", "pg_type"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,9 @@ TIMESTAMPTZ = _t("timestamptz", 1184, 8)
 INTERVAL = _t("interval", 1186, 16)
 NUMERIC = _t("numeric", 1700, -1)
 UUID = _t("uuid", 2950, 16)
+CHAR = _t("char", 18, 1)
+NAME = _t("name", 19, 64)
+OID = _t("oid", 26, 4)
 
 _ARRAY_OIDS = {
     16: 1000,
@@ -72,7 +76,15 @@ _ARRAY_OIDS = {
     1186: 1187,
     1700: 1231,
     2950: 2951,
+    26: 1028,
+    18: 1002,
+    19: 1003,
 }
+_ALL = [BOOL, BYTEA, INT8, INT2, INT4, TEXT, JSON, FLOAT4, FLOAT8, VARCHAR, DATE, TIME, TIMESTAMP]
+_ALL += [TIMESTAMPTZ, INTERVAL, NUMERIC, UUID, CHAR, NAME, OID]
+BUILTIN = {t.oid: t for t in _ALL}
+
+ARRAY_ELEMENT = {array: element for element, array in _ARRAY_OIDS.items()}
 
 _SCALARS: dict[str, PgType] = {
     "BOOLEAN": BOOL,
@@ -283,4 +295,122 @@ def encode_text(value: object, t: PgType) -> bytes | None:
         return None
     if t.element is not None:
         return _array(value, t.element).encode()
+    return _scalar(value, t).encode()
+
+
+# -- binary encoders (PostgreSQL's *send functions) -----------------------------------------
+
+_EPOCH_DATE = datetime.date(2000, 1, 1)
+_EPOCH = datetime.datetime(2000, 1, 1)
+_EPOCH_TZ = datetime.datetime(2000, 1, 1, tzinfo=datetime.UTC)
+_MICRO = datetime.timedelta(microseconds=1)
+_NUMERIC_SPECIAL = {"NaN": 0xC000, "Infinity": 0xD000, "-Infinity": 0xF000}
+
+
+def _b_numeric(v: object) -> bytes:
+    d = v if isinstance(v, Decimal) else Decimal(str(v))
+    if not d.is_finite():
+        return struct.pack("!hhHh", 0, 0, _NUMERIC_SPECIAL[_numeric(d)], 0)
+    exponent = d.as_tuple().exponent
+    assert isinstance(exponent, int)
+    dscale = max(0, -exponent)
+    whole, _, fraction = format(d.copy_abs(), "f").partition(".")
+    whole = whole.lstrip("0")
+    whole = "0" * (-len(whole) % 4) + whole
+    fraction = fraction + "0" * (-len(fraction) % 4)
+    groups = [int(whole[i : i + 4]) for i in range(0, len(whole), 4)]
+    weight = len(groups) - 1
+    groups += [int(fraction[i : i + 4]) for i in range(0, len(fraction), 4)]
+    while groups and groups[0] == 0:
+        groups.pop(0)
+        weight -= 1
+    while groups and groups[-1] == 0:
+        groups.pop()
+    if not groups:
+        weight = 0
+    sign = 0x4000 if d.is_signed() and groups else 0
+    return struct.pack(f"!hhHh{len(groups)}h", len(groups), weight, sign, dscale, *groups)
+
+
+def _b_time(v: object) -> bytes:
+    assert isinstance(v, datetime.time)
+    micro = ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond
+    return struct.pack("!q", micro)
+
+
+def _b_date(v: object) -> bytes:
+    assert isinstance(v, datetime.date)
+    return struct.pack("!i", (v - _EPOCH_DATE).days)
+
+
+def _b_timestamp(v: object) -> bytes:
+    assert isinstance(v, datetime.datetime)
+    if v.tzinfo is not None:
+        return struct.pack("!q", (v - _EPOCH_TZ) // _MICRO)
+    return struct.pack("!q", (v - _EPOCH) // _MICRO)
+
+
+def _b_interval(v: object) -> bytes:
+    """Days and time with the sign of the net value, as the text output shows them."""
+    assert isinstance(v, datetime.timedelta)
+    total = v // _MICRO
+    sign = -1 if total < 0 else 1
+    days, rest = divmod(abs(total), 86_400_000_000)
+    return struct.pack("!qii", sign * rest, sign * days, 0)
+
+
+def _b_bytea(v: object) -> bytes:
+    assert isinstance(v, bytes | bytearray | memoryview)
+    return bytes(v)
+
+
+def _b_uuid(v: object) -> bytes:
+    return v.bytes if isinstance(v, uuid.UUID) else uuid.UUID(str(v)).bytes
+
+
+_BINARY: dict[int, Callable[[object], bytes]] = {
+    BOOL.oid: lambda v: b"\x01" if v else b"\x00",
+    INT2.oid: struct.Struct("!h").pack,
+    INT4.oid: struct.Struct("!i").pack,
+    INT8.oid: struct.Struct("!q").pack,
+    FLOAT4.oid: struct.Struct("!f").pack,
+    FLOAT8.oid: struct.Struct("!d").pack,
+    NUMERIC.oid: _b_numeric,
+    DATE.oid: _b_date,
+    TIME.oid: _b_time,
+    TIMESTAMP.oid: _b_timestamp,
+    TIMESTAMPTZ.oid: _b_timestamp,
+    INTERVAL.oid: _b_interval,
+    BYTEA.oid: _b_bytea,
+    UUID.oid: _b_uuid,
+    OID.oid: struct.Struct("!I").pack,
+}
+
+
+def _b_array(values: object, element: PgType) -> bytes:
+    assert isinstance(values, list | tuple)
+    if not values:
+        return struct.pack("!iii", 0, 0, element.oid)
+    parts = [struct.pack("!iiiii", 1, int(None in values), element.oid, len(values), 1)]
+    for item in values:
+        encoded = encode_binary(item, element)
+        parts.append(b"\xff\xff\xff\xff" if encoded is None else _LENGTH.pack(len(encoded)))
+        if encoded is not None:
+            parts.append(encoded)
+    return b"".join(parts)
+
+
+_LENGTH = struct.Struct("!i")
+
+
+def encode_binary(value: object, t: PgType) -> bytes | None:
+    """PostgreSQL's binary (send) format for ``value`` of type ``t``; None for SQL NULL.
+    Types without a binary form of their own (text, varchar, json) send their text."""
+    if value is None:
+        return None
+    if t.element is not None:
+        return _b_array(value, t.element)
+    encoder = _BINARY.get(t.oid)
+    if encoder is not None:
+        return encoder(value)
     return _scalar(value, t).encode()

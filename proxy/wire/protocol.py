@@ -89,7 +89,10 @@ def message(kind: bytes, body: bytes = b"") -> bytes:
     return _HEADER.pack(kind, len(body) + 4) + body
 
 
-def error_response(sqlstate: str, text: str, severity: str = "ERROR", detail: str = "") -> bytes:
+def error_response(
+    sqlstate: str, text: str, severity: str = "ERROR", detail: str = "", kind: bytes = b"E"
+) -> bytes:
+    """An ErrorResponse, or with ``kind=b"N"`` a NoticeResponse (severity WARNING, NOTICE …)."""
     fields = [
         b"S" + severity.encode(),
         b"V" + severity.encode(),
@@ -98,7 +101,7 @@ def error_response(sqlstate: str, text: str, severity: str = "ERROR", detail: st
     ]
     if detail:
         fields.append(b"D" + detail.encode())
-    return message(b"E", b"\0".join(fields) + b"\0\0")
+    return message(kind, b"\0".join(fields) + b"\0\0")
 
 
 def ready_for_query(status: bytes = b"I") -> bytes:
