@@ -221,8 +221,7 @@ def create_app(
             raise HTTPException(
                 422, f"unknown policy {change.policy!r}; choose from {', '.join(POLICIES)}"
             )
-        scheduler.set_policy(change.policy, gate.now)
-        gate.wake()
+        gate.apply(lambda now: scheduler.set_policy(change.policy, now))
         return await status()
 
     @app.put("/limits", dependencies=guard)
@@ -235,8 +234,7 @@ def create_app(
             limits = Limits(**current)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
-        scheduler.set_limits(limits, gate.now)
-        gate.wake()
+        gate.apply(lambda now: scheduler.set_limits(limits, now))
         return await status()
 
     @app.post("/model/reload", dependencies=guard)
@@ -247,8 +245,7 @@ def create_app(
             model = EtaModel.load(model_path)
         except ModelError as e:
             raise HTTPException(422, f"the model was not reloaded: {e}") from None
-        scheduler.set_model(model, gate.now)
-        gate.wake()
+        gate.apply(lambda now: scheduler.set_model(model, now))
         return {"reloaded": str(model_path), "classes": len(model.classes)}
 
     @app.get("/metrics", dependencies=guard)

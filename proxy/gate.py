@@ -89,6 +89,10 @@ class AdmissionGate:
         self._waiters.pop(job, None)
         self._after(self.scheduler.complete(job, self.now))
 
+    def waiter(self, job: int) -> Waiter | None:
+        """Who submitted ``job`` (while it is queued or in service)."""
+        return self._waiters.get(job)
+
     def is_queued(self, job: int) -> bool:
         record = self.scheduler.job(job)
         return record is not None and record.state is JobState.QUEUED
@@ -106,8 +110,13 @@ class AdmissionGate:
         return True
 
     def wake(self) -> None:
-        """Re-run the decision now (after a limit, policy or model change)."""
+        """Re-run the decision now."""
         self._after(self.scheduler.tick(self.now))
+
+    def apply(self, change: Callable[[float], list[Job]]) -> None:
+        """Change the scheduler (limits, policy, model) now; the jobs the change admits are
+        told, like any other grant. ``change`` receives the current time."""
+        self._after(change(self.now))
 
     # -- internals -------------------------------------------------------------------------
 

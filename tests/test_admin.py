@@ -56,6 +56,33 @@ def test_policy_and_limits_change_at_run_time(make_proxy: MakeProxy) -> None:
     run_queries(proxy, "select 'still works'")
 
 
+def test_raising_the_mpl_admits_queued_statements(make_proxy: MakeProxy) -> None:
+    """Statements queued behind MPL 1 run as soon as the limit is raised (not at the next
+    completion): the grants a limit change makes reach their clients."""
+    import threading
+    import time
+
+    proxy = make_proxy(admin=True, limits=Limits(mpl=1))
+    finished: list[float] = []
+
+    def sleeper(seconds: float) -> None:
+        run_queries(proxy, f"select pg_sleep({seconds})")
+        finished.append(time.monotonic())
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=sleeper, args=(s,)) for s in (3, 0.1, 0.1)]
+    for t in threads:
+        t.start()
+        time.sleep(0.3)  # the first holds the only slot, the others queue
+    assert proxy.state()["queued"] == 2
+    httpx.put(f"{proxy.admin_url}/limits", json={"mpl": 4})
+    for t in threads:
+        t.join(30)
+    quick = sorted(finished)[:2]
+    assert all(f - started < 2.5 for f in quick), [f - started for f in finished]
+    proxy.wait_idle()
+
+
 def test_eta_and_model_reload(make_proxy: MakeProxy, tmp_path: Path) -> None:
     path = tmp_path / "model.json"
     first = EtaModel(
