@@ -39,7 +39,7 @@ app.add_typer(model_app, name="model")
 
 # Piped output (files, CI logs) gets wide tables rather than rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # messages stay one line each in logs
 
 
 def _fail(message: str) -> typer.Exit:
@@ -598,6 +598,148 @@ def _load(path: Path) -> EtaModel:
         raise _fail(str(e)) from None
 
 
+# -- train ---------------------------------------------------------------------------------
+
+
+def _parse_classes(text: str) -> tuple[int, ...]:
+    if text.strip().lower() == "all":
+        return tuple(range(1, 23))
+    try:
+        numbers = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise ValueError(
+            f"--classes takes 'all' or TPC-H query numbers like 1,4,9, not {text!r}"
+        ) from None
+    bad = [q for q in numbers if not 1 <= q <= 22]
+    if bad or not numbers:
+        raise ValueError(f"TPC-H has queries 1 to 22; --classes got {text!r}")
+    return tuple(dict.fromkeys(numbers))
+
+
+@app.command()
+def train(
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="duckdb (the embedded in-memory DuckDB) or postgresql://HOST:PORT/DB.",
+            envvar=_env("backend"),
+        ),
+    ] = "duckdb",
+    tpch: Annotated[
+        float, typer.Option(help="TPC-H scale factor to generate and load.", min=0.001)
+    ] = 0.1,
+    classes: Annotated[
+        str, typer.Option(help="TPC-H queries to train: 'all' or a list such as 1,4,9,16,18,21.")
+    ] = "all",
+    isolation_reps: Annotated[
+        int, typer.Option(help="Runs of each class alone (D_r, phases, fork size).", min=1)
+    ] = 3,
+    concurrency: Annotated[
+        int, typer.Option(help="Closed-loop clients in the concurrent FCFS run.", min=1)
+    ] = 8,
+    duration: Annotated[float, typer.Option(help="Seconds of the concurrent run.", min=1.0)] = 60.0,
+    interval: Annotated[
+        float, typer.Option(help="Sampling interval Δ in seconds.", min=0.001, max=5.0)
+    ] = 0.05,
+    mpl: Annotated[
+        int, typer.Option(help="MPL of the concurrent run (0 = everything at once).", min=0)
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the query parameters and the mix.")] = 0,
+    out_path: Annotated[
+        Path, typer.Option("--out", help="Where to write the model file (JSON).")
+    ] = Path("model.json"),
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="η heat map PNG (default: beside --out, with .png)."),
+    ] = None,
+) -> None:
+    """Learn each TPC-H class's profile through the proxy and write the η model.
+
+    First every class runs alone (D_r, the fork profile, f_r), then CONCURRENCY clients run the
+    classes at once under FCFS while threads and CPU are sampled every Δ (U_r, Q_r, A^c_r).
+    The model file is written atomically; Ctrl-C in the concurrent run keeps what was measured.
+    """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from training.report import eta_heatmap
+    from training.train import TrainConfig
+    from training.train import train as run_training
+
+    try:
+        if backend != "duckdb":
+            from proxy.server import parse_backend
+
+            parse_backend(backend)
+        config = TrainConfig(
+            backend=backend,
+            tpch=tpch,
+            classes=_parse_classes(classes),
+            isolation_reps=isolation_reps,
+            concurrency=concurrency,
+            duration=duration,
+            interval=interval,
+            mpl=mpl or None,
+            seed=seed,
+        )
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    if not out_path.parent.exists():
+        raise _fail(f"cannot write {out_path}: the directory {out_path.parent} does not exist")
+    say = _progress_printer()
+    with Progress(
+        TextColumn("{task.description:>12}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as bars:
+
+        def bar(name: str, total: int) -> Callable[[int], None]:
+            task = bars.add_task(name, total=total)
+            return lambda done: bars.update(task, completed=done)
+
+        try:
+            result = run_training(config, progress=say, bar=bar)
+        except KeyboardInterrupt:
+            raise _fail("interrupted before the concurrent run: no model written") from None
+        except (RuntimeError, ValueError, OSError) as e:
+            raise _fail(str(e)) from None
+        except Exception as e:  # psycopg's connection errors, DuckDB's
+            raise _fail(f"training failed: {e}") from None
+    result.model.save(out_path)
+    picture = eta_heatmap(result.model, plot or out_path.with_suffix(".png"))
+    out.print(_class_table(result.model, f"{out_path} — {result.model.notes}"))
+    checks = result.checks
+    out.print(
+        f"window {checks.window:.1f} s, {len(result.load.statements)} statements "
+        f"({len(result.load.failed)} failed), {checks.samples} samples\n"
+        f"Σ U_r = {checks.u_sum:.3f}; CPU: model {checks.model_cpu:.2f} s, OS "
+        f"{checks.os_cpu:.2f} s ({checks.cpu_error:.1%} apart)\n"
+        f"sampler: {checks.sampler_cpu:.2%} of one core at Δ = {interval:g} s\n"
+        f"wrote {out_path} and {picture}"
+        + (" (interrupted: partial run)" if result.interrupted else "")
+    )
+
+
+def _class_table(m: EtaModel, title: str) -> Table:
+    table = Table(title=title)
+    for col in ("class", "D_r", "f_r", "U_r", "Q_r", "A_r", "count", "fingerprint"):
+        table.add_column(col, justify="right")
+    for c in m.classes:
+        table.add_row(
+            c.name,
+            f"{c.D:.4g}",
+            str(c.f),
+            f"{c.U:.3g}",
+            f"{c.Q:.3g}",
+            f"{c.A:.3g}",
+            str(c.count),
+            c.fingerprint,
+        )
+    return table
+
+
 @model_app.command("check")
 def model_check(path: Path) -> None:
     """Validate a model file: exit 0 if the proxy and the simulator can load it."""
@@ -614,21 +756,7 @@ def model_show(
     m = _load(path)
     if policy not in POLICIES:
         raise _fail(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
-    table = Table(title=f"{path} — {m.backend} {m.dataset}, {m.cores} cores")
-    for col in ("class", "D_r", "f_r", "U_r", "Q_r", "A_r", "count", "fingerprint"):
-        table.add_column(col, justify="right")
-    for c in m.classes:
-        table.add_row(
-            c.name,
-            f"{c.D:.4g}",
-            str(c.f),
-            f"{c.U:.3g}",
-            f"{c.Q:.3g}",
-            f"{c.A:.3g}",
-            str(c.count),
-            c.fingerprint,
-        )
-    out.print(table)
+    out.print(_class_table(m, f"{path} — {m.backend} {m.dataset}, {m.cores} cores"))
     eta = POLICIES[policy].build(m)
     grid = Table(title=f"η for {policy} ({POLICIES[policy].symbol}); row r, column c")
     grid.add_column("r \\ c")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from admission.model import EtaModel
-from admission.scheduler import Limits, Scheduler
+from admission.scheduler import Event, Limits, Scheduler
 from proxy.admin import AdminMetrics
 from proxy.gate import AdmissionGate
 from proxy.server import BackendAddress, Listener, ProxyServer
@@ -52,11 +52,25 @@ class ProxyConfig:
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, AdminMetrics]:
+def build(
+    config: ProxyConfig,
+    progress: Progress = _quiet,
+    listener: Callable[[Event], None] | None = None,
+) -> tuple[Listener, AdminMetrics]:
     """The front end, and the metrics its scheduler's events feed (for the admin API).
-    With the embedded backend this opens the DuckDB database and loads TPC-H if asked."""
+    With the embedded backend this opens the DuckDB database and loads TPC-H if asked.
+    ``listener`` also receives every scheduler event (training records admissions)."""
     metrics = AdminMetrics()
-    scheduler = Scheduler(config.model, config.policy, config.limits, listener=metrics.on_event)
+    on_event: Callable[[Event], None] = metrics.on_event
+    if listener is not None:
+        extra = listener
+
+        def both(event: Event) -> None:
+            metrics.on_event(event)
+            extra(event)
+
+        on_event = both
+    scheduler = Scheduler(config.model, config.policy, config.limits, listener=on_event)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
     if config.backend is None:
         return embedded_server(config, gate, progress), metrics
@@ -177,3 +191,49 @@ def run(config: ProxyConfig, progress: Progress = _quiet) -> None:
         asyncio.run(serve(config, progress=progress))
     else:
         uvloop.run(serve(config, progress=progress))
+
+
+class BackgroundProxy:
+    """The proxy on an event loop of its own, in a thread of this process: for training and
+    benchmarks, which drive it and read its scheduler while clients connect over TCP."""
+
+    def __init__(
+        self,
+        config: ProxyConfig,
+        progress: Progress = _quiet,
+        listener: Callable[[Event], None] | None = None,
+    ) -> None:
+        import threading
+
+        try:
+            import uvloop
+
+            self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+        except ImportError:
+            self.loop = asyncio.new_event_loop()
+        self.server, self.metrics = build(config, progress, listener)
+        self.gate = self.server.gate
+        self.thread = threading.Thread(target=self.loop.run_forever, name="proxy", daemon=True)
+        self.thread.start()
+        self.call(lambda: self.server.start(config.listen_host, config.listen_port))
+        self.port = self.server.port
+        self.host = config.listen_host
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the proxy's loop, awaiting it if it returns a coroutine."""
+
+        async def runner() -> Any:
+            result = fn()
+            return await result if asyncio.iscoroutine(result) else result
+
+        return asyncio.run_coroutine_threadsafe(runner(), self.loop).result(timeout=60)
+
+    def conninfo(self, user: str = "admission", dbname: str = "admission") -> str:
+        return f"host={self.host} port={self.port} user={user} dbname={dbname}"
+
+    def close(self) -> None:
+        try:
+            self.call(self.server.close)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=30)

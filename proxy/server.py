@@ -193,6 +193,12 @@ class ClientConnection(asyncio.Protocol):
         self._key: tuple[int, int] | None = None
         self._reading_paused = False
 
+    @property
+    def backend_pid(self) -> int | None:
+        """The PostgreSQL backend process serving this client (from BackendKeyData)."""
+        key = self.session.backend_key
+        return key[0] if key is not None else None
+
     # -- client side -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -17,6 +17,7 @@ With ``profile`` on, each statement's CPU time and wall time come from DuckDB's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import itertools
 import json
@@ -84,8 +85,11 @@ class DuckDBBackend:
         return cursor
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        self.connection.close()
+        """Stop: statements not started are dropped, running ones (interrupted by their
+        clients' departure) are waited for, then the database is closed."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        with contextlib.suppress(duckdb.Error):
+            self.connection.close()
 
 
 class Refused(Exception):
@@ -118,6 +122,7 @@ class Measurement:
     class_name: str
     latency: float
     cpu_time: float | None
+    job: int | None = None  # the admission job the statement ran under
 
     @property
     def parallelism(self) -> float | None:
@@ -490,7 +495,8 @@ class EmbeddedConnection(asyncio.Protocol):
         self.server.connections.discard(self)
         self.server.by_key.pop(self.key, None)
         if self.running and self.cursor is not None:
-            self.cursor.interrupt()
+            with contextlib.suppress(duckdb.Error):  # the database may be closing already
+                self.cursor.interrupt()
 
     # start-up
 
@@ -677,7 +683,9 @@ class EmbeddedConnection(asyncio.Protocol):
             self.running = False
         self._track_transaction(result.tag)
         if self.server.observers:
-            measured = Measurement(self.batch.class_name, result.latency, result.cpu_time)
+            measured = Measurement(
+                self.batch.class_name, result.latency, result.cpu_time, self.batch.job
+            )
             for observer in self.server.observers:
                 observer(measured)
         return result
@@ -966,8 +974,11 @@ class EmbeddedServer(Listener):
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        tasks = [c.task for c in self.connections if c.task is not None]
         for conn in list(self.connections):
             conn._fatal(pg.SQLSTATE_ADMIN_SHUTDOWN, "the proxy is shutting down")
+        if tasks:  # each client's loop ends once its connection is lost
+            await asyncio.wait(tasks, timeout=10)
         if self._server is not None:
             await self._server.wait_closed()
         self.backend.close()

@@ -114,9 +114,16 @@ def load_postgres(conn: Any, data: Path, scale_factor: float, progress: Progress
         conn.execute("drop table if exists tpch_meta")
         conn.execute("create table tpch_meta (scale_factor double precision)")
         conn.execute("insert into tpch_meta values (%s)", [scale_factor])
-    progress("ANALYZE")
-    conn.execute("analyze")  # allowed inside a transaction, unlike VACUUM
+    # VACUUM ANALYZE, not just ANALYZE: it also sets the visibility map, so autovacuum has no
+    # freshly inserted tables to process later, in the middle of someone's measurements.
+    progress("VACUUM ANALYZE")
     conn.commit()
+    autocommit = conn.autocommit
+    conn.autocommit = True
+    try:
+        conn.execute("vacuum analyze")
+    finally:
+        conn.autocommit = autocommit
 
 
 def _loaded_duckdb(con: Any, scale_factor: float) -> bool:

@@ -1,0 +1,329 @@
+"""Training: the estimator's bookkeeping by hand, then ``admission train`` for real on the
+embedded DuckDB and on the suite's PostgreSQL (parallel plans on), checked against the OS's CPU
+count and Little's law, loaded by the proxy and the simulator, and interrupted with Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from admission import EtaModel, Scheduler
+from admission.classify import classify_sql
+from tests.pgcluster import Cluster, free_port
+from training.estimate import Completed, Estimator, attribute, phases_of, pooled_phases
+from training.train import TrainConfig, TrainResult, train
+from workloads.tpch import draw_parameters, render_query
+
+ADMISSION = str(Path(sys.executable).with_name("admission"))
+CLASSES = (1, 4, 9, 16, 18, 21)
+SF = 0.05
+
+
+# -- the estimator, by hand ----------------------------------------------------------------
+
+
+def test_estimator_by_hand() -> None:
+    est = Estimator(cores=2, fork={"a": 2, "b": 1})
+    est.admit("j1", "a", 0.0)  # nothing in flight: A^a_a = own fork 2
+    est.sample(0.0, {"j1": 2})
+    est.admit("j2", "b", 1.0)  # sees a: 2 tasks; own b: 1
+    est.sample(1.0, {"j1": 2, "j2": 1})
+    est.sample(2.0, {"j1": 1, "j2": 1})
+    est.complete("j1", 3.0, cpu=2.5)
+    est.sample(3.0, {"j2": 1})
+    est.complete("j2", 4.0, cpu=1.5)
+    est.sample(4.0, {})
+    got = est.estimates()
+    ea, eb = got["a"], got["b"]
+    # a's tasks: 2 on [0,1), 2 on [1,2), 1 on [2,3) → 5 task-seconds over 4 s
+    assert ea.Q == pytest.approx(5 / 4)
+    # b's: 1 on [1,2), [2,3), [3,4) → 3 task-seconds
+    assert eb.Q == pytest.approx(3 / 4)
+    assert ea.U == pytest.approx(2.5 / (4 * 2)) and eb.U == pytest.approx(1.5 / 8)
+    assert ea.thread_seconds == pytest.approx(5) and eb.thread_seconds == pytest.approx(3)
+    # Little: Q_r = X_r · E[thread-seconds]
+    for one in (ea, eb):
+        assert one.Q == pytest.approx(one.throughput * one.thread_seconds)
+    a = est.a_matrix(["a", "b"])  # A[r][c]
+    assert a == [[2.0, 2.0], [0.0, 1.0]]
+    assert ea.A == pytest.approx((2 + 2) / 2) and eb.A == pytest.approx(1 / 2)
+    assert ea.response == pytest.approx(3.0) and eb.count == 1
+
+
+def test_attribution_and_phases() -> None:
+    assert attribute(3, {"x": 2.0, "y": 1.0}) == {"x": 2.0, "y": 1.0}
+    assert attribute(2, {"x": 0.0, "y": 0.0}) == {"x": 1.0, "y": 1.0}
+    series = [(0.0, 1), (0.1, 3), (0.2, 3), (0.3, 1), (0.4, 3), (0.5, 3), (0.6, 1)]
+    # the lone 1 at 0.3 is shorter than both neighbours: merged into the 3-thread phase
+    assert phases_of(series, 0.7) == [
+        (1, pytest.approx(0.1)),
+        (3, pytest.approx(0.5)),
+        (1, pytest.approx(0.1)),
+    ]
+    runs = [
+        Completed(
+            i, "a", 0.0, 1.0, 0, None, tuple((t / 10, 2 if 2 <= t < 8 else 1) for t in range(10))
+        )
+        for i in range(3)
+    ]
+    assert pooled_phases(runs) == [
+        (1, pytest.approx(0.2)),
+        (2, pytest.approx(0.6)),
+        (1, pytest.approx(0.2)),
+    ]
+
+
+# -- real training -------------------------------------------------------------------------
+
+
+def _check(result: TrainResult, classes: tuple[int, ...]) -> EtaModel:
+    model = result.model
+    assert [c.name for c in model.classes] == [f"Q{q}" for q in classes]
+    for c in model.classes:
+        assert c.D > 0 and c.f >= 1 and c.phases and c.count > 0, c
+        assert c.U > 0 and c.Q > 0 and c.A > 0, c
+        assert c.phases[0].threads == c.f
+        assert sum(p.duration for p in c.phases) == pytest.approx(c.D, rel=1e-6)
+    assert len(model.A_matrix) == len(classes)
+    assert set(model.eta) == {"fcfs", "sept", "min-q", "min-a", "max-u", "max-p"}
+    checks = result.checks
+    assert 0 < checks.u_sum <= 1.0
+    # U_r matches the CPU time the OS reports for the database over the run, within 10 %
+    assert checks.cpu_error < 0.10, (checks.model_cpu, checks.os_cpu)
+    # Q_r matches Little's law within 10 %
+    for name, (q, little) in checks.little.items():
+        assert q == pytest.approx(little, rel=0.10), name
+    assert checks.sampler_cpu < 0.10
+    return model
+
+
+def _uses_the_model(model: EtaModel, path: Path) -> None:
+    model.save(path)
+    loaded = EtaModel.load(path)
+    assert loaded.fingerprints == model.fingerprints
+    scheduler = Scheduler(loaded, "min-a")  # what the proxy builds
+    assert scheduler.submit("j", loaded.classes[0].fingerprint, 0.0) != []
+    sim = subprocess.run(
+        [
+            ADMISSION,
+            "simulate",
+            "--model",
+            str(path),
+            "--policies",
+            "fcfs,min-a",
+            "--replications",
+            "1",
+            "--completions",
+            "400",
+            "--warmup",
+            "40",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert sim.returncode == 0, sim.stderr
+    summary = json.loads(sim.stdout)
+    assert set(summary["policies"]) == {"fcfs", "min-a"}
+
+
+def test_train_on_duckdb(tmp_path: Path) -> None:
+    config = TrainConfig(
+        backend="duckdb",
+        tpch=SF,
+        classes=CLASSES,
+        isolation_reps=3,
+        concurrency=4,
+        duration=6,
+        interval=0.02,
+    )
+    result = train(config)
+    model = _check(result, CLASSES)
+    assert model.backend == "duckdb" and "profiler" in model.notes
+    threads = max(p.threads for c in model.classes for p in c.phases)
+    assert 2 <= threads <= (os.cpu_count() or 2) + 2  # DuckDB's threads, one per core
+    _uses_the_model(model, tmp_path / "duck.json")
+
+
+def _parallel_classes(conninfo: str) -> set[int]:
+    found = set()
+    with psycopg.connect(conninfo) as conn:
+        for q in CLASSES:
+            sql = render_query(q, draw_parameters(q, random.Random(q), SF))
+            plan = "\n".join(r[0] for r in conn.execute("explain " + sql).fetchall())
+            if re.search(r"Workers Planned: [1-9]", plan):
+                found.add(q)
+    return found
+
+
+def test_train_on_postgresql_with_parallel_workers(pg: Cluster, tmp_path: Path) -> None:
+    pg.psql("drop database if exists tpch_train")
+    pg.psql("create database tpch_train")
+    for setting in (
+        "max_parallel_workers_per_gather = 2",
+        "parallel_setup_cost = 0",
+        "parallel_tuple_cost = 0",
+        "min_parallel_table_scan_size = 0",
+    ):
+        pg.psql(f"alter database tpch_train set {setting}")
+    url = f"postgresql://postgres@127.0.0.1:{pg.port}/tpch_train"
+    config = TrainConfig(
+        backend=url,
+        tpch=SF,
+        classes=CLASSES,
+        isolation_reps=3,
+        concurrency=4,
+        duration=8,
+        interval=0.02,
+    )
+    result = train(config)
+    model = _check(result, CLASSES)
+    parallel = _parallel_classes(url)
+    assert parallel, "the planner chose no parallel plan; the test proves nothing"
+    by_name = {c.name: c for c in model.classes}
+    for q in parallel:
+        fork = max(p.threads for p in by_name[f"Q{q}"].phases)
+        assert fork > 1, (q, by_name[f"Q{q}"].phases)
+    assert any(by_name[f"Q{q}"].f > 1 for q in parallel)
+    assert (
+        model.classes[0].fingerprint
+        == classify_sql(render_query(1, draw_parameters(1, random.Random(0), SF))).fingerprint
+    )
+    _uses_the_model(model, tmp_path / "pg.json")
+
+
+# -- the command line ------------------------------------------------------------------------
+
+
+def _train_cli(out: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            ADMISSION,
+            "train",
+            "--tpch",
+            str(SF),
+            "--classes",
+            "1,6,14",
+            "--isolation-reps",
+            "2",
+            "--concurrency",
+            "3",
+            "--interval",
+            "0.02",
+            "--out",
+            str(out),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_train_cli_writes_model_table_and_heat_map(tmp_path: Path) -> None:
+    out = tmp_path / "model.json"
+    proc = _train_cli(out, "--duration", "3")
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr
+    assert "Q14" in stdout and "Σ U_r" in stdout and "sampler:" in stdout
+    assert EtaModel.load(out).classes[1].name == "Q6"
+    png = out.with_suffix(".png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    check = subprocess.run([ADMISSION, "model", "check", str(out)], capture_output=True, text=True)
+    assert check.returncode == 0 and "3 classes" in check.stdout
+    _serve_with(out)
+
+
+def _serve_with(model: Path) -> None:
+    """The live proxy loads the trained model and admits by it."""
+    port, admin = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            ADMISSION,
+            "serve",
+            "--tpch",
+            str(SF),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--model",
+            str(model),
+            "--policy",
+            "min-a",
+            "--mpl",
+            "2",
+            "--admin",
+            f"127.0.0.1:{admin}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                conn = psycopg.connect(host="127.0.0.1", port=port, user="u", dbname="d")
+                break
+            except psycopg.OperationalError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        with conn:
+            sql = render_query(6, draw_parameters(6, random.Random(1), SF), "duckdb")
+            conn.execute(sql).fetchall()
+        classes = {c["name"]: c for c in httpx.get(f"http://127.0.0.1:{admin}/classes").json()}
+        assert {"Q1", "Q6", "Q14"} <= set(classes)
+        assert classes["Q6"]["counts"]["completed"] == 1  # classified as the trained class
+        assert httpx.get(f"http://127.0.0.1:{admin}/status").json()["policy"] == "min-a"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def test_ctrl_c_keeps_a_usable_partial_model_or_none(tmp_path: Path) -> None:
+    out = tmp_path / "partial.json"
+    proc = _train_cli(out, "--duration", "120")
+    deadline = time.monotonic() + 120
+    assert proc.stderr is not None
+    while "concurrent:" not in proc.stderr.readline():  # wait for the concurrent phase
+        assert time.monotonic() < deadline and proc.poll() is None
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    model = EtaModel.load(out)
+    assert "interrupted" in model.notes and len(model.classes) == 3
+
+    early = tmp_path / "none.json"
+    proc = _train_cli(early, "--duration", "120")
+    while "isolation:" not in proc.stderr.readline():  # type: ignore[union-attr]
+        assert time.monotonic() < deadline and proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "no model written" in stderr
+    assert not early.exists() and not list(tmp_path.glob(".none.json*"))
+
+
+def test_train_cli_rejects_bad_arguments(tmp_path: Path) -> None:
+    for args, message in (
+        (["--classes", "1,23"], "TPC-H has queries 1 to 22"),
+        (["--classes", "one"], "--classes takes 'all'"),
+        (["--backend", "mysql://x"], "postgresql://"),
+        (["--out", str(tmp_path / "no" / "such" / "m.json")], "does not exist"),
+    ):
+        result = subprocess.run(
+            [ADMISSION, "train", *args], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)

@@ -1,0 +1,251 @@
+"""Class profiles from samples (SPEC §3): pure bookkeeping, time passed in.
+
+The estimator is told when each job is admitted and completes, and every Δ how many tasks each
+job in flight has in execution (and, where the probe can tell, its CPU time so far). A sample
+holds until the next one (sample and hold), so over a window of length T:
+
+* Q_r = (1/T) Σ_k n_r(t_k) · (t_{k+1} − t_k), the time-averaged class-r tasks in execution;
+* U_r = (CPU seconds of class-r jobs) / (T · M);
+* A^c_r = the mean of N_r seen at the admissions of class-c jobs, counting the admitted job's
+  own nominal fork size when r = c; A_r = the same over admissions of any class;
+* each job's thread-seconds in execution, Σ_k n_j(t_k) · (t_{k+1} − t_k), so that Little's law
+  Q_r = X_r · E[thread-seconds of a class-r job] can be checked.
+
+For isolation runs the per-job series of task counts becomes the fork profile: ``phases``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["ClassEstimate", "Estimator", "attribute", "phases_of", "pooled_phases"]
+
+
+@dataclass
+class _Job:
+    klass: str
+    admitted: float
+    tasks: float = 0.0  # at the last sample
+    thread_seconds: float = 0.0
+    cpu: float | None = None
+    series: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ClassEstimate:
+    U: float
+    Q: float
+    A: float
+    throughput: float  # completions per second
+    response: float  # mean admission-to-completion time, seconds
+    thread_seconds: float  # mean per job
+    cpu: float  # mean CPU seconds per job
+    count: int
+
+
+@dataclass(frozen=True)
+class Completed:
+    job: Hashable
+    klass: str
+    admitted: float
+    completed: float
+    thread_seconds: float
+    cpu: float | None
+    series: tuple[tuple[float, float], ...]
+
+
+class Estimator:
+    def __init__(
+        self, cores: int, fork: Mapping[str, int] | None = None, keep_series: bool = False
+    ) -> None:
+        self.cores = cores
+        self.fork = dict(fork or {})
+        self.keep_series = keep_series
+        self.jobs: dict[Hashable, _Job] = {}
+        self.completed: list[Completed] = []
+        self.first: float | None = None
+        self.last: float | None = None
+        self._task_time: dict[str, float] = {}  # Σ n_r · dt
+        self._cpu: dict[str, float] = {}
+        self._a_sum: dict[str, dict[str, float]] = {}  # [c][r]: Σ N_r at class-c admissions
+        self._admissions: dict[str, int] = {}
+        self._classes: list[str] = []
+
+    def _known(self, klass: str) -> None:
+        if klass not in self._task_time:
+            self._classes.append(klass)
+            self._task_time[klass] = 0.0
+            self._cpu[klass] = 0.0
+            self._a_sum[klass] = {}
+            self._admissions[klass] = 0
+
+    def in_flight(self) -> dict[Hashable, str]:
+        return {job: j.klass for job, j in self.jobs.items()}
+
+    def admit(self, job: Hashable, klass: str, now: float) -> None:
+        self._known(klass)
+        seen: dict[str, float] = {}
+        for other in self.jobs.values():
+            seen[other.klass] = seen.get(other.klass, 0.0) + other.tasks
+        seen[klass] = seen.get(klass, 0.0) + self.fork.get(klass, 1)
+        row = self._a_sum[klass]
+        for r, n in seen.items():
+            row[r] = row.get(r, 0.0) + n
+        self._admissions[klass] += 1
+        self.jobs[job] = _Job(klass, now)
+
+    def sample(
+        self,
+        now: float,
+        tasks: Mapping[Hashable, float],
+        forks: Mapping[Hashable, float] | None = None,
+    ) -> None:
+        """Tasks in execution of each job in flight at ``now`` (missing: 0). ``forks``: the
+        tasks each job has, running or not, for the fork profile (default: ``tasks``)."""
+        if self.last is not None:
+            dt = now - self.last
+            for j in self.jobs.values():
+                j.thread_seconds += j.tasks * dt
+                self._task_time[j.klass] += j.tasks * dt
+        else:
+            self.first = now
+        self.last = now
+        for job, j in self.jobs.items():
+            j.tasks = float(tasks.get(job, 0.0))
+            if self.keep_series:
+                j.series.append((now, float(forks.get(job, 0.0)) if forks else j.tasks))
+
+    def complete(self, job: Hashable, now: float, cpu: float | None = None) -> None:
+        """The job ended at ``now``; ``cpu``: its CPU seconds, if measured."""
+        j = self.jobs.pop(job, None)
+        if j is None:
+            return
+        if self.last is not None and now > self.last:  # hold the last sample until the end
+            extra = j.tasks * (now - self.last)
+            j.thread_seconds += extra
+            self._task_time[j.klass] += extra
+        if cpu is not None:
+            j.cpu = cpu
+            self._cpu[j.klass] += cpu
+        self.completed.append(
+            Completed(job, j.klass, j.admitted, now, j.thread_seconds, j.cpu, tuple(j.series))
+        )
+
+    def add_cpu(self, klass: str, seconds: float) -> None:
+        """CPU of class ``klass`` that no single job could be charged with."""
+        self._known(klass)
+        self._cpu[klass] += seconds
+
+    def window(self, end: float | None = None) -> float:
+        if self.first is None:
+            return 0.0
+        return max((end if end is not None else self.last or self.first) - self.first, 1e-9)
+
+    def classes(self) -> list[str]:
+        return list(self._classes)
+
+    def estimates(self, end: float | None = None) -> dict[str, ClassEstimate]:
+        """Per class, over the window from the first sample to ``end`` (default: last)."""
+        t = self.window(end)
+        total_adm = sum(self._admissions.values())
+        out = {}
+        for r in self._classes:
+            done = [c for c in self.completed if c.klass == r]
+            a_any = sum(self._a_sum[c].get(r, 0.0) for c in self._classes)
+            out[r] = ClassEstimate(
+                U=self._cpu[r] / (t * self.cores),
+                Q=self._task_time[r] / t,
+                A=a_any / total_adm if total_adm else 0.0,
+                throughput=len(done) / t,
+                response=statistics.fmean(c.completed - c.admitted for c in done) if done else 0.0,
+                thread_seconds=statistics.fmean(c.thread_seconds for c in done) if done else 0.0,
+                cpu=statistics.fmean(c.cpu or 0.0 for c in done) if done else 0.0,
+                count=len(done),
+            )
+        return out
+
+    def a_matrix(self, order: Sequence[str]) -> list[list[float]]:
+        """A[r][c] = A^c_r in ``order`` (0 where class c was never admitted)."""
+        return [
+            [
+                self._a_sum.get(c, {}).get(r, 0.0) / self._admissions[c]
+                if self._admissions.get(c)
+                else 0.0
+                for c in order
+            ]
+            for r in order
+        ]
+
+
+def attribute(total: float, weights: Mapping[Hashable, float]) -> dict[Hashable, float]:
+    """Split ``total`` tasks among jobs in proportion to their weights (a probe that sees a
+    pool of threads, not which job each serves)."""
+    mass = sum(weights.values())
+    if mass <= 0:
+        share = total / len(weights) if weights else 0.0
+        return {job: share for job in weights}
+    return {job: total * w / mass for job, w in weights.items()}
+
+
+def phases_of(series: Sequence[tuple[float, float]], end: float) -> list[tuple[int, float]]:
+    """Run-length encode a job's (time, tasks) samples into (threads, duration) phases.
+
+    Counts are rounded to whole threads and samples with none are dropped (a job in execution
+    has at least one); a phase shorter than one sample between two equal neighbours is merged
+    into them, so one noisy reading does not split a phase.
+    """
+    points = [(t, max(1, round(n))) for t, n in series]
+    if not points:
+        return []
+    raw: list[list[float]] = []
+    for i, (t, n) in enumerate(points):
+        stop = points[i + 1][0] if i + 1 < len(points) else end
+        if raw and raw[-1][0] == n:
+            raw[-1][1] += stop - t
+        else:
+            raw.append([n, stop - t])
+    merged: list[list[float]] = []
+    for i, (count, d) in enumerate(raw):
+        lone = 0 < i < len(raw) - 1 and raw[i - 1][0] == raw[i + 1][0]
+        if merged and lone and d < raw[i - 1][1] and d < raw[i + 1][1]:
+            merged[-1][1] += d
+            continue
+        if merged and merged[-1][0] == count:
+            merged[-1][1] += d
+        else:
+            merged.append([count, d])
+    return [(int(n), d) for n, d in merged if d > 0]
+
+
+def pooled_phases(runs: Sequence[Completed], bins: int = 10) -> list[tuple[int, float]]:
+    """The fork profile of a class from several isolation runs: each run's samples placed on
+    its own relative time (0 at admission, 1 at completion), the median thread count in each
+    of ``bins`` equal slices, then run-length encoded. Durations are in units of the mean run
+    length, so one noisy sample of one run does not become a phase."""
+    per_bin: list[list[float]] = [[] for _ in range(bins)]
+    for run in runs:
+        length = run.completed - run.admitted
+        if length <= 0:
+            continue
+        for t, n in run.series:
+            u = (t - run.admitted) / length
+            if 0 <= u <= 1:
+                per_bin[min(int(u * bins), bins - 1)].append(max(1.0, n))
+    medians: list[float | None] = [statistics.median(b) if b else None for b in per_bin]
+    known = [m for m in medians if m is not None]
+    if not known:
+        return []
+    filled, last = [], known[0]
+    for m in medians:  # an empty slice continues the one before it
+        last = m if m is not None else last
+        filled.append(max(1, round(last)))
+    mean_length = statistics.fmean(r.completed - r.admitted for r in runs)
+    phases: list[tuple[int, float]] = []
+    for n in filled:
+        if phases and phases[-1][0] == n:
+            phases[-1] = (n, phases[-1][1] + mean_length / bins)
+        else:
+            phases.append((n, mean_length / bins))
+    return phases

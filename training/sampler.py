@@ -1,0 +1,298 @@
+"""The sampler: every Δ, how many tasks each statement in flight has in execution.
+
+A ``Recorder`` listens to the proxy's scheduler (admissions and completions, on the proxy's
+event loop) and runs a sampling thread; both feed one ``Estimator`` under a lock. What a task is
+depends on the backend:
+
+* ``PostgresJobs``: the statement's backend process and its parallel workers, read from /proc by
+  pid; in execution means state R, and the fork profile counts them running or not. CPU per
+  statement = the backend's CPU from admission to completion (read at both instants) + each
+  worker's CPU as last sampled; the workers' unseen last moments are recovered at the end.
+* ``RemotePostgresJobs``: a server on another machine, so no /proc: active leaders and workers
+  from ``pg_stat_activity``; CPU is *estimated* as each active process's share of M cores.
+* ``DuckDBJobs``: DuckDB's threads run in this process and serve whichever statement needs
+  them, so the threads in execution, and the CPU they use, are split among the statements in
+  flight in proportion to their class's parallelism in isolation (from DuckDB's profiler).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from training.estimate import Estimator, attribute
+from training.proc import PostgresProbe, ThreadProbe, children
+
+__all__ = ["DuckDBJobs", "PostgresJobs", "Recorder", "RemotePostgresJobs"]
+
+
+class Jobs(Protocol):
+    exact_cpu: bool
+
+    def begin(self, job: Hashable, klass: str, pid: int | None) -> None: ...
+
+    def sample(self) -> tuple[dict[Hashable, float], dict[Hashable, float] | None]:
+        """Tasks in execution per job, and (where the probe sees them) tasks alive per job."""
+        ...
+
+    def end(self, job: Hashable) -> float | None: ...
+
+
+@dataclass
+class _PgJob:
+    leader: int
+    base: float
+    leader_cpu: float
+    workers: dict[int, float] = field(default_factory=dict)  # worker pid → CPU last seen
+
+
+class PostgresJobs:
+    """Backends and parallel workers of the statements in flight, from /proc.
+
+    A worker's CPU after its last sample is not seen while it lives; when the postmaster reaps
+    it, it lands in the postmaster's cutime. ``finish`` compares the growth of that count with
+    what was last seen of every process that has since exited and hands the remainder — the
+    workers' unseen tails — to the classes whose workers exited, in proportion to their number.
+    """
+
+    exact_cpu = True
+
+    def __init__(self) -> None:
+        self.probe = PostgresProbe()
+        self.jobs: dict[Hashable, _PgJob] = {}
+        self.klass: dict[Hashable, str] = {}
+        self.reaped_at_start: float | None = None
+        self.worker_seen: dict[int, tuple[str, float]] = {}  # pid → (class, CPU last seen)
+        self.leader_seen: dict[int, float] = {}
+
+    def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
+        if pid is None:
+            return
+        reading = self.probe.read(pid)
+        cpu = reading.cpu if reading is not None else 0.0
+        self.jobs[job] = _PgJob(pid, cpu, cpu)
+        self.klass[job] = klass
+        self.leader_seen[pid] = cpu
+        if self.reaped_at_start is None and self.probe.postmaster is not None:
+            postmaster = self.probe.read(self.probe.postmaster)
+            self.reaped_at_start = postmaster.children_cpu if postmaster else 0.0
+
+    def sample(self) -> tuple[dict[Hashable, float], dict[Hashable, float] | None]:
+        workers = self.probe.workers()
+        tasks: dict[Hashable, float] = {}
+        forks: dict[Hashable, float] = {}
+        for job, j in self.jobs.items():
+            leader = self.probe.read(j.leader)
+            n = 0
+            forks[job] = 1 + len(workers.get(j.leader, ()))
+            if leader is not None:
+                n += leader.running
+                j.leader_cpu = leader.cpu
+                self.leader_seen[j.leader] = leader.cpu
+            for pid in workers.get(j.leader, ()):
+                reading = self.probe.read(pid)
+                if reading is not None:
+                    n += reading.running
+                    j.workers[pid] = reading.cpu
+                    self.worker_seen[pid] = (self.klass[job], reading.cpu)
+            tasks[job] = n
+        return tasks, forks
+
+    def end(self, job: Hashable) -> float | None:
+        j = self.jobs.pop(job, None)
+        klass = self.klass.pop(job, "")
+        if j is None:
+            return None
+        for pid in self.probe.workers().get(j.leader, ()):  # workers still exiting
+            reading = self.probe.read(pid)
+            if reading is not None:
+                j.workers[pid] = reading.cpu
+                self.worker_seen[pid] = (klass, reading.cpu)
+        leader = self.probe.read(j.leader)
+        if leader is not None:
+            j.leader_cpu = leader.cpu
+            self.leader_seen[j.leader] = leader.cpu
+        return (j.leader_cpu - j.base) + sum(j.workers.values())
+
+    def finish(self) -> dict[str, float]:
+        """CPU seconds per class that exited workers used after their last sample."""
+        postmaster = self.probe.postmaster
+        top = self.probe.read(postmaster) if postmaster is not None else None
+        if top is None or self.reaped_at_start is None:
+            return {}
+        alive = set(children(postmaster)) if postmaster is not None else set()
+        gone_workers = {p: v for p, v in self.worker_seen.items() if p not in alive}
+        accounted = sum(cpu for _, cpu in gone_workers.values())
+        accounted += sum(cpu for p, cpu in self.leader_seen.items() if p not in alive)
+        tail = top.children_cpu - self.reaped_at_start - accounted
+        if tail <= 0 or not gone_workers:
+            return {}
+        per_class: dict[str, int] = {}
+        for klass, _ in gone_workers.values():
+            per_class[klass] = per_class.get(klass, 0) + 1
+        return {k: tail * n / len(gone_workers) for k, n in per_class.items()}
+
+
+class RemotePostgresJobs:
+    """A server without /proc access: ``pg_stat_activity`` counts active processes."""
+
+    exact_cpu = False
+
+    def __init__(self, conninfo: str, cores: int, interval: float) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(conninfo, autocommit=True)
+        self.cores = cores
+        self.interval = interval
+        self.jobs: dict[Hashable, int] = {}
+        self.cpu: dict[Hashable, float] = {}
+
+    def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
+        if pid is not None:
+            self.jobs[job] = pid
+            self.cpu[job] = 0.0
+
+    def sample(self) -> tuple[dict[Hashable, float], dict[Hashable, float] | None]:
+        rows = self.conn.execute(
+            "select coalesce(leader_pid, pid), count(*) from pg_stat_activity "
+            "where state = 'active' and pid <> pg_backend_pid() group by 1"
+        ).fetchall()
+        active = {int(leader): int(n) for leader, n in rows}
+        total = sum(active.values()) or 1
+        share = min(1.0, self.cores / total)
+        tasks: dict[Hashable, float] = {}
+        for job, pid in self.jobs.items():
+            n = active.get(pid, 0)
+            tasks[job] = n
+            self.cpu[job] += n * share * self.interval  # an estimate: see the model's notes
+        return tasks, None
+
+    def end(self, job: Hashable) -> float | None:
+        self.jobs.pop(job, None)
+        return self.cpu.pop(job, None)
+
+
+class DuckDBJobs:
+    """DuckDB's threads in this process, shared out among the statements in flight.
+
+    Each Δ, the threads in execution and the CPU the database's threads used since the last
+    sample (both from /proc) are split among the statements in flight in proportion to their
+    class's weight (its parallelism alone). DuckDB's profiler also reports each statement's
+    CPU (``profiled``), but under contention its operator timings count time spent waiting for
+    a core, so the split of the OS's own count is what U_r is made of.
+    """
+
+    exact_cpu = True
+
+    def __init__(self, probe: ThreadProbe, weights: Mapping[str, float] | None = None) -> None:
+        self.probe = probe
+        self.weights = dict(weights or {})
+        self.jobs: dict[Hashable, float] = {}
+        self.cpu: dict[Hashable, float] = {}
+        self.profiled: dict[Hashable, float] = {}
+        self.last_cpu: float | None = None
+
+    def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
+        self.jobs[job] = self.weights.get(klass, 1.0)
+        self.cpu[job] = 0.0
+
+    def measured(self, job: Hashable, cpu: float | None) -> None:
+        if cpu is not None:
+            self.profiled[job] = self.profiled.get(job, 0.0) + cpu
+
+    def sample(self) -> tuple[dict[Hashable, float], dict[Hashable, float] | None]:
+        running, cpu = self.probe.read()
+        used = cpu - self.last_cpu if self.last_cpu is not None else 0.0
+        self.last_cpu = cpu
+        if not self.jobs:
+            return {}, None
+        for job, share in attribute(used, self.jobs).items():
+            self.cpu[job] += share
+        return attribute(running, self.jobs), None
+
+    def end(self, job: Hashable) -> float | None:
+        self.jobs.pop(job, None)
+        return self.cpu.pop(job, None)
+
+
+class Recorder:
+    """Scheduler events and periodic samples into one ``Estimator``.
+
+    ``describe(job)`` gives a granted job's class key and its backend pid (or None); it runs on
+    the proxy's loop inside the scheduler's listener, while the job is known to the gate.
+    """
+
+    def __init__(
+        self,
+        estimator: Estimator,
+        jobs: Jobs,
+        describe: Callable[[Hashable], tuple[str, int | None]],
+        interval: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.estimator = estimator
+        self.jobs = jobs
+        self.describe = describe
+        self.interval = interval
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.recording = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.samples = 0
+        self.sampler_cpu = 0.0  # the sampling thread's own CPU seconds
+        self.sampler_tid: int | None = None
+
+    # the scheduler's listener (the proxy's event loop)
+
+    def on_event(self, event: Any) -> None:
+        if not self.recording or event.detail == "bypass":
+            return
+        if event.kind == "grant":
+            klass, pid = self.describe(event.job)
+            with self.lock:
+                self.jobs.begin(event.job, klass, pid)
+                self.estimator.admit(event.job, klass, self.clock())
+        elif event.kind == "release":
+            with self.lock:
+                if event.job in self.estimator.jobs:
+                    cpu = self.jobs.end(event.job)
+                    self.estimator.complete(event.job, self.clock(), cpu)
+
+    # sampling
+
+    def start(self) -> None:
+        self.recording = True
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="sampler", daemon=True)
+        self._thread.start()
+        while self.sampler_tid is None:
+            time.sleep(0.001)
+
+    def stop(self) -> None:
+        """Take a last sample and stop; jobs still in flight stay unfinished."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.recording = False
+
+    def sample_now(self) -> None:
+        with self.lock:
+            tasks, forks = self.jobs.sample()
+            self.estimator.sample(self.clock(), tasks, forks)
+            self.samples += 1
+
+    def _run(self) -> None:
+        self.sampler_tid = threading.get_native_id()
+        started = time.thread_time()
+        next_at = self.clock()
+        while True:
+            self.sample_now()
+            next_at += self.interval
+            if self._stop.wait(max(0.0, next_at - self.clock())):
+                break
+        self.sample_now()
+        self.sampler_cpu = time.thread_time() - started

@@ -1,0 +1,389 @@
+"""``admission train``: learn each TPC-H class's profile and write the η model (SPEC §3, §5).
+
+1. **Isolation** — one statement at a time through the proxy (MPL 1), each class
+   ``isolation_reps`` times, sampled every Δ/5 (at most 10 ms): D_r (mean admission-to-completion
+   time), the phases (threads, duration) of the run of median length, the nominal fork size
+   f_r = the threads of the first phase, and the class's mean parallelism (thread-seconds per
+   second), which the DuckDB probe uses to share its threads out.
+2. **Concurrent** — ``concurrency`` closed-loop clients with no think time, FCFS through the proxy,
+   for ``duration`` seconds, sampled every Δ: U_r, Q_r, A^c_r and A_r. The run drains (every
+   statement started finishes), so nothing straddles the window's ends.
+3. The model file is written atomically, with a per-class table and an η heat map.
+
+Ctrl-C during the concurrent run stops the load and writes a model from what was measured if
+every class completed at least once (the notes say so); otherwise nothing is written. A model
+file is never left half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from admission.classify import classify_sql
+from admission.model import ClassProfile, EtaModel, Phase
+from admission.scheduler import Limits
+from proxy.app import BackgroundProxy, ProxyConfig
+from proxy.server import parse_backend
+from training.estimate import Estimator, pooled_phases
+from training.proc import ThreadProbe, process_tree_cpu, read_task
+from training.sampler import DuckDBJobs, Jobs, PostgresJobs, Recorder, RemotePostgresJobs
+from workloads.tpch.data import generate, load_postgres
+from workloads.tpch.load import LoadResult, run_closed
+from workloads.tpch.mixes import Mix
+from workloads.tpch.queries import Dialect, draw_parameters, render_query
+
+__all__ = ["Checks", "TrainConfig", "TrainResult", "train"]
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    backend: str = "duckdb"  # or postgresql://host:port/db?user=…
+    tpch: float = 0.1
+    classes: tuple[int, ...] = tuple(range(1, 23))
+    isolation_reps: int = 3
+    concurrency: int = 8
+    duration: float = 60.0
+    interval: float = 0.05
+    mpl: int | None = None  # of the concurrent run; None: every statement is admitted at once
+    seed: int = 0
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+
+    @property
+    def is_duckdb(self) -> bool:
+        return self.backend == "duckdb"
+
+
+@dataclass
+class Checks:
+    """How far the estimates are from what they must agree with (SPEC §3)."""
+
+    window: float  # seconds of the concurrent run
+    u_sum: float  # Σ_r U_r
+    os_cpu: float  # CPU seconds the OS reports for the database over the window
+    model_cpu: float  # Σ_r U_r · window · M
+    little: dict[str, tuple[float, float]]  # class → (Q_r, X_r · E[thread-seconds])
+    sampler_cpu: float  # the sampler's own CPU share of one core during the run
+    samples: int
+
+    @property
+    def cpu_error(self) -> float:
+        return abs(self.model_cpu - self.os_cpu) / self.os_cpu if self.os_cpu else 0.0
+
+
+@dataclass
+class TrainResult:
+    model: EtaModel
+    checks: Checks
+    load: LoadResult
+    interrupted: bool = False
+
+
+class _Target:
+    """The proxy (in this process) in front of the backend, and how to sample it."""
+
+    def __init__(self, config: TrainConfig, progress: Progress) -> None:
+        self.config = config
+        self.dialect: Dialect = "duckdb" if config.is_duckdb else "postgres"
+        self.recorder: Recorder | None = None
+        listener = self._on_event
+        if config.is_duckdb:
+            proxy_config = ProxyConfig(
+                backend=None, listen_port=0, tpch=config.tpch, limits=Limits(mpl=1)
+            )
+            self.proxy = BackgroundProxy(proxy_config, progress, listener)
+            self.conninfo = self.proxy.conninfo()
+            self.thread_probe = ThreadProbe()
+            self.embedded: Any = self.proxy.server
+        else:
+            address = parse_backend(config.backend)
+            direct = config.backend
+            progress(f"loading TPC-H SF {config.tpch:g} into {address}")
+            data = generate(config.tpch, progress=progress)
+            with psycopg.connect(direct) as conn:
+                load_postgres(conn, data, config.tpch, progress=progress)
+            proxy_config = ProxyConfig(backend=address, listen_port=0, limits=Limits(mpl=1))
+            self.proxy = BackgroundProxy(proxy_config, progress, listener)
+            user, dbname = _user_db(config.backend)
+            self.conninfo = self.proxy.conninfo(user=user, dbname=dbname)
+            self.direct = direct
+
+    def _on_event(self, event: Any) -> None:
+        if self.recorder is not None:
+            self.recorder.on_event(event)
+
+    def describe(self, job: Hashable) -> tuple[str, int | None]:
+        record = self.proxy.gate.scheduler.job(job)
+        waiter = self.proxy.gate.waiter(job)  # type: ignore[arg-type]
+        pid = getattr(waiter, "backend_pid", None)
+        return (record.fingerprint if record is not None else "?"), pid
+
+    def jobs(self, weights: dict[str, float], profile: bool = False) -> Jobs:
+        """The probe for this backend; ``profile``: also collect DuckDB's profiler CPU."""
+        if self.config.is_duckdb:
+            jobs = DuckDBJobs(self.thread_probe, weights)
+            observers = [lambda m: jobs.measured(m.job, m.cpu_time)] if profile else []
+            self.embedded.observers[:] = observers
+            return jobs
+        if self._local_server():
+            return PostgresJobs()
+        return RemotePostgresJobs(self.direct, self.config.cores, self.config.interval)
+
+    def _local_server(self) -> bool:
+        with psycopg.connect(self.conninfo) as conn:
+            pid = conn.info.backend_pid
+        reading = read_task(f"/proc/{pid}")
+        return reading is not None
+
+    def os_cpu(self) -> float:
+        if self.config.is_duckdb:
+            return self.thread_probe.read()[1]
+        with psycopg.connect(self.direct) as conn:
+            pid = conn.info.backend_pid
+        reading = read_task(f"/proc/{pid}")
+        return process_tree_cpu(reading.ppid) if reading is not None else 0.0
+
+    def set_mpl(self, mpl: int | None) -> None:
+        gate = self.proxy.gate
+        limits = Limits(mpl=mpl)
+        self.proxy.call(lambda: gate.apply(lambda now: gate.scheduler.set_limits(limits, now)))
+
+    def close(self) -> None:
+        self.proxy.close()
+
+
+def _user_db(url: str) -> tuple[str, str]:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    user = str(info.get("user") or os.environ.get("PGUSER") or os.environ.get("USER") or "postgres")
+    return user, str(info.get("dbname") or user)
+
+
+def _fingerprints(classes: tuple[int, ...], dialect: Dialect, sf: float) -> dict[str, int]:
+    rng = random.Random(0)
+    return {
+        classify_sql(render_query(q, draw_parameters(q, rng, sf), dialect)).fingerprint: q
+        for q in classes
+    }
+
+
+def train(
+    config: TrainConfig,
+    progress: Progress = _quiet,
+    bar: Callable[[str, int], Callable[[int], None]] | None = None,
+) -> TrainResult:
+    """Run both phases and return the model (the caller saves it)."""
+    if not config.classes:
+        raise ValueError("no classes to train")
+    target = _Target(config, progress)
+    try:
+        return _train(config, target, progress, bar)
+    finally:
+        target.close()
+
+
+def _train(
+    config: TrainConfig,
+    target: _Target,
+    progress: Progress,
+    bar: Callable[[str, int], Callable[[int], None]] | None,
+) -> TrainResult:
+    rng = random.Random(config.seed)
+    query_of = _fingerprints(config.classes, target.dialect, config.tpch)
+    sample_sql = {
+        f: render_query(q, draw_parameters(q, random.Random(q), config.tpch), target.dialect)
+        for f, q in query_of.items()
+    }
+
+    # 1. isolation
+    progress(f"isolation: {len(config.classes)} classes × {config.isolation_reps} runs, MPL 1")
+    iso = Estimator(config.cores, keep_series=True)
+    iso_interval = min(config.interval / 5, 0.005)
+    iso_jobs = target.jobs({}, profile=True)
+    recorder = Recorder(iso, iso_jobs, target.describe, iso_interval)
+    target.recorder = recorder
+    tick = bar("isolation", len(config.classes) * config.isolation_reps) if bar else None
+    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+        for q in config.classes:  # warm caches and plans once, unrecorded
+            conn.execute(render_query(q, draw_parameters(q, rng, config.tpch), target.dialect))
+        recorder.start()
+        try:
+            done = 0
+            for q in config.classes:
+                for _ in range(config.isolation_reps):
+                    sql = render_query(q, draw_parameters(q, rng, config.tpch), target.dialect)
+                    conn.execute(sql).fetchall()
+                    done += 1
+                    if tick:
+                        tick(done)
+        finally:
+            recorder.stop()
+    profiled = iso_jobs.profiled if isinstance(iso_jobs, DuckDBJobs) else {}
+    profiles = _isolation_profiles(iso, query_of, profiled)
+    weights = {f: p["parallelism"] for f, p in profiles.items()}
+
+    # 2. concurrent FCFS run
+    progress(
+        f"concurrent: {config.concurrency} clients, FCFS, "
+        f"MPL {config.mpl or 'unlimited'}, {config.duration:g} s, Δ = {config.interval:g} s"
+    )
+    target.set_mpl(config.mpl)
+    fork = {f: int(p["f"]) for f, p in profiles.items()}
+    estimator = Estimator(config.cores, fork)
+    recorder = Recorder(estimator, target.jobs(weights), target.describe, config.interval)
+    target.recorder = recorder
+    mix = Mix("training", {q: 1 / len(config.classes) for q in config.classes})
+    stop = threading.Event()
+    outcome: dict[str, LoadResult] = {}
+
+    failure: list[BaseException] = []
+    finished = threading.Event()  # not Thread.join: a join interrupted by Ctrl-C is unreliable
+
+    def load() -> None:
+        try:
+            outcome["load"] = run_closed(
+                target.conninfo,
+                mix,
+                clients=config.concurrency,
+                duration=config.duration,
+                scale_factor=config.tpch,
+                dialect=target.dialect,
+                seed=config.seed,
+                stop=stop,
+            )
+        except BaseException as e:  # reported by the caller
+            failure.append(e)
+        finally:
+            finished.set()
+
+    cpu_before = target.os_cpu()
+    recorder.start()
+    loader = threading.Thread(target=load, name="load", daemon=True)
+    started = time.monotonic()
+    loader.start()
+    interrupted = False
+    tick = bar("concurrent", int(config.duration)) if bar else None
+    try:
+        while not finished.wait(0.25):
+            if tick:
+                tick(min(int(time.monotonic() - started), int(config.duration)))
+    except KeyboardInterrupt:
+        interrupted = True
+        progress("interrupted: stopping the load and waiting for statements in flight")
+        stop.set()
+        finished.wait()
+    recorder.stop()
+    if isinstance(recorder.jobs, PostgresJobs):
+        time.sleep(0.2)  # let the postmaster reap the last workers and backends
+        for klass, seconds in recorder.jobs.finish().items():
+            estimator.add_cpu(klass, seconds)
+    cpu_after = target.os_cpu()
+    if "load" not in outcome:
+        raise RuntimeError(f"the load generator failed: {failure[0] if failure else '?'}")
+    result = outcome["load"]
+    estimates = estimator.estimates()
+    missing = [query_of.get(f, f) for f in profiles if f not in estimates]
+    if missing:
+        what = "interrupted before" if interrupted else "in the concurrent run,"
+        raise RuntimeError(
+            f"{what} classes {missing} never completed; no model written "
+            "(train longer or with more clients)"
+        )
+
+    order = list(profiles)
+    classes = []
+    for f in order:
+        p, e = profiles[f], estimates[f]
+        classes.append(
+            ClassProfile(
+                fingerprint=f,
+                name=f"Q{query_of[f]}",
+                sample_sql=sample_sql[f],
+                D=p["D"],
+                f=int(p["f"]),
+                phases=tuple(Phase(threads=n, duration=d) for n, d in p["phases"]),
+                U=e.U,
+                Q=e.Q,
+                A=e.A,
+                count=e.count,
+            )
+        )
+    window = estimator.window()
+    notes = [
+        f"trained on {config.concurrency} closed-loop clients for {window:.1f} s",
+        f"isolation runs per class: {config.isolation_reps}",
+    ]
+    if isinstance(recorder.jobs, RemotePostgresJobs):
+        notes.append(
+            "remote server: tasks counted from pg_stat_activity and CPU estimated as each "
+            "active process's share of the cores (no /proc)"
+        )
+    if isinstance(recorder.jobs, DuckDBJobs):
+        notes.append(
+            "DuckDB: threads in execution and their CPU from /proc, shared among the "
+            "statements in flight by each class's parallelism alone (DuckDB's profiler)"
+        )
+    if interrupted:
+        notes.append("interrupted: a partial run")
+    model = EtaModel(
+        backend="duckdb" if config.is_duckdb else "postgresql",
+        dataset=f"tpch sf {config.tpch:g}",
+        cores=config.cores,
+        mpl=config.mpl,
+        sample_interval=config.interval,
+        notes="; ".join(notes),
+        classes=tuple(classes),
+        A_matrix=tuple(tuple(row) for row in estimator.a_matrix(order)),
+    ).with_eta()
+    little = {
+        f"Q{query_of[f]}": (estimates[f].Q, estimates[f].throughput * estimates[f].thread_seconds)
+        for f in order
+    }
+    checks = Checks(
+        window=window,
+        u_sum=sum(e.U for e in estimates.values()),
+        os_cpu=cpu_after - cpu_before,
+        model_cpu=sum(e.U for e in estimates.values()) * window * config.cores,
+        little=little,
+        sampler_cpu=recorder.sampler_cpu / window if window else 0.0,
+        samples=recorder.samples,
+    )
+    return TrainResult(model, checks, result, interrupted)
+
+
+def _isolation_profiles(
+    iso: Estimator, query_of: dict[str, int], profiled: dict[Hashable, float]
+) -> dict[str, dict[str, Any]]:
+    """D_r, phases, f_r and the parallelism of each class from its isolation runs. Where the
+    backend's profiler measured a run's CPU (DuckDB), parallelism is CPU over wall time; else
+    the sampled thread-seconds over wall time."""
+    by_class: dict[str, list[Any]] = {}
+    for c in iso.completed:
+        by_class.setdefault(c.klass, []).append(c)
+    missing = [q for f, q in query_of.items() if f not in by_class]
+    if missing:
+        raise RuntimeError(f"isolation runs of queries {missing} were not seen by the proxy")
+    profiles: dict[str, dict[str, Any]] = {}
+    for f in query_of:
+        runs = by_class[f]
+        d = statistics.fmean(c.completed - c.admitted for c in runs)
+        phases = pooled_phases(runs) or [(1, d)]
+        busy = statistics.fmean(
+            profiled.get(c.job, c.thread_seconds) / max(c.completed - c.admitted, 1e-9)
+            for c in runs
+        )
+        profiles[f] = {"D": d, "f": phases[0][0], "phases": phases, "parallelism": busy or 1.0}
+    return profiles
