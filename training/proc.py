@@ -39,18 +39,24 @@ class TaskReading:
     children_cpu: float  # of reaped children (cutime + cstime), seconds
 
 
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)  # os-level calls: about 3× cheaper than open()
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
 def read_task(path: str) -> TaskReading | None:
     """``path`` is /proc/PID or /proc/PID/task/TID; None when the task is gone."""
     try:
-        with open(f"{path}/stat", "rb") as f:
-            stat = f.read()
+        stat = _read(f"{path}/stat")
     except OSError:
         return None
     fields = stat[stat.rindex(b")") + 2 :].split()
     cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
     try:
-        with open(f"{path}/schedstat", "rb") as f:
-            ns = int(f.read().split()[0])
+        ns = int(_read(f"{path}/schedstat").split()[0])
         if ns:
             cpu = ns / 1e9
     except (OSError, ValueError, IndexError):
@@ -65,7 +71,7 @@ def read_task(path: str) -> TaskReading | None:
 
 def children(pid: int) -> list[int]:
     try:
-        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:  # may exceed one read
             return [int(x) for x in f.read().split()]
     except OSError:
         return []
