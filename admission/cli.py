@@ -722,6 +722,149 @@ def train(
     )
 
 
+# -- bench ---------------------------------------------------------------------------------
+
+
+@app.command()
+def bench(
+    mix: Annotated[str, typer.Option(help="TPC-H mix: light, medium, heavy or all.")],
+    backend: Annotated[
+        str,
+        typer.Option(
+            help="duckdb (embedded, in memory) or postgresql://HOST:PORT/DB.",
+            envvar=_env("backend"),
+        ),
+    ] = "duckdb",
+    tpch: Annotated[float, typer.Option(help="TPC-H scale factor.", min=0.001)] = 0.1,
+    model: Annotated[
+        Path | None,
+        typer.Option(help="η model file; without it a quick model is trained first."),
+    ] = None,
+    clients: Annotated[int, typer.Option(help="Closed-loop clients.", min=1)] = 16,
+    think: Annotated[
+        float, typer.Option(help="Mean think time between statements, s.", min=0)
+    ] = 0.0,
+    duration: Annotated[float, typer.Option(help="Seconds per run.", min=1.0)] = 30.0,
+    warmup: Annotated[
+        float | None,
+        typer.Option(help="Seconds not measured at the start of each run (default 10%)."),
+    ] = None,
+    mpl: Annotated[
+        int, typer.Option(help="MPL for every policy but none (0 = unlimited).", min=0)
+    ] = 4,
+    threads: Annotated[int, typer.Option(help="Thread budget N_fcr (0 = unlimited).", min=0)] = 0,
+    backfill: Annotated[bool, typer.Option(help="Admit the best job that fits.")] = False,
+    max_wait: Annotated[float | None, typer.Option(help="Aging after this many seconds.")] = None,
+    queue_timeout: Annotated[
+        float | None, typer.Option(help="Fail statements queued longer than this.")
+    ] = None,
+    policies: Annotated[
+        str, typer.Option(help="Comma-separated: none, fcfs, sept, min-q, min-a, max-u, max-p.")
+    ] = ",".join(("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p")),
+    repetitions: Annotated[int, typer.Option(help="Repetitions of every policy.", min=1)] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of the clients' query streams.")] = 0,
+    output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = (
+        OutputFormat.table
+    ),
+    plot: Annotated[
+        Path | None, typer.Option(help="Write PNG figures into this directory.")
+    ] = None,
+) -> None:
+    """Run the closed TPC-H workload through the proxy under each policy and compare.
+
+    Besides the policies, "none" runs with no admission control at all and "fcfs" with the
+    same MPL (what a connection pool gives). Results are means over repetitions with 95%
+    confidence intervals, measured after a warm-up.
+    """
+    from admission.sim.plots import policy_figures
+    from workloads.tpch.bench import ALL_POLICIES, BenchConfig, quick_model, run_bench
+    from workloads.tpch.mixes import mix_by_name
+
+    try:
+        chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
+        unknown = [p for p in chosen if p not in ALL_POLICIES]
+        if unknown or not chosen:
+            raise ValueError(
+                f"unknown policies {unknown or policies!r}; choose from {', '.join(ALL_POLICIES)}"
+            )
+        if backend != "duckdb":
+            from proxy.server import parse_backend
+
+            parse_backend(backend)
+        config = BenchConfig(
+            mix=mix_by_name(mix),
+            backend=backend,
+            tpch=tpch,
+            clients=clients,
+            think=think,
+            duration=duration,
+            warmup=warmup,
+            mpl=mpl or None,
+            threads=threads or None,
+            backfill=backfill,
+            max_wait=max_wait,
+            queue_timeout=queue_timeout,
+            policies=chosen,
+            repetitions=repetitions,
+            seed=seed,
+        )
+        if config.warmup_seconds >= duration:
+            raise ValueError("--warmup must be shorter than --duration")
+        trained = EtaModel.load(model) if model is not None else None
+    except (ValueError, ModelError) as e:
+        raise _fail(str(e)) from None
+    say = _progress_printer()
+    try:
+        trained = trained or quick_model(config, say)
+        total = len(chosen) * repetitions
+        say(
+            f"{total} runs of {duration:g} s: {', '.join(chosen)} × {repetitions}, "
+            f"{clients} clients, mix {config.mix.name}, MPL {mpl or 'unlimited'}"
+        )
+        result = run_bench(config, trained, say)
+    except (RuntimeError, ValueError, OSError) as e:
+        raise _fail(str(e)) from None
+    except Exception as e:  # psycopg's connection errors, DuckDB's
+        raise _fail(f"benchmark failed: {e}") from None
+    if plot is not None:
+        written = policy_figures(
+            result.summaries, plot, f"bench-{config.mix.name}", f"TPC-H {config.mix.name}", "s"
+        )
+        say(f"wrote {len(written)} figures into {plot}")
+    if output is OutputFormat.json:
+        out.print_json(json.dumps(result.json()))
+        return
+    table = Table(
+        title=f"{backend} TPC-H SF {tpch:g}, mix {config.mix.name}, {clients} clients, "
+        f"MPL {mpl or '∞'}, {repetitions} × {duration:g} s (95% CI)"
+    )
+    for col in ("policy", "throughput /s", "mean R (s)", "p95 R (s)", "p99 R (s)", "w. slowdown"):
+        table.add_column(col, justify="right")
+    for col in ("aged", "timeouts", "errors"):
+        table.add_column(col, justify="right")
+    for name, s in result.summaries.items():
+        table.add_row(
+            name,
+            str(s.throughput),
+            str(s.mean_response),
+            str(s.p95_response),
+            str(s.p99_response),
+            str(s.weighted_slowdown),
+            str(s.aged),
+            str(s.timed_out),
+            str(result.errors.get(name, 0)),
+        )
+    out.print(table)
+    classes = Table(title="mean response time per class (s)")
+    classes.add_column("policy")
+    names = list(next(iter(result.summaries.values())).per_class)
+    for n in names:
+        classes.add_column(n, justify="right")
+    for name, s in result.summaries.items():
+        classes.add_row(name, *(f"{s.per_class[n]['mean_response'].mean:.3g}" for n in names))
+    out.print(classes)
+
+
 def _class_table(m: EtaModel, title: str) -> Table:
     table = Table(title=title)
     for col in ("class", "D_r", "f_r", "U_r", "Q_r", "A_r", "count", "fingerprint"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib
@@ -9,9 +10,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from admission.sim.study import StudyResult
+from admission.sim.study import PolicySummary, StudyResult
 
-__all__ = ["write_figures"]
+__all__ = ["policy_figures", "write_figures"]
 
 _BARS = (
     ("throughput", "Throughput (jobs per unit time)"),
@@ -22,14 +23,26 @@ _BARS = (
 
 def write_figures(study: StudyResult, directory: str | Path) -> list[Path]:
     """Write one PNG per metric and the CCDF; returns the files written."""
+    stem = f"{study.workload}-{study.mix}".strip("-") or "study"
+    return policy_figures(study.policies, directory, stem, f"{study.workload} Mix-{study.mix}")
+
+
+def policy_figures(
+    policies: Mapping[str, PolicySummary],
+    directory: str | Path,
+    stem: str,
+    title: str,
+    unit: str = "",
+) -> list[Path]:
+    """Bars with 95% confidence intervals per policy for each metric, and the response-time
+    CCDF (the simulator's study and the live benchmark draw the same figures)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"{study.workload}-{study.mix}".strip("-") or "study"
-    names = list(study.policies)
+    names = list(policies)
     written = []
     for key, label in _BARS:
         fig, ax = plt.subplots(figsize=(6, 3.6))
-        estimates = [getattr(study.policies[p], key) for p in names]
+        estimates = [getattr(policies[p], key) for p in names]
         ax.bar(
             names,
             [e.mean for e in estimates],
@@ -37,8 +50,8 @@ def write_figures(study: StudyResult, directory: str | Path) -> list[Path]:
             capsize=4,
             color="#4a7ab5",
         )
-        ax.set_ylabel(label)
-        ax.set_title(f"{study.workload} Mix-{study.mix}: {label.lower()}")
+        ax.set_ylabel(label + (f" ({unit})" if unit and key == "mean_response" else ""))
+        ax.set_title(f"{title}: {label.lower()}")
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()
         path = out / f"{stem}-{key}.png"
@@ -47,13 +60,14 @@ def write_figures(study: StudyResult, directory: str | Path) -> list[Path]:
         written.append(path)
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for p in names:
-        xs, ys = zip(*study.policies[p].ccdf, strict=True)
-        ax.plot(xs, ys, label=p)
+        if policies[p].ccdf:
+            xs, ys = zip(*policies[p].ccdf, strict=True)
+            ax.plot(xs, ys, label=p)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("response time")
+    ax.set_xlabel("response time" + (f" ({unit})" if unit else ""))
     ax.set_ylabel("P(R > x)")
-    ax.set_title(f"{study.workload} Mix-{study.mix}: response-time CCDF")
+    ax.set_title(f"{title}: response-time CCDF")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -30,6 +30,7 @@ __all__ = [
     "PolicySummary",
     "StudyResult",
     "build_model",
+    "ccdf",
     "isolation_demands",
     "rank_classes",
     "replicate",
@@ -260,7 +261,7 @@ class PolicySummary:
             aged=sum(x.aged for x in runs),
             timed_out=sum(x.timed_out for x in runs),
             task_completions=sum(x.task_completions for x in runs),
-            ccdf=_ccdf(np.concatenate([_all(x) for x in runs])),
+            ccdf=ccdf(np.concatenate([_all(x) for x in runs])),
         )
 
     def json(self) -> dict[str, Any]:
@@ -295,7 +296,7 @@ def _all(run: RunResult) -> np.ndarray:
     return np.concatenate(run.response_times)
 
 
-def _ccdf(samples: np.ndarray, points: int = 40) -> list[tuple[float, float]]:
+def ccdf(samples: np.ndarray, points: int = 40) -> list[tuple[float, float]]:
     """P(R > x) on a log-spaced grid from the smallest to the largest response time."""
     xs = np.sort(samples)
     lo, hi = max(float(xs[0]), 1e-9), float(xs[-1])
