@@ -769,6 +769,9 @@ def bench(
     plot: Annotated[
         Path | None, typer.Option(help="Write PNG figures into this directory.")
     ] = None,
+    save: Annotated[
+        Path | None, typer.Option(help="Also write the JSON result to this file.")
+    ] = None,
 ) -> None:
     """Run the closed TPC-H workload through the proxy under each policy and compare.
 
@@ -831,6 +834,8 @@ def bench(
             result.summaries, plot, f"bench-{config.mix.name}", f"TPC-H {config.mix.name}", "s"
         )
         say(f"wrote {len(written)} figures into {plot}")
+    if save is not None:
+        save.write_text(json.dumps(result.json(), indent=1) + "\n")
     if output is OutputFormat.json:
         out.print_json(json.dumps(result.json()))
         return
