@@ -92,20 +92,33 @@ class BenchResult:
             entry = summary.json()
             entry["errors"] = self.errors.get(name, 0)
             policies[name] = entry
-        return {
-            "backend": c.backend,
-            "tpch": c.tpch,
-            "mix": c.mix.name,
-            "clients": c.clients,
-            "think": c.think,
-            "duration": c.duration,
-            "warmup": c.warmup_seconds,
-            "mpl": c.mpl,
-            "threads": c.threads,
-            "repetitions": c.repetitions,
-            "model": {"backend": self.model.backend, "dataset": self.model.dataset},
-            "policies": policies,
-        }
+        return _finite(
+            {
+                "backend": c.backend,
+                "tpch": c.tpch,
+                "mix": c.mix.name,
+                "clients": c.clients,
+                "think": c.think,
+                "duration": c.duration,
+                "warmup": c.warmup_seconds,
+                "mpl": c.mpl,
+                "threads": c.threads,
+                "repetitions": c.repetitions,
+                "model": {"backend": self.model.backend, "dataset": self.model.dataset},
+                "policies": policies,
+            }
+        )
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN: a metric with no samples (a class that never completed) is null."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _limits(config: BenchConfig, policy: str) -> Limits:
