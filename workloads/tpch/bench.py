@@ -92,7 +92,7 @@ class BenchResult:
             entry = summary.json()
             entry["errors"] = self.errors.get(name, 0)
             policies[name] = entry
-        return _finite(
+        out: dict[str, Any] = _finite(
             {
                 "backend": c.backend,
                 "tpch": c.tpch,
@@ -108,6 +108,7 @@ class BenchResult:
                 "policies": policies,
             }
         )
+        return out
 
 
 def _finite(value: Any) -> Any:
