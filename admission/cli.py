@@ -711,11 +711,15 @@ def train(
     picture = eta_heatmap(result.model, plot or out_path.with_suffix(".png"))
     out.print(_class_table(result.model, f"{out_path} — {result.model.notes}"))
     checks = result.checks
+    os_cpu = (
+        f"OS {checks.os_cpu:.2f} s ({checks.cpu_error:.1%} apart)"
+        if checks.os_cpu is not None
+        else "the OS's count is not visible (remote server)"
+    )
     out.print(
         f"window {checks.window:.1f} s, {len(result.load.statements)} statements "
         f"({len(result.load.failed)} failed), {checks.samples} samples\n"
-        f"Σ U_r = {checks.u_sum:.3f}; CPU: model {checks.model_cpu:.2f} s, OS "
-        f"{checks.os_cpu:.2f} s ({checks.cpu_error:.1%} apart)\n"
+        f"Σ U_r = {checks.u_sum:.3f}; CPU: model {checks.model_cpu:.2f} s, {os_cpu}\n"
         f"sampler: {checks.sampler_cpu:.2%} of one core at Δ = {interval:g} s\n"
         f"wrote {out_path} and {picture}"
         + (" (interrupted: partial run)" if result.interrupted else "")

@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import psycopg
 
-from tests.pgcluster import free_port
+from tests.pgcluster import connect_when_ready, free_port
 from workloads.tpch import QUERY_NUMBERS, draw_parameters, render_query
 from workloads.tpch.data import generate, load_duckdb
 
@@ -55,17 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     direct = duckdb.connect()
     load_duckdb(direct, data, args.sf)
     direct.execute("SET TimeZone = 'UTC'")
-    deadline = time.monotonic() + 900
-    while True:
-        try:
-            client = psycopg.connect(
-                host="127.0.0.1", port=port, user="bench", dbname="tpch", autocommit=True
-            )
-            break
-        except psycopg.OperationalError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the proxy did not start: {server.communicate()[1]}") from None
-            time.sleep(0.5)
+    try:
+        client = connect_when_ready(port, server, timeout=900, user="bench", dbname="tpch")
+    except (RuntimeError, TimeoutError) as e:
+        raise SystemExit(f"the proxy did not start: {e}") from None
     print(f"ready in {time.monotonic() - started:.0f} s; {args.rounds} rounds per query\n")
 
     rows = []

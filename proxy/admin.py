@@ -8,6 +8,9 @@
 - ``POST /model/reload`` — read the model file again (a broken file leaves the old model)
 - ``GET /metrics`` — Prometheus: queue-wait and response-time histograms per class, counters of
   admitted, completed, cancelled and timed-out statements, capacity in use
+- ``GET /recent`` — the last 500 completed statements: class, queue wait, response time
+- ``GET /dashboard`` — a page of the above: capacity, queue by class, the η heat map and recent
+  response times, refreshed every second (with a token: ``/dashboard#token=…``)
 
 The app runs on the proxy's own event loop and every handler is ``async`` (FastAPI would run a
 plain function in a worker thread), so handlers touch the scheduler without locks.
@@ -17,11 +20,12 @@ It listens on loopback by default; bound to any other address it requires a bear
 from __future__ import annotations
 
 import secrets
+from collections import deque
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import Response
+from fastapi.responses import HTMLResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -39,6 +43,7 @@ from proxy.gate import AdmissionGate
 
 __all__ = ["AdminMetrics", "create_app"]
 
+_DASHBOARD = Path(__file__).with_name("static") / "dashboard.html"
 _BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
@@ -74,7 +79,9 @@ class AdminMetrics:
         )
         self.queued = Gauge("admission_queued", "Statements waiting", registry=self.registry)
         self._arrival: dict[object, float] = {}
+        self._wait: dict[object, float] = {}
         self.per_class: dict[str, dict[str, float]] = {}
+        self.recent: deque[dict[str, Any]] = deque(maxlen=500)
 
     def _tally(self, name: str) -> dict[str, float]:
         return self.per_class.setdefault(
@@ -102,14 +109,24 @@ class AdminMetrics:
             self.queue_wait.labels(e.class_name).observe(wait)
             tally["admitted"] += 1
             tally["wait_sum"] += wait
+            self._wait[e.job] = wait
         elif e.kind == "release":
             response = e.time - self._arrival.pop(e.job, e.time)
             self.counters["completed"].labels(e.class_name).inc()
             self.response.labels(e.class_name).observe(response)
             tally["completed"] += 1
             tally["response_sum"] += response
+            self.recent.append(
+                {
+                    "time": e.time,
+                    "class": e.class_name,
+                    "wait": self._wait.pop(e.job, 0.0),
+                    "response": response,
+                }
+            )
         elif e.kind in ("cancel", "timeout"):
             self._arrival.pop(e.job, None)
+            self._wait.pop(e.job, None)
             key = "cancelled" if e.kind == "cancel" else "timed_out"
             self.counters[key].labels(e.class_name).inc()
             tally[key] += 1
@@ -199,6 +216,15 @@ def create_app(
                 }
             )
         return out
+
+    @app.get("/recent", dependencies=guard)
+    async def recent() -> list[dict[str, Any]]:
+        return list(metrics.recent)
+
+    @app.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
+    async def dashboard() -> HTMLResponse:
+        # the page itself holds no data; its requests carry the token (from #token=…)
+        return HTMLResponse(_DASHBOARD.read_text(encoding="utf-8"))
 
     @app.get("/eta", dependencies=guard)
     async def eta(policy: Annotated[str | None, Query()] = None) -> dict[str, Any]:

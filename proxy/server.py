@@ -37,7 +37,7 @@ from proxy.wire.session import (
     Submit,
 )
 
-__all__ = ["BackendAddress", "ProxyServer", "parse_backend"]
+__all__ = ["BackendAddress", "ProxyServer", "parse_backend", "url_identity"]
 
 log = logging.getLogger("admission.proxy")
 
@@ -68,6 +68,19 @@ def parse_backend(url: str) -> BackendAddress:
     except ValueError:
         raise ValueError(f"backend URL {url!r} has an invalid port") from None
     return BackendAddress(host or "127.0.0.1", port)
+
+
+def url_identity(url: str) -> tuple[str, str]:
+    """The user and database a ``postgresql://`` URL names (libpq's defaults otherwise), for
+    clients that reach the same database through the proxy."""
+    import os
+
+    parts = urlsplit(url)
+    query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
+    user = unquote(parts.username or query.get("user", "")) or os.environ.get("PGUSER") or ""
+    user = user or os.environ.get("USER") or "postgres"
+    dbname = unquote(parts.path.lstrip("/")) or query.get("dbname") or user
+    return user, dbname
 
 
 class Listener:

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
+
 USERS = {"scram_user": ("scram-pass", "scram-sha-256"), "md5_user": ("md5-pass", "md5")}
 
 
@@ -175,3 +177,26 @@ def start_cluster() -> Cluster:
         except OSError:
             time.sleep(0.1)
     return cluster
+
+
+def connect_when_ready(
+    port: int,
+    proc: subprocess.Popen[str],
+    timeout: float = 120.0,
+    user: str = "u",
+    dbname: str = "d",
+) -> psycopg.Connection:
+    """Connect to a server ``proc`` is starting on ``port`` (autocommit), waiting until it
+    accepts; fails at once, with the process's output, if the process exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return psycopg.connect(
+                host="127.0.0.1", port=port, user=user, dbname=dbname, autocommit=True
+            )
+        except psycopg.OperationalError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited: {proc.communicate()[1]}") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing accepted connections on port {port}") from None
+            time.sleep(0.2)

@@ -10,19 +10,17 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import duckdb
-import psycopg
 import pytest
 import sqlalchemy as sa
 
 from admission import Limits
 from tests.embeddedharness import Embedded
-from tests.pgcluster import free_port
+from tests.pgcluster import connect_when_ready, free_port
 from workloads.tpch import QUERY_NUMBERS, draw_parameters, render_query
 from workloads.tpch.data import generate, load_duckdb
 
@@ -103,18 +101,7 @@ def test_admission_serve_tpch_from_the_command_line(data_dir: Path) -> None:
         env={**os.environ, "ADMISSION_DATA": str(data_dir.parent / "cli-cache")},
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                conn = psycopg.connect(
-                    host="127.0.0.1", port=port, user="u", dbname="d", autocommit=True
-                )
-                break
-            except psycopg.OperationalError:
-                assert proc.poll() is None, proc.communicate()
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.2)
-        with conn:
+        with connect_when_ready(port, proc) as conn:
             assert conn.execute("select count(*) from region").fetchone() == (5,)
             (lineitems,) = conn.execute("select count(*) from lineitem").fetchone()  # type: ignore[misc]
             con = duckdb.connect()

@@ -20,7 +20,7 @@ import pytest
 
 from admission import EtaModel, Scheduler
 from admission.classify import classify_sql
-from tests.pgcluster import Cluster, free_port
+from tests.pgcluster import Cluster, connect_when_ready, free_port
 from training.estimate import Completed, Estimator, attribute, phases_of, pooled_phases
 from training.train import TrainConfig, TrainResult, train
 from workloads.tpch import draw_parameters, render_query
@@ -272,15 +272,7 @@ def _serve_with(model: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                conn = psycopg.connect(host="127.0.0.1", port=port, user="u", dbname="d")
-                break
-            except psycopg.OperationalError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
-        with conn:
+        with connect_when_ready(port, proc) as conn:
             sql = render_query(6, draw_parameters(6, random.Random(1), SF), "duckdb")
             conn.execute(sql).fetchall()
         classes = {c["name"]: c for c in httpx.get(f"http://127.0.0.1:{admin}/classes").json()}

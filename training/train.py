@@ -32,7 +32,7 @@ from admission.classify import classify_sql
 from admission.model import ClassProfile, EtaModel, Phase
 from admission.scheduler import Limits
 from proxy.app import BackgroundProxy, ProxyConfig
-from proxy.server import parse_backend
+from proxy.server import parse_backend, url_identity
 from training.estimate import Estimator, pooled_phases
 from training.proc import ThreadProbe, process_tree_cpu, read_task
 from training.sampler import DuckDBJobs, Jobs, PostgresJobs, Recorder, RemotePostgresJobs
@@ -74,7 +74,7 @@ class Checks:
 
     window: float  # seconds of the concurrent run
     u_sum: float  # Σ_r U_r
-    os_cpu: float  # CPU seconds the OS reports for the database over the window
+    os_cpu: float | None  # CPU seconds the OS reports for the database (None: not visible)
     model_cpu: float  # Σ_r U_r · window · M
     little: dict[str, tuple[float, float]]  # class → (Q_r, X_r · E[thread-seconds])
     sampler_cpu: float  # the sampler's own CPU share of one core during the run
@@ -82,7 +82,9 @@ class Checks:
 
     @property
     def cpu_error(self) -> float:
-        return abs(self.model_cpu - self.os_cpu) / self.os_cpu if self.os_cpu else 0.0
+        if not self.os_cpu:
+            return float("nan")  # a remote server: nothing to compare with
+        return abs(self.model_cpu - self.os_cpu) / self.os_cpu
 
 
 @dataclass
@@ -118,9 +120,10 @@ class _Target:
                 load_postgres(conn, data, config.tpch, progress=progress)
             proxy_config = ProxyConfig(backend=address, listen_port=0, limits=Limits(mpl=1))
             self.proxy = BackgroundProxy(proxy_config, progress, listener)
-            user, dbname = _user_db(config.backend)
+            user, dbname = url_identity(config.backend)
             self.conninfo = self.proxy.conninfo(user=user, dbname=dbname)
             self.direct = direct
+            self.postmaster = self._local_postmaster()
 
     def _on_event(self, event: Any) -> None:
         if self.recorder is not None:
@@ -139,23 +142,28 @@ class _Target:
             observers = [lambda m: jobs.measured(m.job, m.cpu_time)] if profile else []
             self.embedded.observers[:] = observers
             return jobs
-        if self._local_server():
+        if self.postmaster is not None:
             return PostgresJobs()
         return RemotePostgresJobs(self.direct, self.config.cores, self.config.interval)
 
-    def _local_server(self) -> bool:
-        with psycopg.connect(self.conninfo) as conn:
-            pid = conn.info.backend_pid
-        reading = read_task(f"/proc/{pid}")
-        return reading is not None
-
-    def os_cpu(self) -> float:
-        if self.config.is_duckdb:
-            return self.thread_probe.read()[1]
+    def _local_postmaster(self) -> int | None:
+        """The server's postmaster pid if it runs on this machine (its backend is visible in
+        /proc as a postgres process), else None."""
         with psycopg.connect(self.direct) as conn:
             pid = conn.info.backend_pid
         reading = read_task(f"/proc/{pid}")
-        return process_tree_cpu(reading.ppid) if reading is not None else 0.0
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                is_postgres = b"postgres" in f.read()
+        except OSError:
+            return None
+        return reading.ppid if reading is not None and is_postgres else None
+
+    def os_cpu(self) -> float | None:
+        """CPU seconds the database has used so far, as the OS counts them (None: remote)."""
+        if self.config.is_duckdb:
+            return self.thread_probe.read()[1]
+        return process_tree_cpu(self.postmaster) if self.postmaster is not None else None
 
     def set_mpl(self, mpl: int | None) -> None:
         gate = self.proxy.gate
@@ -164,12 +172,6 @@ class _Target:
 
     def close(self) -> None:
         self.proxy.close()
-
-
-def _user_db(url: str) -> tuple[str, str]:
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    user = str(info.get("user") or os.environ.get("PGUSER") or os.environ.get("USER") or "postgres")
-    return user, str(info.get("dbname") or user)
 
 
 def _fingerprints(classes: tuple[int, ...], dialect: Dialect, sf: float) -> dict[str, int]:
@@ -355,7 +357,7 @@ def _train(
     checks = Checks(
         window=window,
         u_sum=sum(e.U for e in estimates.values()),
-        os_cpu=cpu_after - cpu_before,
+        os_cpu=cpu_after - cpu_before if cpu_after is not None and cpu_before else None,
         model_cpu=sum(e.U for e in estimates.values()) * window * config.cores,
         little=little,
         sampler_cpu=recorder.sampler_cpu / window if window else 0.0,

@@ -288,59 +288,31 @@ def driver_answer(which: str, params: list[object]) -> LocalAnswer:
         element = ARRAY_ELEMENT.get(oid)
         if element is not None and element in BUILTIN:
             name = BUILTIN[element].name
-            rows.append(
-                (
-                    element,
-                    "pg_catalog",
-                    name,
-                    "b",
-                    None,
-                    0,
-                    None,
-                    None,
-                    None,
-                    None,
-                    1,
-                    None,
-                    None,
-                    None,
-                )
-            )
-            rows.append(
-                (
-                    oid,
-                    "pg_catalog",
-                    "_" + name,
-                    "b",
-                    None,
-                    element,
-                    ",",
-                    None,
-                    None,
-                    None,
-                    0,
-                    None,
-                    name,
-                    None,
-                )
-            )
+            rows.append(_type_row(element, name, depth=1))
+            rows.append(_type_row(oid, "_" + name, element=element, element_name=name))
         elif oid in BUILTIN:
-            rows.append(
-                (
-                    oid,
-                    "pg_catalog",
-                    BUILTIN[oid].name,
-                    "b",
-                    None,
-                    0,
-                    None,
-                    None,
-                    None,
-                    None,
-                    0,
-                    None,
-                    None,
-                    None,
-                )
-            )
+            rows.append(_type_row(oid, BUILTIN[oid].name))
     return LocalAnswer(f"SELECT {len(rows)}", TYPEINFO_COLUMNS, rows)
+
+
+def _type_row(
+    oid: int, name: str, *, element: int = 0, element_name: str | None = None, depth: int = 0
+) -> tuple[object, ...]:
+    """One row of asyncpg's typeinfo query for a built-in base type (or array of one)."""
+    delimiter = "," if element else None
+    return (
+        oid,
+        "pg_catalog",
+        name,
+        "b",
+        None,
+        element,
+        delimiter,
+        None,
+        None,
+        None,
+        depth,
+        None,
+        element_name,
+        None,
+    )

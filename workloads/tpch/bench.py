@@ -5,10 +5,12 @@ backend once per policy and repetition, plus **none** (no admission control: eve
 runs at once) and **fcfs** with the same MPL (what a PgBouncer pool gives). Policies are
 interleaved within each repetition so that drift on a shared machine spreads over all of them.
 
-Per run, statements completing inside the measurement window (after the warm-up) count:
-throughput, mean / p95 / p99 response time, the weighted slowdown Σ_r X_r/X · R_r/D_r (D_r from
-the model's isolation runs), and per class; over repetitions, means with 95% confidence
-intervals. Aging and queue timeouts are counted from the scheduler.
+Per run, over the measurement window (after the warm-up): throughput from the statements that
+complete inside it, response times from those that start inside it (the run drains, so even a
+statement a policy starves is counted in full); mean / p95 / p99 response time, the weighted
+slowdown Σ_r X_r/X · R_r/D_r (D_r from the model's isolation runs), and per class; over
+repetitions, means with 95% confidence intervals. Aging and queue timeouts are counted from the
+scheduler.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from admission.model import EtaModel
 from admission.scheduler import Limits
 from admission.sim.study import Estimate, PolicySummary, ccdf
 from proxy.app import BackgroundProxy, ProxyConfig
-from proxy.server import parse_backend
+from proxy.server import parse_backend, url_identity
 from workloads.tpch.data import generate, load_postgres
 from workloads.tpch.load import LoadResult, run_closed
 from workloads.tpch.mixes import Mix
@@ -146,10 +148,9 @@ def _target(
     data = generate(config.tpch, progress=progress)
     with psycopg.connect(config.backend) as conn:
         load_postgres(conn, data, config.tpch, progress=progress)
-    info = psycopg.conninfo.conninfo_to_dict(config.backend)
     proxy = BackgroundProxy(ProxyConfig(backend=address, listen_port=0, model=model), progress)
-    user = str(info.get("user") or "postgres")
-    return proxy, proxy.conninfo(user=user, dbname=str(info.get("dbname") or user))
+    user, dbname = url_identity(config.backend)
+    return proxy, proxy.conninfo(user=user, dbname=dbname)
 
 
 def run_bench(
@@ -226,12 +227,28 @@ def _demands(model: EtaModel, mix: Mix, dialect: Dialect, sf: float) -> dict[int
     return out
 
 
-def _window(run: Run, config: BenchConfig) -> tuple[list[tuple[int, float]], float]:
-    """(query, response) of statements that succeeded inside the window, and its length."""
+@dataclass(frozen=True)
+class _Window:
+    """One run's measurement window, from the end of the warm-up to the nominal end."""
+
+    responses: list[tuple[int, float]]  # (query, response) of statements started inside
+    completions: dict[int, int]  # statements of each query that completed inside
+    length: float
+
+
+def _window(run: Run, config: BenchConfig) -> _Window:
+    """Throughput counts completions inside the window; response times come from the
+    statements that *started* inside it. The run drains (every statement started finishes),
+    so a statement a policy keeps waiting past the window's end still counts with its full
+    response time — counting completions only would leave out exactly the starved ones."""
     start = run.load.started + config.warmup_seconds
     end = run.load.started + config.duration
-    done = [(s.query, s.response) for s in run.load.ok if start <= s.end <= end]
-    return done, max(end - start, 1e-9)
+    responses = [(s.query, s.response) for s in run.load.ok if start <= s.start <= end]
+    completions: dict[int, int] = {}
+    for s in run.load.ok:
+        if start <= s.end <= end:
+            completions[s.query] = completions.get(s.query, 0) + 1
+    return _Window(responses, completions, max(end - start, 1e-9))
 
 
 def _summary(
@@ -242,33 +259,32 @@ def _summary(
     everything: list[float] = []
     gaps = []
     for run in runs:
-        done, length = _window(run, config)
-        times = np.array([r for _, r in done]) if done else np.array([np.nan])
-        everything.extend(r for _, r in done)
-        x = len(done) / length
+        w = _window(run, config)
+        times = np.array([r for _, r in w.responses]) if w.responses else np.array([np.nan])
+        everything.extend(r for _, r in w.responses)
+        x = sum(w.completions.values()) / w.length
         throughput.append(x)
         mean.append(float(np.mean(times)))
         p50.append(float(np.percentile(times, 50)))
         p95.append(float(np.percentile(times, 95)))
         p99.append(float(np.percentile(times, 99)))
         by_q: dict[int, list[float]] = {}
-        for q, r in done:
+        for q, r in w.responses:
             by_q.setdefault(q, []).append(r)
         slowdown.append(
             sum(
-                len(rs) / max(len(done), 1) * statistics.fmean(rs) / demands[q]
+                len(rs) / len(w.responses) * statistics.fmean(rs) / demands[q]
                 for q, rs in by_q.items()
             )
         )
         for q in config.mix.queries:
             rs = by_q.get(q, [])
             c = per_class.setdefault(q, {"throughput": [], "mean_response": [], "slowdown": []})
-            c["throughput"].append(len(rs) / length)
+            c["throughput"].append(w.completions.get(q, 0) / w.length)
             c["mean_response"].append(statistics.fmean(rs) if rs else float("nan"))
             c["slowdown"].append(statistics.fmean(rs) / demands[q] if rs else float("nan"))
-        in_system = config.clients * (1 if config.think == 0 else float("nan"))
-        if config.think == 0 and done:
-            gaps.append(abs(in_system - x * float(np.mean(times))) / in_system)
+        if config.think == 0 and w.responses:  # closed, no think time: N = X · R
+            gaps.append(abs(config.clients - x * float(np.mean(times))) / config.clients)
     return PolicySummary(
         policy=policy,
         throughput=Estimate.of(throughput),
@@ -283,7 +299,7 @@ def _summary(
         littles_law_gap=max(gaps) if gaps else float("nan"),
         aged=sum(r.aged for r in runs),
         timed_out=sum(r.timed_out for r in runs),
-        task_completions=sum(len(_window(r, config)[0]) for r in runs),
+        task_completions=sum(len(_window(r, config).responses) for r in runs),
         ccdf=ccdf(np.array(everything)) if everything else [],
     )
 
@@ -302,7 +318,7 @@ def quick_model(
             classes=config.mix.queries,
             isolation_reps=3,
             concurrency=max(2, min(config.clients, 8)),
-            duration=max(10.0, min(config.duration, 20.0)),
+            duration=max(5.0, min(config.duration, 20.0)),
             seed=config.seed,
         ),
         progress,
