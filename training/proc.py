@@ -92,9 +92,12 @@ class PostgresProbe:
         kids = children(self.postmaster)
         alive = set(kids)
         for pid in kids:
-            if pid not in self._leader_of:
-                self._leader_of[pid] = _worker_leader(pid)
-            leader = self._leader_of[pid]
+            if pid in self._leader_of:
+                leader = self._leader_of[pid]
+            else:
+                leader, titled = _worker_leader(pid)
+                if titled:  # a fresh fork still shows the postmaster's command line
+                    self._leader_of[pid] = leader
             if leader is not None:
                 out.setdefault(leader, []).append(pid)
         for pid in [p for p in self._leader_of if p not in alive]:
@@ -108,18 +111,20 @@ class PostgresProbe:
         return reading
 
 
-def _worker_leader(pid: int) -> int | None:
+def _worker_leader(pid: int) -> tuple[int | None, bool]:
+    """The leader's pid if ``pid`` is a parallel worker, and whether the process has set its
+    title yet ("postgres: …"); until it has, what it will become is unknown."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
-        return None
+        return None, False
     marker = "parallel worker for PID "
     at = cmdline.find(marker)
     if at < 0:
-        return None
+        return None, cmdline.startswith("postgres: ")
     digits = cmdline[at + len(marker) :].split()[0]
-    return int(digits) if digits.isdigit() else None
+    return (int(digits) if digits.isdigit() else None), True
 
 
 def process_tree_cpu(root: int) -> float:

@@ -23,7 +23,7 @@ from workloads.tpch.mixes import mix_by_name
 from workloads.tpch.queries import Dialect, draw_parameters, render_query
 
 
-@events.init_command_line_parser.add_listener
+@events.init_command_line_parser.add_listener  # type: ignore[untyped-decorator]
 def _options(parser: Any) -> None:
     parser.add_argument(
         "--tpch-mix", default="medium", help="light, medium, heavy or all", env_var="TPCH_MIX"
@@ -44,7 +44,10 @@ class TpchUser(User):
         self.mix = mix_by_name(options.tpch_mix)
         self.scale_factor = float(options.tpch_sf)
         self.rng = random.Random()
-        self.conn = psycopg.connect(self.host, autocommit=True)
+        if not self.host:
+            raise ValueError("--host postgresql://USER@HOST:PORT/DB (the proxy) is required")
+        self.conninfo: str = self.host
+        self.conn = psycopg.connect(self.conninfo, autocommit=True)
         version = self.conn.info.parameter_status("server_version") or ""
         self.dialect: Dialect = "duckdb" if "DuckDB" in version else "postgres"
 
@@ -72,4 +75,4 @@ class TpchUser(User):
             context={},
         )
         if self.conn.closed:
-            self.conn = psycopg.connect(self.host, autocommit=True)
+            self.conn = psycopg.connect(self.conninfo, autocommit=True)
