@@ -47,15 +47,18 @@ class _PgJob:
     base: float
     leader_cpu: float
     workers: dict[int, float] = field(default_factory=dict)  # worker pid → CPU last seen
+    earlier: set[int] = field(default_factory=set)  # still-exiting workers of an earlier one
 
 
 class PostgresJobs:
     """Backends and parallel workers of the statements in flight, from /proc.
 
     A worker's CPU after its last sample is not seen while it lives; when the postmaster reaps
-    it, it lands in the postmaster's cutime. ``finish`` compares the growth of that count with
-    what was last seen of every process that has since exited and hands the remainder — the
-    workers' unseen tails — to the classes whose workers exited, in proportion to their number.
+    it, its whole CPU lands in the postmaster's cutime. ``finish`` compares the growth of that
+    count with the CPU last seen of every process that has since exited (each child of the
+    postmaster is read once when the window opens, so backends that leave during the run are
+    covered too) and hands the remainder — the workers' unseen tails — to the classes whose
+    workers exited, in proportion to their number.
     """
 
     exact_cpu = True
@@ -65,20 +68,42 @@ class PostgresJobs:
         self.jobs: dict[Hashable, _PgJob] = {}
         self.klass: dict[Hashable, str] = {}
         self.reaped_at_start: float | None = None
-        self.worker_seen: dict[int, tuple[str, float]] = {}  # pid → (class, CPU last seen)
-        self.leader_seen: dict[int, float] = {}
+        self.last_cpu: dict[int, float] = {}  # every process read: pid → CPU last seen
+        self.worker_class: dict[int, str] = {}
+
+    def _open_window(self) -> None:
+        postmaster = self.probe.postmaster
+        top = self.probe.read(postmaster) if postmaster is not None else None
+        if postmaster is None or top is None:
+            return
+        self.reaped_at_start = top.children_cpu
+        for pid in children(postmaster):
+            reading = self.probe.read(pid)
+            if reading is not None:
+                self.last_cpu.setdefault(pid, reading.cpu)
 
     def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
         if pid is None:
             return
         reading = self.probe.read(pid)
         cpu = reading.cpu if reading is not None else 0.0
-        self.jobs[job] = _PgJob(pid, cpu, cpu)
+        # The backend's previous statement may have workers that have not exited yet: they
+        # are not this statement's.
+        earlier = set(self.probe.workers().get(pid, ()))
+        self.jobs[job] = _PgJob(pid, cpu, cpu, earlier=earlier)
         self.klass[job] = klass
-        self.leader_seen[pid] = cpu
-        if self.reaped_at_start is None and self.probe.postmaster is not None:
-            postmaster = self.probe.read(self.probe.postmaster)
-            self.reaped_at_start = postmaster.children_cpu if postmaster else 0.0
+        self.last_cpu[pid] = cpu
+        if self.reaped_at_start is None:
+            self._open_window()
+
+    def _worker(self, j: _PgJob, klass: str, pid: int) -> bool:
+        """Read one of ``j``'s workers; whether it is running."""
+        reading = self.probe.read(pid)
+        if reading is None:
+            return False
+        j.workers[pid] = self.last_cpu[pid] = reading.cpu
+        self.worker_class[pid] = klass
+        return reading.running
 
     def sample(self) -> tuple[dict[Hashable, float], dict[Hashable, float] | None]:
         workers = self.probe.workers()
@@ -87,17 +112,13 @@ class PostgresJobs:
         for job, j in self.jobs.items():
             leader = self.probe.read(j.leader)
             n = 0
-            forks[job] = 1 + len(workers.get(j.leader, ()))
+            mine = [w for w in workers.get(j.leader, ()) if w not in j.earlier]
+            forks[job] = 1 + len(mine)
             if leader is not None:
                 n += leader.running
-                j.leader_cpu = leader.cpu
-                self.leader_seen[j.leader] = leader.cpu
-            for pid in workers.get(j.leader, ()):
-                reading = self.probe.read(pid)
-                if reading is not None:
-                    n += reading.running
-                    j.workers[pid] = reading.cpu
-                    self.worker_seen[pid] = (self.klass[job], reading.cpu)
+                j.leader_cpu = self.last_cpu[j.leader] = leader.cpu
+            for pid in mine:
+                n += self._worker(j, self.klass[job], pid)
             tasks[job] = n
         return tasks, forks
 
@@ -107,31 +128,27 @@ class PostgresJobs:
         if j is None:
             return None
         for pid in self.probe.workers().get(j.leader, ()):  # workers still exiting
-            reading = self.probe.read(pid)
-            if reading is not None:
-                j.workers[pid] = reading.cpu
-                self.worker_seen[pid] = (klass, reading.cpu)
+            if pid not in j.earlier:
+                self._worker(j, klass, pid)
         leader = self.probe.read(j.leader)
         if leader is not None:
-            j.leader_cpu = leader.cpu
-            self.leader_seen[j.leader] = leader.cpu
+            j.leader_cpu = self.last_cpu[j.leader] = leader.cpu
         return (j.leader_cpu - j.base) + sum(j.workers.values())
 
     def finish(self) -> dict[str, float]:
         """CPU seconds per class that exited workers used after their last sample."""
         postmaster = self.probe.postmaster
         top = self.probe.read(postmaster) if postmaster is not None else None
-        if top is None or self.reaped_at_start is None:
+        if postmaster is None or top is None or self.reaped_at_start is None:
             return {}
-        alive = set(children(postmaster)) if postmaster is not None else set()
-        gone_workers = {p: v for p, v in self.worker_seen.items() if p not in alive}
-        accounted = sum(cpu for _, cpu in gone_workers.values())
-        accounted += sum(cpu for p, cpu in self.leader_seen.items() if p not in alive)
-        tail = top.children_cpu - self.reaped_at_start - accounted
+        alive = set(children(postmaster))
+        gone = [p for p in self.last_cpu if p not in alive]
+        tail = top.children_cpu - self.reaped_at_start - sum(self.last_cpu[p] for p in gone)
+        gone_workers = [self.worker_class[p] for p in gone if p in self.worker_class]
         if tail <= 0 or not gone_workers:
             return {}
         per_class: dict[str, int] = {}
-        for klass, _ in gone_workers.values():
+        for klass in gone_workers:
             per_class[klass] = per_class.get(klass, 0) + 1
         return {k: tail * n / len(gone_workers) for k, n in per_class.items()}
 
