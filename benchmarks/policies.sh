@@ -20,3 +20,4 @@ for mix in light medium heavy; do
         --duration 20 --repetitions 3 --mpl 4 --plot "$out" --save "$out/$mix.json" \
         | tee "$out/$mix.txt"
 done
+.venv/bin/python -m benchmarks.policies_table "$out"/light.json "$out"/medium.json "$out"/heavy.json

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import asyncpg
@@ -112,6 +113,31 @@ def test_admission_serve_tpch_from_the_command_line(data_dir: Path) -> None:
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "loading lineitem" in err and "backend=duckdb::memory: TPC-H SF 0.01" in err
+
+
+def test_admission_serve_opens_a_duckdb_file(tmp_path: Path) -> None:
+    path = tmp_path / "shop.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("create table orders (id integer, total decimal(10,2))")
+        con.execute("insert into orders values (1, 9.50), (2, 20.00)")
+    port = free_port()
+    admission = str(Path(sys.executable).with_name("admission"))
+    proc = subprocess.Popen(
+        [admission, "serve", "--database", str(path), "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with connect_when_ready(port, proc) as conn:
+            assert conn.execute("select sum(total) from orders").fetchone() == (Decimal("29.50"),)
+            conn.execute("insert into orders values (3, 0.50)")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    with duckdb.connect(str(path)) as con:  # the insert reached the file
+        assert con.execute("select count(*) from orders").fetchone() == (3,)
 
 
 def test_serve_refuses_contradictory_options() -> None:

@@ -205,6 +205,32 @@ def test_train_on_postgresql_with_parallel_workers(pg: Cluster, tmp_path: Path) 
     _uses_the_model(model, tmp_path / "pg.json")
 
 
+def test_train_against_a_server_without_proc_access(
+    pg: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server on another machine: tasks from pg_stat_activity, CPU estimated, and said so."""
+    import training.train as trainer
+
+    monkeypatch.setattr(trainer._Target, "_local_postmaster", lambda self: None)
+    pg.psql("drop database if exists tpch_remote")
+    pg.psql("create database tpch_remote")
+    url = f"postgresql://postgres@127.0.0.1:{pg.port}/tpch_remote"
+    config = TrainConfig(
+        backend=url,
+        tpch=SF,
+        classes=(1, 6),
+        isolation_reps=2,
+        concurrency=3,
+        duration=4,
+        interval=0.02,
+    )
+    result = train(config)
+    model = result.model
+    assert "pg_stat_activity" in model.notes and "estimated" in model.notes
+    assert all(c.U > 0 and c.Q > 0 and c.count > 0 for c in model.classes)
+    assert 0 < result.checks.u_sum <= 1.0 and result.checks.os_cpu is None
+
+
 # -- the command line ------------------------------------------------------------------------
 
 
