@@ -61,6 +61,40 @@ def _env(name: str) -> str:
     return f"ADMISSION_{name.upper().replace('-', '_')}"
 
 
+# Admission limits, shared by every command that runs the scheduler (serve, bench, simulate).
+ThreadsOption = Annotated[
+    int,
+    typer.Option(
+        help="Thread budget N_fcr: sum of nominal fork sizes in service (0 = unlimited).",
+        envvar=_env("threads"),
+        min=0,
+    ),
+]
+BackfillOption = Annotated[
+    bool,
+    typer.Option(
+        help="Admit the best statement that fits instead of blocking at the head of the line.",
+        envvar=_env("backfill"),
+    ),
+]
+MaxWaitOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Aging: a statement queued this many seconds is admitted next.",
+        envvar=_env("max_wait"),
+        min=0,
+    ),
+]
+QueueTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Fail a statement still queued after this many seconds (SQLSTATE 57014).",
+        envvar=_env("queue_timeout"),
+        min=0,
+    ),
+]
+
+
 class OutputFormat(StrEnum):
     table = "table"
     json = "json"
@@ -145,13 +179,7 @@ def simulate(
     seed: Annotated[
         int, typer.Option(help="Seed of every random stream.", envvar=_env("seed"))
     ] = 1,
-    backfill: Annotated[
-        bool,
-        typer.Option(
-            help="Admit the best job that fits instead of blocking at the head of the line.",
-            envvar=_env("backfill"),
-        ),
-    ] = False,
+    backfill: BackfillOption = False,
     routing: Annotated[
         str,
         typer.Option(
@@ -171,16 +199,8 @@ def simulate(
             envvar=_env("class_per_cycle"),
         ),
     ] = False,
-    max_wait: Annotated[
-        float | None,
-        typer.Option(
-            help="Aging: admit a job next once it waited this long.", envvar=_env("max_wait")
-        ),
-    ] = None,
-    queue_timeout: Annotated[
-        float | None,
-        typer.Option(help="Fail a job still queued after this long.", envvar=_env("queue_timeout")),
-    ] = None,
+    max_wait: MaxWaitOption = None,
+    queue_timeout: QueueTimeoutOption = None,
     model: Annotated[
         Path | None,
         typer.Option(
@@ -423,35 +443,10 @@ def serve(
             min=0,
         ),
     ] = 0,
-    threads: Annotated[
-        int,
-        typer.Option(
-            help="Thread budget N_fcr: sum of nominal fork sizes in service (0 = unlimited).",
-            envvar=_env("threads"),
-            min=0,
-        ),
-    ] = 0,
-    backfill: Annotated[
-        bool,
-        typer.Option(
-            help="Admit the best statement that fits instead of blocking at the head of line.",
-            envvar=_env("backfill"),
-        ),
-    ] = False,
-    max_wait: Annotated[
-        float | None,
-        typer.Option(
-            help="Aging: a statement queued this many seconds is admitted next.",
-            envvar=_env("max_wait"),
-        ),
-    ] = None,
-    queue_timeout: Annotated[
-        float | None,
-        typer.Option(
-            help="Fail a statement still queued after this many seconds (SQLSTATE 57014).",
-            envvar=_env("queue_timeout"),
-        ),
-    ] = None,
+    threads: ThreadsOption = 0,
+    backfill: BackfillOption = False,
+    max_wait: MaxWaitOption = None,
+    queue_timeout: QueueTimeoutOption = None,
     max_queue: Annotated[
         int,
         typer.Option(
@@ -756,12 +751,10 @@ def bench(
     mpl: Annotated[
         int, typer.Option(help="MPL for every policy but none (0 = unlimited).", min=0)
     ] = 4,
-    threads: Annotated[int, typer.Option(help="Thread budget N_fcr (0 = unlimited).", min=0)] = 0,
-    backfill: Annotated[bool, typer.Option(help="Admit the best job that fits.")] = False,
-    max_wait: Annotated[float | None, typer.Option(help="Aging after this many seconds.")] = None,
-    queue_timeout: Annotated[
-        float | None, typer.Option(help="Fail statements queued longer than this.")
-    ] = None,
+    threads: ThreadsOption = 0,
+    backfill: BackfillOption = False,
+    max_wait: MaxWaitOption = None,
+    queue_timeout: QueueTimeoutOption = None,
     policies: Annotated[
         str, typer.Option(help="Comma-separated: none, fcfs, sept, min-q, min-a, max-u, max-p.")
     ] = ",".join(("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p")),
