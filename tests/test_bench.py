@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from admission.scheduler import Limits
+from tests.pgcluster import Cluster
 from workloads.tpch.bench import BenchConfig, _limits
 from workloads.tpch.mixes import MIXES
 
@@ -95,3 +96,27 @@ def test_none_means_no_admission_control() -> None:
     config = BenchConfig(mix=MIXES["light"], mpl=4, threads=8, max_wait=3.0)
     assert _limits(config, "none") == Limits()
     assert _limits(config, "fcfs") == Limits(mpl=4, threads=8, max_wait=3.0)
+
+
+def test_bench_on_postgresql(pg: Cluster, tmp_path: Path) -> None:
+    from admission import ClassProfile, EtaModel
+
+    pg.psql("drop database if exists tpch_bench")
+    pg.psql("create database tpch_bench")
+    model = tmp_path / "m.json"
+    EtaModel(classes=(ClassProfile(fingerprint="x", name="x", D=0.01, f=1),)).save(model)
+    result = _bench(
+        "--backend",
+        f"postgresql://postgres@127.0.0.1:{pg.port}/tpch_bench",
+        "--policies",
+        "none,fcfs,sept",
+        "--model",
+        str(model),
+        "--format",
+        "json",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout)
+    assert out["backend"].startswith("postgresql://")
+    for summary in out["policies"].values():
+        assert summary["throughput"] > 0 and summary["errors"] == 0
