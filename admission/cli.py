@@ -503,7 +503,7 @@ def serve(
     import logging
 
     from admission.scheduler import Limits
-    from proxy.app import ProxyConfig, run
+    from proxy.app import LOOPBACK, ProxyConfig, run
     from proxy.server import parse_backend
 
     logging.basicConfig(
@@ -522,7 +522,7 @@ def serve(
         if admin is not None:
             admin_host, _, admin_text = admin.rpartition(":")
             admin_host, admin_port = admin_host or "127.0.0.1", int(admin_text)
-            if admin_host not in ("127.0.0.1", "::1", "localhost") and not admin_token:
+            if admin_host not in LOOPBACK and not admin_token:
                 raise ValueError(
                     f"the admin API on {admin_host} needs --admin-token: it can change the "
                     "policy and the limits"

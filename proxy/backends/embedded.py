@@ -92,16 +92,16 @@ class DuckDBBackend:
             self.connection.close()
 
 
-class Refused(Exception):
-    def __init__(self, sqlstate: str, message: str) -> None:
-        super().__init__(message)
-        self.sqlstate = sqlstate
-
-
 class QueryError(Exception):
+    """A statement failed; the client gets an ErrorResponse with ``sqlstate``."""
+
     def __init__(self, sqlstate: str, message: str) -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+
+
+class Refused(QueryError):
+    """The gate turned the statement away (queue full, timeout, cancel)."""
 
 
 @dataclass(slots=True)
@@ -599,7 +599,7 @@ class EmbeddedConnection(asyncio.Protocol):
                     "0A000",
                     f"message {frame.name!r} is not supported by the embedded DuckDB backend",
                 )
-        except (QueryError, Refused) as e:
+        except QueryError as e:  # Refused too
             self._error(e.sqlstate, str(e))
             if self.status == b"T":
                 self.status = b"E"
