@@ -42,6 +42,8 @@ from admission.policies import Policy, policy_by_name
 __all__ = ["Event", "Job", "JobState", "Limits", "Scheduler", "SchedulerStats"]
 
 _RECOMPUTE_EVERY = 4096  # exact recomputation of η·N bounds floating-point drift
+_NEVER = float("-inf")
+_FOREVER = float("inf")
 
 
 class JobState(Enum):
@@ -111,9 +113,9 @@ class Job:
         return self.klass.name
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: frozen construction costs 4×, and one is made per change
 class Event:
-    """A visible change: submit, grant, release, cancel, timeout."""
+    """A visible change: submit, grant, release, cancel, timeout. Read-only by convention."""
 
     kind: str
     time: float
@@ -169,9 +171,9 @@ class Scheduler:
         self._by_fp: dict[str, _ClassState] = {}
         self._jobs: dict[Hashable, Job] = {}
         self._seq = 0
-        self._now = float("-inf")
+        self._now = _NEVER
         self._running = 0  # jobs in service
-        self._queued = 0  # jobs waiting
+        self.queued = 0  # jobs waiting (read-only outside; an attribute: read per statement)
         self._held = 0  # n_fcr: budget units held
         self._n_total = 0
         self._tasks: list[int] = []  # N_c, by class index
@@ -188,7 +190,7 @@ class Scheduler:
         self._updates = 0
         # After a dispatch that ended blocked, the verdict stands until this time unless
         # something other than a submit to an already non-empty class happens.
-        self._blocked_until = float("-inf")
+        self._blocked_until = _NEVER
         for c in self.model.classes:
             self._add_class_state(c.fingerprint, c.name, c.f)
         self._compile()
@@ -202,10 +204,6 @@ class Scheduler:
     @property
     def threads_in_use(self) -> int:
         return self._held
-
-    @property
-    def queued(self) -> int:
-        return self._queued
 
     @property
     def class_names(self) -> list[str]:
@@ -251,7 +249,9 @@ class Scheduler:
         sample_sql: str = "",
     ) -> list[Job]:
         """Queue a job (or admit it at once if ``bypass``); returns the jobs admitted now."""
-        self._advance(now)
+        if now < self._now:
+            raise ValueError(f"time went backwards: {now} after {self._now}")
+        self._now = now
         if job_id in self._jobs:
             raise ValueError(f"job {job_id!r} is already known to the scheduler")
         st = self._by_fp.get(fingerprint) or self._learn_class(fingerprint, name, sample_sql)
@@ -259,16 +259,22 @@ class Scheduler:
         self._seq += 1
         self._jobs[job_id] = job
         self.stats.submitted += 1
-        if self.listener is not None:
-            self._emit("submit", job)
+        listener = self.listener
+        if listener is not None:
+            listener(Event("submit", now, job_id, st.name))
         if bypass:
             job.bypass = True
             self.stats.bypassed += 1
-            self._blocked_until = float("-inf")
+            self._blocked_until = _NEVER
             self._admit(job, now)
             return [job]
-        mpl = self.limits.mpl
-        if not self._nonempty and (mpl is None or self._running < mpl) and self._fits(job):
+        limits = self.limits
+        mpl, budget = limits.mpl, limits.threads
+        if (
+            not self._nonempty
+            and (mpl is None or self._running < mpl)
+            and (budget is None or min(job.fork, budget) <= budget - self._held)
+        ):
             self._admit(job, now)  # nothing waits and it fits: the decision is trivial
             return [job]
         self._enqueue(st, job)
@@ -282,7 +288,9 @@ class Scheduler:
         Completing a queued job withdraws it; completing an unknown or finished job does
         nothing, so a driver may call this from every exit path.
         """
-        self._advance(now)
+        if now < self._now:
+            raise ValueError(f"time went backwards: {now} after {self._now}")
+        self._now = now
         job = self._jobs.get(job_id)
         if job is None:
             return []
@@ -295,8 +303,12 @@ class Scheduler:
         self._running -= 1
         job.state = JobState.DONE
         self.stats.completed += 1
-        if self.listener is not None:
-            self._emit("release", job)
+        listener = self.listener
+        if listener is not None:
+            listener(Event("release", now, job_id, job.klass.name))
+        if not self._nonempty:  # nothing waits: what _dispatch would conclude
+            self._blocked_until = _NEVER
+            return []
         return self._dispatch(now)
 
     def update_tasks(self, job_id: Hashable, tasks: int, release: int, now: float) -> list[Job]:
@@ -306,7 +318,7 @@ class Scheduler:
         if job.state is not _RUNNING:
             raise ValueError(f"job {job_id!r} is {job.state.value}, not running")
         self._set_tasks(job, tasks)
-        self._blocked_until = float("-inf")
+        self._blocked_until = _NEVER
         if release <= 0:
             return []
         freed = min(release, job.held)
@@ -413,7 +425,7 @@ class Scheduler:
     def _enqueue(self, st: _ClassState, job: Job) -> None:
         st.queue.append(job)
         st.live += 1
-        self._queued += 1
+        self.queued += 1
         if st.live == 1:
             self._head_seq[st.index] = job.seq
             self._nonempty.append(st.index)
@@ -431,7 +443,7 @@ class Scheduler:
     def _pop_head(self, st: _ClassState) -> Job:
         job = st.queue.popleft()
         st.live -= 1
-        self._queued -= 1
+        self.queued -= 1
         self._settle(st)
         return job
 
@@ -497,8 +509,10 @@ class Scheduler:
         self._set_tasks(job, job.fork)
         if not job.bypass:
             self.stats.admitted += 1
-        if self.listener is not None:
-            self._emit("grant", job, "bypass" if job.bypass else ("aged" if job.aged else ""))
+        listener = self.listener
+        if listener is not None:
+            detail = "bypass" if job.bypass else ("aged" if job.aged else "")
+            listener(Event("grant", now, job.id, job.klass.name, detail))
         if self.on_grant is not None:
             self.on_grant(job, self._tasks)
 
@@ -507,7 +521,7 @@ class Scheduler:
         st = job.klass
         job.state = JobState.CANCELLED
         st.live -= 1
-        self._queued -= 1
+        self.queued -= 1
         del self._jobs[job.id]
         if st.queue[0] is job:
             self._settle(st)
@@ -580,24 +594,24 @@ class Scheduler:
         if self.limits.queue_timeout is not None:
             self._expire(now)
         if not self._nonempty:
-            self._blocked_until = float("-inf")
+            self._blocked_until = _NEVER
             return []
         granted: list[Job] = []
         mpl, budget = self.limits.mpl, self.limits.threads
         head_seq = self._head_seq
-        self._blocked_until = float("-inf")
+        self._blocked_until = _NEVER
         while mpl is None or self._running < mpl:
             job = self._pick(now)
             if job is None or (budget is not None and min(job.fork, budget) > budget - self._held):
                 # head-of-line (faithful, or an aged job); backfill found nothing that fits
                 deadline = self.next_deadline()
-                self._blocked_until = float("inf") if deadline is None else deadline
+                self._blocked_until = _FOREVER if deadline is None else deadline
                 break
             st = job.klass
             queue = st.queue
             queue.popleft()
             st.live -= 1
-            self._queued -= 1
+            self.queued -= 1
             if queue and queue[0].state is _QUEUED:
                 head_seq[st.index] = queue[0].seq
             else:

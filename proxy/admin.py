@@ -20,19 +20,21 @@ It listens on loopback by default; bound to any other address it requires a bear
 from __future__ import annotations
 
 import secrets
+from bisect import bisect_left
 from collections import deque
+from collections.abc import Iterator
+from itertools import accumulate
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
 )
 from pydantic import BaseModel, Field
 
@@ -47,89 +49,123 @@ _DASHBOARD = Path(__file__).with_name("static") / "dashboard.html"
 _BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
+class _Tally:
+    """One class's counts and latency histograms: plain numbers, updated on every event."""
+
+    __slots__ = (
+        "admitted",
+        "bypassed",
+        "cancelled",
+        "completed",
+        "response_buckets",
+        "response_sum",
+        "submitted",
+        "timed_out",
+        "wait_buckets",
+        "wait_sum",
+    )
+
+    def __init__(self) -> None:
+        self.submitted = self.admitted = self.bypassed = self.completed = 0
+        self.cancelled = self.timed_out = 0
+        self.wait_sum = self.response_sum = 0.0
+        self.wait_buckets = [0] * (len(_BUCKETS) + 1)  # the last one is +Inf
+        self.response_buckets = [0] * (len(_BUCKETS) + 1)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "submitted": self.submitted,
+            "admitted": self.admitted + self.bypassed,
+            "completed": self.completed,
+            "cancelled": self.cancelled,
+            "timed_out": self.timed_out,
+        }
+
+
 class AdminMetrics:
-    """Counts and latencies per class, fed by the scheduler's events (its ``listener``)."""
+    """Counts and latencies per class, fed by the scheduler's events (its ``listener``).
+
+    An event costs a few additions (it runs for every statement the proxy relays); the
+    Prometheus families are built from these numbers when ``/metrics`` is scraped."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        labels = ["query_class"]
-        self.queue_wait = Histogram(
-            "admission_queue_wait_seconds",
-            "Time statements waited for admission",
-            labels,
-            buckets=_BUCKETS,
-            registry=self.registry,
-        )
-        self.response = Histogram(
-            "admission_response_seconds",
-            "Time from arrival at the proxy to completion",
-            labels,
-            buckets=_BUCKETS,
-            registry=self.registry,
-        )
-        self.counters = {
-            kind: Counter(f"admission_{kind}", f"Statements {kind}", labels, registry=self.registry)
-            for kind in ("admitted", "bypassed", "completed", "cancelled", "timed_out")
-        }
-        self.in_service = Gauge(
-            "admission_in_service", "Statements in service", registry=self.registry
-        )
-        self.threads = Gauge(
-            "admission_threads_in_use", "Thread budget in use", registry=self.registry
-        )
-        self.queued = Gauge("admission_queued", "Statements waiting", registry=self.registry)
+        self.registry.register(self)  # collect() below
+        self.state: dict[str, float] = {"in_service": 0, "threads_in_use": 0, "queued": 0}
         self._arrival: dict[object, float] = {}
         self._wait: dict[object, float] = {}
-        self.per_class: dict[str, dict[str, float]] = {}
-        self.recent: deque[dict[str, Any]] = deque(maxlen=500)
-
-    def _tally(self, name: str) -> dict[str, float]:
-        return self.per_class.setdefault(
-            name,
-            {
-                "submitted": 0,
-                "admitted": 0,
-                "completed": 0,
-                "cancelled": 0,
-                "timed_out": 0,
-                "wait_sum": 0.0,
-                "response_sum": 0.0,
-            },
-        )
+        self.per_class: dict[str, _Tally] = {}
+        self.recent: deque[tuple[float, str, float, float]] = deque(maxlen=500)
 
     def on_event(self, e: Event) -> None:
-        tally = self._tally(e.class_name)
-        if e.kind == "submit":
+        kind = e.kind
+        tally = self.per_class.get(e.class_name)
+        if tally is None:
+            tally = self.per_class[e.class_name] = _Tally()
+        if kind == "submit":
             self._arrival[e.job] = e.time
-            tally["submitted"] += 1
-        elif e.kind == "grant":
+            tally.submitted += 1
+        elif kind == "grant":
             wait = e.time - self._arrival.get(e.job, e.time)
-            kind = "bypassed" if e.detail == "bypass" else "admitted"
-            self.counters[kind].labels(e.class_name).inc()
-            self.queue_wait.labels(e.class_name).observe(wait)
-            tally["admitted"] += 1
-            tally["wait_sum"] += wait
+            if e.detail == "bypass":
+                tally.bypassed += 1
+            else:
+                tally.admitted += 1
+            tally.wait_sum += wait
+            tally.wait_buckets[bisect_left(_BUCKETS, wait)] += 1
             self._wait[e.job] = wait
-        elif e.kind == "release":
+        elif kind == "release":
             response = e.time - self._arrival.pop(e.job, e.time)
-            self.counters["completed"].labels(e.class_name).inc()
-            self.response.labels(e.class_name).observe(response)
-            tally["completed"] += 1
-            tally["response_sum"] += response
-            self.recent.append(
-                {
-                    "time": e.time,
-                    "class": e.class_name,
-                    "wait": self._wait.pop(e.job, 0.0),
-                    "response": response,
-                }
-            )
-        elif e.kind in ("cancel", "timeout"):
+            tally.completed += 1
+            tally.response_sum += response
+            tally.response_buckets[bisect_left(_BUCKETS, response)] += 1
+            self.recent.append((e.time, e.class_name, self._wait.pop(e.job, 0.0), response))
+        elif kind == "cancel" or kind == "timeout":
             self._arrival.pop(e.job, None)
             self._wait.pop(e.job, None)
-            key = "cancelled" if e.kind == "cancel" else "timed_out"
-            self.counters[key].labels(e.class_name).inc()
-            tally[key] += 1
+            if kind == "cancel":
+                tally.cancelled += 1
+            else:
+                tally.timed_out += 1
+
+    def collect(self) -> Iterator[Metric]:
+        """The Prometheus view (prometheus_client calls this on every scrape)."""
+        label = ["query_class"]
+        histograms = (
+            ("admission_queue_wait_seconds", "Time statements waited for admission", "wait"),
+            (
+                "admission_response_seconds",
+                "Time from arrival at the proxy to completion",
+                "response",
+            ),
+        )
+        for name, doc, field in histograms:
+            family = HistogramMetricFamily(name, doc, labels=label)
+            for cls, tally in self.per_class.items():
+                counts = getattr(tally, f"{field}_buckets")
+                cumulative = list(accumulate(counts))
+                buckets = [
+                    (_bound(b), float(n)) for b, n in zip(_BUCKETS, cumulative, strict=False)
+                ]
+                buckets.append(("+Inf", float(cumulative[-1])))
+                family.add_metric([cls], buckets, getattr(tally, f"{field}_sum"))
+            yield family
+        for kind in ("admitted", "bypassed", "completed", "cancelled", "timed_out"):
+            counter = CounterMetricFamily(f"admission_{kind}", f"Statements {kind}", labels=label)
+            for cls, tally in self.per_class.items():
+                counter.add_metric([cls], float(getattr(tally, kind)))
+            yield counter
+        gauges = (
+            ("admission_in_service", "Statements in service", "in_service"),
+            ("admission_threads_in_use", "Thread budget in use", "threads_in_use"),
+            ("admission_queued", "Statements waiting", "queued"),
+        )
+        for name, doc, key in gauges:
+            yield GaugeMetricFamily(name, doc, value=self.state[key])
+
+
+def _bound(bucket: float) -> str:
+    return str(float(bucket))
 
 
 class PolicyChange(BaseModel):
@@ -194,17 +230,17 @@ def create_app(
     async def classes() -> list[dict[str, Any]]:
         out = []
         for profile in scheduler.model.classes:
-            tally = metrics.per_class.get(profile.name, {})
-            done = tally.get("completed", 0)
-            admitted = tally.get("admitted", 0)
+            tally = metrics.per_class.get(profile.name) or _Tally()
+            done = tally.completed
+            admitted = tally.admitted + tally.bypassed
             out.append(
                 {
                     "fingerprint": profile.fingerprint,
                     "name": profile.name,
                     "sample_sql": profile.sample_sql,
-                    "counts": {k: int(v) for k, v in tally.items() if not k.endswith("_sum")},
-                    "mean_queue_wait": tally["wait_sum"] / admitted if admitted else None,
-                    "mean_response": tally["response_sum"] / done if done else None,
+                    "counts": tally.counts(),
+                    "mean_queue_wait": tally.wait_sum / admitted if admitted else None,
+                    "mean_response": tally.response_sum / done if done else None,
                     "profile": {
                         "D": profile.D,
                         "f": profile.f,
@@ -219,7 +255,8 @@ def create_app(
 
     @app.get("/recent", dependencies=guard)
     async def recent() -> list[dict[str, Any]]:
-        return list(metrics.recent)
+        keys = ("time", "class", "wait", "response")
+        return [dict(zip(keys, item, strict=True)) for item in metrics.recent]
 
     @app.get("/dashboard", response_class=HTMLResponse, include_in_schema=False)
     async def dashboard() -> HTMLResponse:
@@ -276,9 +313,11 @@ def create_app(
 
     @app.get("/metrics", dependencies=guard)
     async def prometheus() -> Response:
-        metrics.in_service.set(scheduler.in_service)
-        metrics.threads.set(scheduler.threads_in_use)
-        metrics.queued.set(scheduler.queued)
+        metrics.state.update(
+            in_service=scheduler.in_service,
+            threads_in_use=scheduler.threads_in_use,
+            queued=scheduler.queued,
+        )
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

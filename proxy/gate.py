@@ -74,10 +74,11 @@ class AdmissionGate:
             self._deliver([(waiter.refused, (job, pg.SQLSTATE_TOO_MANY, message))])
             return
         self._waiters[job] = waiter
+        loop = self._loop
         granted = s.submit(
             job,
             query_class.fingerprint,
-            self.now,
+            loop.time() if loop is not None else self.now,
             name=query_class.name,
             bypass=bypass,
             sample_sql=sql[:2000],
@@ -87,7 +88,8 @@ class AdmissionGate:
     def release(self, job: int) -> None:
         """The statement ended (or its connection died): give its capacity back."""
         self._waiters.pop(job, None)
-        self._after(self.scheduler.complete(job, self.now))
+        loop = self._loop
+        self._after(self.scheduler.complete(job, loop.time() if loop is not None else self.now))
 
     def waiter(self, job: int) -> Waiter | None:
         """Who submitted ``job`` (while it is queued or in service)."""
@@ -121,6 +123,28 @@ class AdmissionGate:
     # -- internals -------------------------------------------------------------------------
 
     def _after(self, granted: list[Job]) -> None:
+        s = self.scheduler
+        if not s.timed_out and not self._deliveries and not self._delivering:
+            # the usual case, told without the FIFO: nothing else is being delivered
+            if granted:
+                self._delivering = True
+                try:
+                    for job in granted:
+                        waiter = self._waiters.get(job.id)  # type: ignore[call-overload]
+                        if waiter is not None:
+                            waiter.admitted(job.id)
+                    while self._deliveries:
+                        callback, args = self._deliveries.popleft()
+                        callback(*args)
+                finally:
+                    self._delivering = False
+            if (
+                self._timer is not None
+                or s.limits.max_wait is not None
+                or (s.limits.queue_timeout is not None)
+            ):
+                self._arm_timer()
+            return
         batch: list[tuple[Callable[..., None], tuple[object, ...]]] = []
         for job in granted:
             waiter = self._waiters.get(job.id)  # type: ignore[call-overload]

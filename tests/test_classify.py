@@ -153,3 +153,86 @@ def test_multi_statement_texts_are_control_only_if_every_statement_is(
     sql: str, control: bool
 ) -> None:
     assert classify_sql(sql).control is control
+
+
+# -- the cache for texts that differ only in their numbers ---------------------------------
+
+
+def _full_classifications(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every text that is parsed in full (the cache's misses)."""
+    import admission.classify as classify
+
+    seen: list[str] = []
+    full = classify._classify
+
+    def spy(text: str) -> classify.QueryClass:
+        seen.append(text)
+        return full(text)
+
+    monkeypatch.setattr(classify, "_classify", spy)
+    monkeypatch.setattr(classify, "_BY_KEY", {})
+    monkeypatch.setattr(classify, "_TEXTS", {})
+    return seen
+
+
+def test_texts_differing_in_numbers_are_parsed_only_until_their_key_is_trusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = _full_classifications(monkeypatch)
+    texts = [f"SELECT abalance FROM pgbench_accounts WHERE aid = {n};" for n in range(1, 50)]
+    classes = {classify_sql(t) for t in texts}
+    assert len(classes) == 1
+    assert len(seen) == 3  # the checks; the other 46 came from the key
+    assert classes == {classify_sql("select abalance from pgbench_accounts where aid = 7")}
+
+
+def test_a_key_whose_texts_disagree_is_never_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import admission.classify as classify
+
+    seen = _full_classifications(monkeypatch)
+    spy = classify._classify
+
+    def disagreeing(text: str) -> classify.QueryClass:
+        found = spy(text)
+        # pretend the number decides the shape, as it would for a non-constant number
+        return classify.QueryClass(found.fingerprint + text[-1], found.name)
+
+    monkeypatch.setattr(classify, "_classify", disagreeing)
+    texts = [f"select a from t where b = {n}" for n in range(1, 20)]
+    assert [classify_sql(t).fingerprint[-1] for t in texts] == [t[-1] for t in texts]
+    assert len(seen) == len(texts)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'select "col 1" from t',  # a number inside a quoted name
+        "select 1; select 2",  # several statements
+        "create sequence s increment 5",  # not DML: numbers there need not be constants
+        "/* admission:class=7 */ select 1",
+    ],
+)
+def test_texts_where_numbers_may_matter_get_no_literal_key(text: str) -> None:
+    from admission.classify import literal_key
+
+    assert literal_key(text) is None
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10**9), min_size=2, max_size=2))
+def test_literal_keys_never_join_what_the_fingerprint_separates(numbers: list[int]) -> None:
+    from pglast import parser
+
+    from admission.classify import literal_key
+
+    shapes = [
+        "select a{0} from t{1} where b = {0} and c < {1}.5",
+        "select a from t order by {0} limit {1} offset {0}",
+        "select x::numeric({0}, {1}), y[{0}:{1}] from t",
+        "select $1 + {0} from t where k in ({0}, {1}, {0})",
+        "select a - {0}, a + {1}, 1e{0} from t",
+    ]
+    for shape in shapes:
+        texts = [shape.format(*numbers), shape.format(*reversed(numbers))]
+        keys = [literal_key(t) for t in texts]
+        if keys[0] == keys[1]:
+            assert parser.fingerprint(texts[0]) == parser.fingerprint(texts[1]), texts

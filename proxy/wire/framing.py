@@ -55,10 +55,10 @@ class Frame:
 
 
 class FrameScanner:
-    __slots__ = ("_buf", "_max", "_startup")
+    __slots__ = ("_max", "_startup", "buffer")
 
     def __init__(self, *, startup: bool = False, max_message: int = DEFAULT_MAX_MESSAGE) -> None:
-        self._buf = bytearray()
+        self.buffer = bytearray()  # bytes of an incomplete message (read-only outside)
         self._startup = startup
         self._max = max_message
 
@@ -68,10 +68,10 @@ class FrameScanner:
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self.buffer)
 
     def feed(self, data: bytes) -> list[Frame]:
-        buf = self._buf
+        buf = self.buffer
         buf += data
         frames: list[Frame] = []
         pos = 0

@@ -60,6 +60,7 @@ __all__ = [
 
 _job_ids = itertools.count(1)
 _LENGTH = struct.Struct("!I")
+_TYPED = struct.Struct("!BI")
 
 
 class State(Enum):
@@ -70,19 +71,21 @@ class State(Enum):
 
 
 # -- actions -------------------------------------------------------------------------------
+# Plain slotted dataclasses, read-only by convention: several are made for every statement, and
+# a frozen dataclass takes four times as long to build.
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendToClient:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendToServer:
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConnectServer:
     """Open the backend connection and send it ``startup`` (the client's packet, untouched)."""
 
@@ -90,12 +93,12 @@ class ConnectServer:
     parameters: dict[str, str]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StartTLS:
     """Answer 'S' to an SSLRequest was sent: upgrade the client transport to TLS now."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Submit:
     job: int
     query_class: QueryClass
@@ -103,12 +106,12 @@ class Submit:
     sql: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Release:
     job: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ForwardCancel:
     """A CancelRequest arrived on this connection: find the session with this key."""
 
@@ -116,7 +119,7 @@ class ForwardCancel:
     secret: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Close:
     reason: str
 
@@ -173,7 +176,9 @@ class ProxySession:
         self.backend_key: tuple[int, int] | None = None
         self.transaction_status = b"I"
         self._client = FrameScanner(startup=True, max_message=max_message)
+        self._max_message = max_message
         self._server_buf = bytearray()
+        self._server_need = 0  # bytes the buffered message needs before anything goes on
         self._statements: dict[str, str] = {}  # prepared statement name → SQL
         self._portals: dict[str, str] = {}  # portal name → SQL
         self._queue: deque[_Batch] = deque()  # batches not yet (fully) forwarded, in order
@@ -201,6 +206,16 @@ class ProxySession:
     # -- client → proxy --------------------------------------------------------------------
 
     def client_data(self, data: bytes) -> list[Action]:
+        if (
+            self.state is State.READY
+            and not self._queue
+            and self._tail is None
+            and not self._discard_to_sync
+            and not self._client.buffer
+        ):
+            fast = self._whole_batch(data)
+            if fast is not None:
+                return fast
         actions: list[Action] = []
         try:
             frames = self._client.feed(data)
@@ -214,6 +229,64 @@ class ProxySession:
         except pg.ProtocolViolation as e:
             actions.extend(self._violation(str(e)))
         return actions
+
+    def _whole_batch(self, data: bytes) -> list[Action] | None:
+        """The common case, without framing each message: ``data`` is exactly one batch (a
+        Query, or extended-protocol messages ending in their one Sync) and nothing is queued.
+        Anything else (partial, pipelined, COPY, malformed) returns None for the general path,
+        with no state changed."""
+        end = len(data)
+        pos = 0
+        named = False  # Parse, Bind or Close: names to track
+        executes = False
+        unpack = _TYPED.unpack_from
+        while True:
+            if end - pos < 5:
+                return None
+            kind, length = unpack(data, pos)
+            nxt = pos + 1 + length
+            if length < 4 or nxt > end or length > self._max_message:
+                return None
+            if kind == pg.SYNC or kind == pg.QUERY:
+                if nxt != end or (kind == pg.QUERY and pos != 0):
+                    return None
+                break
+            if kind == pg.EXECUTE:
+                executes = True
+            elif kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
+                named = True
+            elif kind != pg.DESCRIBE:
+                return None  # Flush, COPY data, a function call, Terminate …: the general path
+            pos = nxt
+        batch = _Batch(held=[data], ready=True, complete=True, syncs=1)
+        if kind == pg.QUERY:
+            if data[end - 1] != 0:
+                return None
+            batch.sql = data[5 : end - 1].decode("utf-8", "replace")
+            batch.executes = True
+        elif named or executes:
+            pos = 0
+            while pos < end:
+                kind, length = unpack(data, pos)
+                nxt = pos + 1 + length
+                if kind == pg.EXECUTE:
+                    if not batch.executes:
+                        batch.executes = True
+                        stop = data.find(0, pos + 5, nxt)
+                        if stop < 0:
+                            return None  # left to the general path (a protocol violation)
+                        portal = data[pos + 5 : stop].decode("utf-8", "replace")
+                        batch.sql = self._portals.get(portal, "")
+                elif kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
+                    try:
+                        self._track_names(kind, data[pos + 5 : nxt])
+                    except pg.ProtocolViolation as e:
+                        return self._violation(str(e))
+                pos = nxt
+        self._queue.append(batch)
+        out: list[Action] = []
+        self._pump(out)
+        return out
 
     def _violation(self, why: str) -> list[Action]:
         self.state = State.CLOSED
@@ -341,14 +414,17 @@ class ProxySession:
             batch.held.append(raw)
 
     def _track_names(self, kind: int, body: bytes) -> None:
-        if kind == pg.PARSE:
-            name, pos = pg.read_cstring(body, 0)
-            sql, _ = pg.read_cstring(body, pos)
-            self._statements[name] = sql
-        elif kind == pg.BIND:
-            portal, pos = pg.read_cstring(body, 0)
-            statement, _ = pg.read_cstring(body, pos)
-            self._portals[portal] = self._statements.get(statement, "")
+        if kind == pg.PARSE or kind == pg.BIND:
+            # Parse: statement name, SQL; Bind: portal name, statement name
+            fields = body.split(b"\0", 2)
+            if len(fields) < 3:
+                raise pg.ProtocolViolation("a string field is not NUL-terminated")
+            name = fields[0].decode("utf-8", "replace")
+            second = fields[1].decode("utf-8", "replace")
+            if kind == pg.PARSE:
+                self._statements[name] = second
+            else:
+                self._portals[name] = self._statements.get(second, "")
         elif kind == pg.CLOSE and body:
             name, _ = pg.read_cstring(body, 1)
             (self._statements if body[:1] == b"S" else self._portals).pop(name, None)
@@ -403,9 +479,11 @@ class ProxySession:
                 out.append(Release(job))
             return out
         self._forward(batch, out)
-        if batch.complete and self._queue and self._queue[0] is batch:
-            self._queue.popleft()
-        self._pump(out)
+        queue = self._queue
+        if batch.complete and queue and queue[0] is batch:
+            queue.popleft()
+        if queue:
+            self._pump(out)
         return out
 
     def rejected(self, job: int, sqlstate: str, text: str) -> list[Action]:
@@ -447,58 +525,82 @@ class ProxySession:
     # -- server → proxy --------------------------------------------------------------------
 
     def server_data(self, data: bytes) -> list[Action]:
-        """Forward the server's bytes; note ReadyForQuery, BackendKeyData, the end of auth."""
+        """Forward the server's bytes; note ReadyForQuery, BackendKeyData, the end of auth.
+
+        Complete messages go out as they came (one write, no copy when ``data`` ends on a
+        message boundary, the usual case); a message cut by the read waits in a buffer until
+        its last byte is here."""
         buf = self._server_buf
-        buf += data
+        if buf:
+            buf += data
+            if len(buf) < self._server_need:
+                return []
+            data = bytes(buf)
+            buf.clear()
         out: list[Action] = []
-        pos = 0
-        start = 0
-        end = len(buf)
-        chunks: list[bytes] = []
+        pieces: list[bytes] | None = None  # only when the proxy inserts replies of its own
+        pos = start = 0
+        end = len(data)
+        need = 5
+        unpack = _TYPED.unpack_from
         while end - pos >= 5:
-            kind = buf[pos]
-            (length,) = _LENGTH.unpack_from(buf, pos + 1)
+            kind, length = unpack(data, pos)
             if length < 4:
-                out.append(SendToClient(bytes(buf[start:pos])))
-                del buf[:]
+                if pos > start:
+                    out.append(SendToClient(data[start:pos]))
                 out.extend(self._server_violation(f"server message of length {length}"))
                 return out
-            total = length + 1
-            if end - pos < total:
+            nxt = pos + 1 + length
+            if nxt > end:
+                need = nxt - pos
                 break
             if kind == pg.READY_FOR_QUERY:
-                self.transaction_status = bytes(buf[pos + 5 : pos + 6])
-                pos += total
-                chunks.append(bytes(buf[start:pos]))
-                start = pos
-                self._server_ready(chunks, out)
-                continue
-            if kind == pg.BACKEND_KEY_DATA and length >= 12:
-                self.backend_key = struct.unpack_from("!II", buf, pos + 5)
-            pos += total
-        if pos > start:
-            chunks.append(bytes(buf[start:pos]))
-        if chunks:
-            out.insert(0, SendToClient(b"".join(chunks)))
-        del buf[:pos]
+                self.transaction_status = data[pos + 5 : pos + 6]
+                synthetic = self._server_ready(out)
+                if synthetic:
+                    if pieces is None:
+                        pieces = []
+                    pieces.append(data[start:nxt])
+                    pieces.append(synthetic)
+                    start = nxt
+            elif kind == pg.BACKEND_KEY_DATA and length >= 12:
+                self.backend_key = struct.unpack_from("!II", data, pos + 5)
+            pos = nxt
+        if pos < end:
+            buf += data[pos:]
+            self._server_need = need
+        if pieces is not None:
+            if pos > start:
+                pieces.append(data[start:pos])
+            out.insert(0, SendToClient(b"".join(pieces)))
+        elif pos > start:
+            out.insert(0, SendToClient(data if pos == end else data[:pos]))
         return out
 
-    def _server_ready(self, chunks: list[bytes], out: list[Action]) -> None:
+    def _server_ready(self, out: list[Action]) -> bytes:
+        """A ReadyForQuery: end authentication, or close a batch's reply (releasing its job
+        when it was the last). Returns the proxy's own replies that follow it, if any."""
         if self.state is State.AUTH:
             self.state = State.READY
-            return
-        if not self._replies:
-            return  # a ReadyForQuery we did not expect: relay it, nothing to release
-        batch = self._replies.popleft()
+            return b""
+        replies = self._replies
+        if not replies:
+            return b""  # a ReadyForQuery we did not expect: relay it, nothing to release
+        batch = replies.popleft()
         if isinstance(batch, _Batch):
             batch.outstanding -= 1
-            done = batch.complete and batch.outstanding == 0
-            if done and batch.job is not None and batch.job in self._jobs:
-                out.append(self._release(batch))
-        while self._replies and isinstance(self._replies[0], _Synthetic):
-            synthetic = self._replies.popleft()
-            assert isinstance(synthetic, _Synthetic)
-            chunks.append(synthetic.data)
+            job = batch.job
+            if batch.outstanding == 0 and batch.complete and job is not None:  # noqa: SIM102
+                if self._jobs.pop(job, None) is not None:
+                    out.append(Release(job))
+        if not replies or not isinstance(replies[0], _Synthetic):
+            return b""
+        synthetic: list[bytes] = []
+        while replies and isinstance(replies[0], _Synthetic):
+            item = replies.popleft()
+            assert isinstance(item, _Synthetic)
+            synthetic.append(item.data)
+        return b"".join(synthetic)
 
     def _server_violation(self, why: str) -> list[Action]:
         self.state = State.CLOSED
