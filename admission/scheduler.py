@@ -159,12 +159,16 @@ class Scheduler:
         limits: Limits | None = None,
         listener: Callable[[Event], None] | None = None,
         on_grant: Callable[[Job, Sequence[int]], None] | None = None,
+        on_finish: Callable[[Job, float], None] | None = None,
     ) -> None:
         self.model = model if model is not None else EtaModel()
         self.policy = policy if isinstance(policy, Policy) else policy_by_name(policy)
         self.limits = limits or Limits()
         self.listener = listener  # every visible change, for logs, tests and the admin API
         self.on_grant = on_grant  # (job, N) right after each admission: A^c_r sampling
+        # (job, now) once per job, when it leaves: done, cancelled or timed out (its state says
+        # which; arrival and admitted_at give its wait and response): one call per statement
+        self.on_finish = on_finish
         self.stats = SchedulerStats()
         self.timed_out: list[Job] = []  # filled by dispatch/tick; drivers drain it
         self._classes: list[_ClassState] = []
@@ -219,6 +223,10 @@ class Scheduler:
 
     def queue_by_class(self) -> dict[str, int]:
         return {st.name: st.live for st in self._classes if st.live}
+
+    def live_jobs(self) -> list[Job]:
+        """Every job queued or in service (a copy)."""
+        return list(self._jobs.values())
 
     def job(self, job_id: Hashable) -> Job | None:
         return self._jobs.get(job_id)
@@ -306,6 +314,8 @@ class Scheduler:
         listener = self.listener
         if listener is not None:
             listener(Event("release", now, job_id, job.klass.name))
+        if self.on_finish is not None:
+            self.on_finish(job, now)
         if not self._nonempty:  # nothing waits: what _dispatch would conclude
             self._blocked_until = _NEVER
             return []
@@ -528,6 +538,8 @@ class Scheduler:
         self.stats.cancelled += 1
         if self.listener is not None:
             self._emit("cancel", job)
+        if self.on_finish is not None:
+            self.on_finish(job, now)
         return self._dispatch(now)
 
     def _oldest(self) -> Job | None:
@@ -548,6 +560,8 @@ class Scheduler:
                 self.stats.timed_out += 1
                 self.timed_out.append(job)
                 self._emit("timeout", job, f"waited {now - job.arrival:g}s")
+                if self.on_finish is not None:
+                    self.on_finish(job, now)
 
     def _fits(self, job: Job) -> bool:
         budget = self.limits.threads

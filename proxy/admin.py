@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from admission.model import EtaModel, ModelError
 from admission.policies import POLICIES
-from admission.scheduler import Event, Limits
+from admission.scheduler import Job, JobState, Limits, Scheduler
 from proxy.gate import AdmissionGate
 
 __all__ = ["AdminMetrics", "create_app"]
@@ -83,54 +83,70 @@ class _Tally:
 
 
 class AdminMetrics:
-    """Counts and latencies per class, fed by the scheduler's events (its ``listener``).
+    """Counts and latencies per class, from the scheduler's ``on_finish`` hook: one call per
+    statement when it leaves (done, cancelled or timed out), a few additions each. Queue wait
+    and response time are observed then; statements queued or in service are counted from the
+    scheduler when asked. The Prometheus families are built when ``/metrics`` is scraped."""
 
-    An event costs a few additions (it runs for every statement the proxy relays); the
-    Prometheus families are built from these numbers when ``/metrics`` is scraped."""
-
-    def __init__(self) -> None:
+    def __init__(self, scheduler: Scheduler | None = None) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(self)  # collect() below
-        self.state: dict[str, float] = {"in_service": 0, "threads_in_use": 0, "queued": 0}
-        self._arrival: dict[object, float] = {}
-        self._wait: dict[object, float] = {}
+        self.scheduler = scheduler
+        if scheduler is not None:
+            scheduler.on_finish = self.on_finish
         self.per_class: dict[str, _Tally] = {}
         self.recent: deque[tuple[float, str, float, float]] = deque(maxlen=500)
 
-    def on_event(self, e: Event) -> None:
-        kind = e.kind
-        tally = self.per_class.get(e.class_name)
+    def on_finish(self, job: Job, now: float) -> None:
+        name = job.klass.name
+        tally = self.per_class.get(name)
         if tally is None:
-            tally = self.per_class[e.class_name] = _Tally()
-        if kind == "submit":
-            self._arrival[e.job] = e.time
-            tally.submitted += 1
-        elif kind == "grant":
-            wait = e.time - self._arrival.get(e.job, e.time)
-            if e.detail == "bypass":
+            tally = self.per_class[name] = _Tally()
+        tally.submitted += 1
+        state = job.state
+        if state is JobState.DONE:
+            arrival = job.arrival
+            admitted = job.admitted_at if job.admitted_at is not None else arrival
+            wait = admitted - arrival
+            response = now - arrival
+            if job.bypass:
                 tally.bypassed += 1
             else:
                 tally.admitted += 1
+            tally.completed += 1
             tally.wait_sum += wait
             tally.wait_buckets[bisect_left(_BUCKETS, wait)] += 1
-            self._wait[e.job] = wait
-        elif kind == "release":
-            response = e.time - self._arrival.pop(e.job, e.time)
-            tally.completed += 1
             tally.response_sum += response
             tally.response_buckets[bisect_left(_BUCKETS, response)] += 1
-            self.recent.append((e.time, e.class_name, self._wait.pop(e.job, 0.0), response))
-        elif kind == "cancel" or kind == "timeout":
-            self._arrival.pop(e.job, None)
-            self._wait.pop(e.job, None)
-            if kind == "cancel":
-                tally.cancelled += 1
-            else:
-                tally.timed_out += 1
+            self.recent.append((now, name, wait, response))
+        elif state is JobState.CANCELLED:
+            tally.cancelled += 1
+        else:
+            tally.timed_out += 1
+
+    def tallies(self) -> dict[str, _Tally]:
+        """Per class: the statements that left, plus those still queued or in service."""
+        out: dict[str, _Tally] = {}
+        for name, done in self.per_class.items():
+            tally = out[name] = _Tally()
+            for slot in _Tally.__slots__:
+                value = getattr(done, slot)
+                setattr(tally, slot, list(value) if isinstance(value, list) else value)
+        live = self.scheduler.live_jobs() if self.scheduler is not None else []
+        for job in live:
+            tally = out.get(job.klass.name) or out.setdefault(job.klass.name, _Tally())
+            tally.submitted += 1
+            if job.state is JobState.RUNNING:
+                if job.bypass:
+                    tally.bypassed += 1
+                else:
+                    tally.admitted += 1
+        return out
 
     def collect(self) -> Iterator[Metric]:
         """The Prometheus view (prometheus_client calls this on every scrape)."""
         label = ["query_class"]
+        tallies = self.tallies()
         histograms = (
             ("admission_queue_wait_seconds", "Time statements waited for admission", "wait"),
             (
@@ -141,7 +157,7 @@ class AdminMetrics:
         )
         for name, doc, field in histograms:
             family = HistogramMetricFamily(name, doc, labels=label)
-            for cls, tally in self.per_class.items():
+            for cls, tally in tallies.items():
                 counts = getattr(tally, f"{field}_buckets")
                 cumulative = list(accumulate(counts))
                 buckets = [
@@ -152,16 +168,17 @@ class AdminMetrics:
             yield family
         for kind in ("admitted", "bypassed", "completed", "cancelled", "timed_out"):
             counter = CounterMetricFamily(f"admission_{kind}", f"Statements {kind}", labels=label)
-            for cls, tally in self.per_class.items():
+            for cls, tally in tallies.items():
                 counter.add_metric([cls], float(getattr(tally, kind)))
             yield counter
+        s = self.scheduler
         gauges = (
-            ("admission_in_service", "Statements in service", "in_service"),
-            ("admission_threads_in_use", "Thread budget in use", "threads_in_use"),
-            ("admission_queued", "Statements waiting", "queued"),
+            ("admission_in_service", "Statements in service", s.in_service if s else 0),
+            ("admission_threads_in_use", "Thread budget in use", s.threads_in_use if s else 0),
+            ("admission_queued", "Statements waiting", s.queued if s else 0),
         )
-        for name, doc, key in gauges:
-            yield GaugeMetricFamily(name, doc, value=self.state[key])
+        for name, doc, value in gauges:
+            yield GaugeMetricFamily(name, doc, value=float(value))
 
 
 def _bound(bucket: float) -> str:
@@ -229,8 +246,9 @@ def create_app(
     @app.get("/classes", dependencies=guard)
     async def classes() -> list[dict[str, Any]]:
         out = []
+        tallies = metrics.tallies()
         for profile in scheduler.model.classes:
-            tally = metrics.per_class.get(profile.name) or _Tally()
+            tally = tallies.get(profile.name) or _Tally()
             done = tally.completed
             admitted = tally.admitted + tally.bypassed
             out.append(
@@ -313,11 +331,6 @@ def create_app(
 
     @app.get("/metrics", dependencies=guard)
     async def prometheus() -> Response:
-        metrics.state.update(
-            in_service=scheduler.in_service,
-            threads_in_use=scheduler.threads_in_use,
-            queued=scheduler.queued,
-        )
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app

@@ -58,20 +58,11 @@ def build(
     progress: Progress = _quiet,
     listener: Callable[[Event], None] | None = None,
 ) -> tuple[Listener, AdminMetrics]:
-    """The front end, and the metrics its scheduler's events feed (for the admin API).
+    """The front end, and the metrics its scheduler feeds (for the admin API).
     With the embedded backend this opens the DuckDB database and loads TPC-H if asked.
-    ``listener`` also receives every scheduler event (training records admissions)."""
-    metrics = AdminMetrics()
-    on_event: Callable[[Event], None] = metrics.on_event
-    if listener is not None:
-        extra = listener
-
-        def both(event: Event) -> None:
-            metrics.on_event(event)
-            extra(event)
-
-        on_event = both
-    scheduler = Scheduler(config.model, config.policy, config.limits, listener=on_event)
+    ``listener`` receives every scheduler event (training records admissions)."""
+    scheduler = Scheduler(config.model, config.policy, config.limits, listener=listener)
+    metrics = AdminMetrics(scheduler)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
     if config.backend is None:
         return embedded_server(config, gate, progress), metrics

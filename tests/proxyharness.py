@@ -45,13 +45,8 @@ class ProxyHarness:
         self.errors: list[dict[str, Any]] = []
         self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(lambda _loop, ctx: self.errors.append(ctx))
-        self.metrics = AdminMetrics()
-
-        def listen(event: Event) -> None:
-            self.events.append(event)
-            self.metrics.on_event(event)
-
-        self.scheduler = Scheduler(model, policy, limits or Limits(), listener=listen)
+        self.scheduler = Scheduler(model, policy, limits or Limits(), listener=self.events.append)
+        self.metrics = AdminMetrics(self.scheduler)
         self.gate = AdmissionGate(self.scheduler, max_queue=max_queue)
         self.server = ProxyServer(
             self.gate, BackendAddress("127.0.0.1", backend_port), max_message=max_message, tls=tls

@@ -154,3 +154,51 @@ def test_cli_refuses_an_unprotected_admin_api_beyond_loopback() -> None:
 def _no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HTTP_PROXY", raising=False)
     monkeypatch.delenv("http_proxy", raising=False)
+
+
+def test_metrics_count_every_statement_once_and_bucket_its_times() -> None:
+    """Scheduler-driven: three statements finish with known waits and response times, one is
+    cancelled, one still runs and one still waits; the Prometheus text says exactly that."""
+    from prometheus_client import generate_latest
+
+    from admission import Scheduler
+    from proxy.admin import AdminMetrics
+
+    s = Scheduler(None, "fcfs", Limits(mpl=1))
+    metrics = AdminMetrics(s)
+    s.submit("blocker", "fp:b", 0.0, name="B")
+    for job, (wait, run) in enumerate([(0.0005, 0.002), (0.003, 0.2), (1.0, 400.0)]):
+        start = 1000.0 * (job + 1)
+        s.submit(job, "fp:a", start - wait, name="A")  # queued behind the blocker
+        s.complete("blocker", start)  # job is admitted at `start`
+        s.submit("blocker", "fp:b", start, name="B")  # queued behind job
+        s.complete(job, start + run)  # the blocker runs again
+    s.submit("gone", "fp:a", 5000.0, name="A")
+    s.complete("gone", 5001.0)  # left the queue: cancelled
+    s.submit("waiting", "fp:a", 5002.0, name="A")
+    text = generate_latest(metrics.registry).decode()
+
+    def value(line: str) -> float:
+        (found,) = [x for x in text.splitlines() if x.startswith(line + " ")]
+        return float(found.rsplit(" ", 1)[1])
+
+    wait, response = "admission_queue_wait_seconds", "admission_response_seconds"
+    assert value(f'{wait}_bucket{{le="0.001",query_class="A"}}') == 1
+    assert value(f'{wait}_bucket{{le="0.005",query_class="A"}}') == 2
+    assert value(f'{wait}_bucket{{le="1.0",query_class="A"}}') == 3
+    assert value(f'{wait}_sum{{query_class="A"}}') == pytest.approx(1.0035)
+    assert value(f'{response}_bucket{{le="0.005",query_class="A"}}') == 1
+    assert value(f'{response}_bucket{{le="0.1",query_class="A"}}') == 1
+    assert value(f'{response}_bucket{{le="0.25",query_class="A"}}') == 2  # 0.203 s
+    assert value(f'{response}_bucket{{le="300.0",query_class="A"}}') == 2
+    assert value(f'{response}_bucket{{le="+Inf",query_class="A"}}') == 3
+    assert value(f'{response}_sum{{query_class="A"}}') == pytest.approx(401.2055)
+    assert value('admission_completed_total{query_class="A"}') == 3
+    assert value('admission_cancelled_total{query_class="A"}') == 1
+    assert value('admission_admitted_total{query_class="A"}') == 3
+    # the blocker: three done, one running now (counted as admitted while it runs)
+    assert value('admission_admitted_total{query_class="B"}') == 4
+    assert value('admission_completed_total{query_class="B"}') == 3
+    assert value("admission_in_service") == 1 and value("admission_queued") == 1
+    assert metrics.tallies()["A"].submitted == 5  # 3 done, 1 cancelled, 1 waiting
+    assert [r[1] for r in metrics.recent] == ["B", "A", "B", "A", "B", "A"]
