@@ -134,6 +134,10 @@ _BY_KEY: dict[str, tuple[QueryClass | None, int]] = {}  # key → (class, agreei
 _BY_KEY_LIMIT = 65_536
 
 
+_TEXTS: dict[str, QueryClass] = {}  # recent texts (prepared statements repeat their text)
+_TEXTS_LIMIT = 8192
+
+
 def literal_key(text: str) -> str | None:
     """``text`` with its numeric literals blanked, when that is a safe cache key: one DML
     statement, no quoted identifiers (a number inside one is part of a name), no hint."""
@@ -147,7 +151,7 @@ def literal_key(text: str) -> str | None:
 
 def classify_sql(text: str) -> QueryClass:
     """Return the class of one SQL text (possibly several statements). Never raises."""
-    found = _by_text(text)
+    found = _TEXTS.get(text)
     if found is not None:
         return found
     key = literal_key(text)
@@ -164,14 +168,6 @@ def classify_sql(text: str) -> QueryClass:
         # a shape whose numbers are not all constants (or a bug): never shortcut it
         _BY_KEY[key] = (cached, agreed + 1) if cached == found else (None, 1)
     return found
-
-
-_TEXTS: dict[str, QueryClass] = {}  # recent texts (prepared statements repeat their text)
-_TEXTS_LIMIT = 8192
-
-
-def _by_text(text: str) -> QueryClass | None:
-    return _TEXTS.get(text)
 
 
 def _classify_cached(text: str) -> QueryClass:

@@ -326,3 +326,84 @@ def test_copy_data_follows_its_statement() -> None:
     (submit,) = s.client_data(m("Q", cstr("COPY t FROM STDIN")) + m("d", b"1\n") + m("c"))
     forward = s.granted(submit.job)
     assert forward == [SendToServer(m("Q", cstr("COPY t FROM STDIN")) + m("d", b"1\n") + m("c"))]
+
+
+# -- the whole-batch fast path against the general path ------------------------------------
+
+_NAMES = ("", "a", "b")
+_SQL = ("select 1", "select $1::int", "select * from t where a = 2", "insert into t values (3)")
+
+_batches = st.one_of(
+    st.sampled_from(_SQL).map(lambda sql: m("Q", cstr(sql))),
+    st.tuples(
+        st.booleans(),
+        st.sampled_from(_NAMES),
+        st.sampled_from(_SQL),
+        st.sampled_from(_NAMES),
+        st.booleans(),
+        st.integers(min_value=0, max_value=2),
+    ).map(
+        lambda t: (
+            (parse(t[1], t[2]) if t[0] else b"")
+            + bind(t[3], t[1])
+            + (m("D", b"P" + cstr(t[3])) if t[4] else b"")
+            + execute(t[3]) * t[5]
+            + SYNC
+        )
+    ),
+    st.tuples(st.sampled_from(_NAMES), st.sampled_from(_SQL)).map(
+        lambda t: parse(t[0], t[1]) + m("D", b"S" + cstr(t[0])) + SYNC
+    ),
+    st.tuples(st.sampled_from("SP"), st.sampled_from(_NAMES)).map(
+        lambda t: m("C", t[0].encode() + cstr(t[1])) + SYNC
+    ),
+    st.tuples(st.sampled_from(_NAMES), st.sampled_from(_NAMES)).map(
+        lambda t: execute(t[0]) + bind(t[0], t[1]) + execute(t[0]) + SYNC  # out of order
+    ),
+)
+
+
+def _drive_state(chunks: list[bytes]) -> tuple[list[object], dict[str, str], dict[str, str]]:
+    s = ready_session()
+    out: list[object] = []
+    pending = [a for c in chunks for a in s.client_data(c)]
+    while pending:
+        action = pending.pop(0)
+        if isinstance(action, Submit):
+            out.append(("submit", action.sql, action.bypass))
+            pending[:0] = s.granted(action.job)
+        else:
+            out.append(_norm(action))
+    return _coalesce(out), dict(s._statements), dict(s._portals)
+
+
+@given(st.lists(_batches, min_size=1, max_size=6), st.lists(st.integers(0, 10_000), max_size=8))
+@settings(max_examples=300)
+def test_whole_batches_and_any_split_give_the_same_actions_and_names(
+    batches: list[bytes], cuts: list[int]
+) -> None:
+    stream = b"".join(batches)
+    one_by_one = _drive_state(batches)  # each read one whole batch: the fast path
+    assert one_by_one == _drive_state([stream])  # several batches in a read: the general path
+    assert one_by_one == _drive_state(_split(stream, cuts))
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
+def test_server_replies_split_anywhere_relay_the_same_bytes(cuts: list[int]) -> None:
+    s = ready_session()
+    releases = 0
+    for n in range(3):
+        (submit,) = s.client_data(m("Q", cstr(f"select {n}")))
+        assert isinstance(submit, Submit)
+        s.granted(submit.job)
+    row = m("D", b"\0\x01\0\0\0\x05ZZZZZ")  # a row whose bytes look like a ReadyForQuery
+    reply = (m("T", b"\0\0") + row * 3 + m("C", cstr("SELECT 3")) + RFQ) * 3
+    relayed = b""
+    for chunk in _split(reply, cuts):
+        for action in s.server_data(chunk):
+            if isinstance(action, SendToClient):
+                relayed += action.data
+            elif isinstance(action, Release):
+                releases += 1
+    assert relayed == reply
+    assert releases == 3 and not s.active_jobs

@@ -179,8 +179,8 @@ class ProxySession:
         self._max_message = max_message
         self._server_buf = bytearray()
         self._server_need = 0  # bytes the buffered message needs before anything goes on
-        self._statements: dict[str, str] = {}  # prepared statement name → SQL
-        self._portals: dict[str, str] = {}  # portal name → SQL
+        self._statements: dict[bytes, str] = {}  # prepared statement name → SQL
+        self._portals: dict[bytes, str] = {}  # portal name → SQL (of its statement)
         self._queue: deque[_Batch] = deque()  # batches not yet (fully) forwarded, in order
         self._tail: _Batch | None = None  # the batch still receiving messages
         self._replies: deque[_Batch | _Synthetic] = deque()  # what each ReadyForQuery closes
@@ -237,8 +237,8 @@ class ProxySession:
         with no state changed."""
         end = len(data)
         pos = 0
-        named = False  # Parse, Bind or Close: names to track
-        executes = False
+        parse_at = bind_at = execute_at = -1  # where the first of each starts
+        repeated = False  # more than one Parse/Bind/Execute, or a Close: track in order
         unpack = _TYPED.unpack_from
         while True:
             if end - pos < 5:
@@ -252,41 +252,55 @@ class ProxySession:
                     return None
                 break
             if kind == pg.EXECUTE:
-                executes = True
-            elif kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
-                named = True
+                if execute_at < 0:
+                    execute_at = pos
+            elif kind == pg.BIND:
+                repeated = repeated or bind_at >= 0 or execute_at >= 0
+                bind_at = pos
+            elif kind == pg.PARSE:
+                repeated = repeated or parse_at >= 0 or bind_at >= 0 or execute_at >= 0
+                parse_at = pos
+            elif kind == pg.CLOSE:
+                repeated = True
             elif kind != pg.DESCRIBE:
                 return None  # Flush, COPY data, a function call, Terminate …: the general path
             pos = nxt
         batch = _Batch(held=[data], ready=True, complete=True, syncs=1)
-        if kind == pg.QUERY:
-            if data[end - 1] != 0:
-                return None
-            batch.sql = data[5 : end - 1].decode("utf-8", "replace")
-            batch.executes = True
-        elif named or executes:
-            pos = 0
-            while pos < end:
-                kind, length = unpack(data, pos)
-                nxt = pos + 1 + length
-                if kind == pg.EXECUTE:
-                    if not batch.executes:
-                        batch.executes = True
-                        stop = data.find(0, pos + 5, nxt)
-                        if stop < 0:
-                            return None  # left to the general path (a protocol violation)
-                        portal = data[pos + 5 : stop].decode("utf-8", "replace")
-                        batch.sql = self._portals.get(portal, "")
-                elif kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
-                    try:
-                        self._track_names(kind, data[pos + 5 : nxt])
-                    except pg.ProtocolViolation as e:
-                        return self._violation(str(e))
-                pos = nxt
+        try:
+            if kind == pg.QUERY:
+                if data[end - 1] != 0:
+                    return None
+                batch.sql = data[5 : end - 1].decode("utf-8", "replace")
+                batch.executes = True
+            elif repeated:
+                self._track_in_order(batch, data)
+            else:  # at most one Parse, then one Bind, then Executes: the usual shape
+                if parse_at >= 0:
+                    self._track_names(pg.PARSE, data, parse_at + 5, _end_of(data, parse_at))
+                if bind_at >= 0:
+                    self._track_names(pg.BIND, data, bind_at + 5, _end_of(data, bind_at))
+                if execute_at >= 0:
+                    batch.executes = True
+                    batch.sql = self._portals.get(_portal(data, execute_at), "")
+        except pg.ProtocolViolation as e:
+            return self._violation(str(e))
         self._queue.append(batch)
         out: list[Action] = []
         self._pump(out)
         return out
+
+    def _track_in_order(self, batch: _Batch, data: bytes) -> None:
+        pos, end = 0, len(data)
+        while pos < end:
+            kind = data[pos]
+            nxt = _end_of(data, pos)
+            if kind == pg.EXECUTE:
+                if not batch.executes:
+                    batch.executes = True
+                    batch.sql = self._portals.get(_portal(data, pos), "")
+            elif kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
+                self._track_names(kind, data, pos + 5, nxt)
+            pos = nxt
 
     def _violation(self, why: str) -> list[Action]:
         self.state = State.CLOSED
@@ -376,7 +390,7 @@ class ProxySession:
             self._pump(out)
             return
         if kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
-            self._track_names(kind, frame.body)
+            self._track_names(kind, frame.raw, 5, len(frame.raw))
         executes = kind == pg.EXECUTE or kind == pg.FUNCTION_CALL
         tail = self._tail
         if executes and tail is not None and tail.forwarded and tail.job is None:
@@ -388,8 +402,10 @@ class ProxySession:
         if executes and not batch.executes:
             batch.executes = True
             if batch.sql is None:
-                portal, _ = pg.read_cstring(frame.raw, 5)
-                batch.sql = self._portals.get(portal, "") if kind == pg.EXECUTE else "fastpath"
+                raw = frame.raw
+                batch.sql = (
+                    self._portals.get(_portal(raw, 0), "") if kind == pg.EXECUTE else "fastpath"
+                )
         if kind == pg.SYNC:
             batch.syncs += 1
             if batch.forwarded:
@@ -413,21 +429,27 @@ class ProxySession:
         else:
             batch.held.append(raw)
 
-    def _track_names(self, kind: int, body: bytes) -> None:
-        if kind == pg.PARSE or kind == pg.BIND:
-            # Parse: statement name, SQL; Bind: portal name, statement name
-            fields = body.split(b"\0", 2)
-            if len(fields) < 3:
+    def _track_names(self, kind: int, data: bytes, start: int, end: int) -> None:
+        """Note the names a Parse, Bind or Close (whose body is ``data[start:end]``) sets."""
+        if kind == pg.CLOSE:
+            if start == end:
+                return
+            stop = data.find(0, start + 1, end)
+            if stop < 0:
                 raise pg.ProtocolViolation("a string field is not NUL-terminated")
-            name = fields[0].decode("utf-8", "replace")
-            second = fields[1].decode("utf-8", "replace")
-            if kind == pg.PARSE:
-                self._statements[name] = second
-            else:
-                self._portals[name] = self._statements.get(second, "")
-        elif kind == pg.CLOSE and body:
-            name, _ = pg.read_cstring(body, 1)
-            (self._statements if body[:1] == b"S" else self._portals).pop(name, None)
+            names = self._statements if data[start] == ord("S") else self._portals
+            names.pop(data[start + 1 : stop], None)
+            return
+        # Parse: statement name, SQL; Bind: portal name, statement name
+        first = data.find(0, start, end)
+        second = data.find(0, first + 1, end) if first >= 0 else -1
+        if second < 0:
+            raise pg.ProtocolViolation("a string field is not NUL-terminated")
+        name = data[start:first]
+        if kind == pg.PARSE:
+            self._statements[name] = data[first + 1 : second].decode("utf-8", "replace")
+        else:
+            self._portals[name] = self._statements.get(data[first + 1 : second], "")
 
     # -- admission -------------------------------------------------------------------------
 
@@ -621,6 +643,20 @@ class ProxySession:
         """The client went away: release (or withdraw) every job it had."""
         self.state = State.CLOSED
         return [*self._release_all(), Close("client disconnected")]
+
+
+def _end_of(data: bytes, pos: int) -> int:
+    """Where the (complete) message starting at ``pos`` ends."""
+    length: int = _LENGTH.unpack_from(data, pos + 1)[0]
+    return pos + 1 + length
+
+
+def _portal(data: bytes, execute_at: int) -> bytes:
+    """The portal an Execute message at ``execute_at`` names."""
+    stop = data.find(0, execute_at + 5, _end_of(data, execute_at))
+    if stop < 0:
+        raise pg.ProtocolViolation("a string field is not NUL-terminated")
+    return data[execute_at + 5 : stop]
 
 
 def _startup_parameters(body: bytes) -> dict[str, str]:
