@@ -3,9 +3,9 @@
 asyncio byte relay (no parsing at all), at -c 1 and -c 8, simple and prepared protocol.
 
 Targets are measured in interleaved rounds and the median of each is reported, because this
-machine is shared and noisy. Then the time is split: a relay's cost (sockets and event loop) and
-the cost of this proxy's own work per query (framing, the session state machine, the admission
-decision), measured without sockets.
+machine is shared and noisy. Then where the time goes: each proxy process's CPU per statement
+(user and system, from /proc, over the same runs), and this proxy's own work per statement
+measured hot without sockets.
 
     python -m benchmarks.proxy_overhead [--seconds 5] [--rounds 3]
 
@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -124,57 +125,93 @@ def pgbench(port: int, mode: str, clients: int, seconds: int) -> tuple[float, fl
     return latency * 1000, tps
 
 
-def logic_cost(cycles: int = 20_000) -> float:
-    """µs per prepared-statement query spent in framing, session and admission, no sockets."""
+def logic_cost(cycles: int = 50_000) -> float:
+    """µs per prepared-statement query of this proxy's own work, hot, without sockets: the
+    client connection object as the server runs it (session, classification, admission,
+    metrics, dispatch of the actions) between two transports that discard what they get."""
     from admission import Limits, Scheduler
+    from proxy.admin import AdminMetrics
     from proxy.gate import AdmissionGate
+    from proxy.server import BackendAddress, ClientConnection, ProxyServer
     from proxy.wire import protocol as pg
-    from proxy.wire.session import ProxySession, Release, Submit
 
     def m(kind: bytes, body: bytes = b"") -> bytes:
         return pg.message(kind, body)
 
-    startup = b"\0\0\0\x03\0\0user\0u\0\0"
-    client = (
+    body = struct.pack("!I", pg.PROTOCOL_3_0) + b"user\0postgres\0\0"
+    startup = struct.pack("!I", len(body) + 4) + body
+    parse = m(b"P", b"P0_1\0SELECT abalance FROM pgbench_accounts WHERE aid = $1\0\0\0")
+    query = (
         m(b"B", b"\0P0_1\0\0\0\0\x01\0\0\0\x045432\0\x01\0\x01") + m(b"E", b"\0\0\0\0\0") + m(b"S")
     )
     reply = (
         m(b"2") + m(b"D", b"\0\x01\0\0\0\x041234") + m(b"C", b"SELECT 1\0") + pg.ready_for_query()
     )
 
+    class Discard:
+        def write(self, data: bytes) -> None:
+            pass
+
+        def is_closing(self) -> bool:
+            return False
+
+        def close(self) -> None:
+            pass
+
+    class Backend:
+        transport = Discard()
+
     async def run() -> float:
-        session = ProxySession()
-        session.client_data(len(startup + b"1234").to_bytes(4, "big") + startup)
-        session.server_data(pg.ready_for_query())
-        session.client_data(
-            m(b"P", b"P0_1\0SELECT abalance FROM pgbench_accounts WHERE aid = $1\0\0\0") + m(b"S")
-        )
-        session.server_data(pg.ready_for_query())
-        gate = AdmissionGate(Scheduler(None, "min-q", Limits(mpl=16)))
-
-        class Waiter:
-            def admitted(self, job: int) -> None:
-                apply(session.granted(job))
-
-            def refused(self, job: int, sqlstate: str, text: str) -> None:
-                raise AssertionError(f"rejected: {sqlstate} {text}")
-
-        waiter = Waiter()
-
-        def apply(actions: Sequence[object]) -> None:
-            for a in actions:
-                if isinstance(a, Submit):
-                    gate.submit(a.job, a.query_class, a.bypass, a.sql, waiter)
-                elif isinstance(a, Release):
-                    gate.release(a.job)
-
+        scheduler = Scheduler(None, "min-q", Limits(mpl=16))
+        AdminMetrics(scheduler)
+        server = ProxyServer(AdmissionGate(scheduler), BackendAddress("127.0.0.1", 5432))
+        conn = ClientConnection(server)
+        conn.transport = Discard()  # type: ignore[assignment]
+        conn.session.client_data(startup)  # → connect the backend: done by hand below
+        conn.backend = Backend()  # type: ignore[assignment]
+        conn.from_server(pg.ready_for_query())
+        conn.data_received(parse + m(b"S"))
+        conn.from_server(pg.ready_for_query())
+        if scheduler.stats.completed != 0 or conn.session.state.value != "ready":
+            raise RuntimeError("the measured session is not in its steady state")
         start = time.perf_counter()
         for _ in range(cycles):
-            apply(session.client_data(client))
-            apply(session.server_data(reply))
-        return (time.perf_counter() - start) / cycles * 1e6
+            conn.data_received(query)
+            conn.from_server(reply)
+        elapsed = time.perf_counter() - start
+        if scheduler.stats.completed != cycles or scheduler.in_service:
+            raise RuntimeError("the measured queries did not all pass the gate")
+        return elapsed / cycles * 1e6
 
-    return asyncio.run(run())
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(run())
+    return uvloop.run(run())
+
+
+def cpu_seconds(pids: Sequence[int]) -> tuple[float, float]:
+    """User and system CPU seconds used so far by these processes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    user = system = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        user += int(fields[11]) / tick
+        system += int(fields[12]) / tick
+    return user, system
+
+
+def pids_named(name: str) -> list[int]:
+    """Processes whose executable is ``name`` (pgbouncer runs under runuser when we are root)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def main() -> None:
@@ -231,6 +268,12 @@ def main() -> None:
             "pgbouncer": bouncer_port,
             "naive relay": relay_port,
         }
+        owners = {
+            "direct": [],
+            "admission": [procs[1].pid],
+            "pgbouncer": pids_named("pgbouncer"),
+            "naive relay": [procs[2].pid],
+        }
         print(
             f"pgbench -S, scale {args.scale}, {args.seconds} s per run, median of "
             f"{args.rounds} interleaved rounds; latency in µs"
@@ -240,22 +283,43 @@ def main() -> None:
             + "".join(f"{t:>22}" for t in targets)
             + f"{'added: ours/bouncer':>22}{'tps: ours/bouncer':>19}"
         )
+        cpu: dict[tuple[str, int], dict[str, tuple[float, float]]] = {}
         for mode in ("simple", "prepared"):
             for clients in (1, 8):
-                samples: dict[str, list[tuple[float, float]]] = {t: [] for t in targets}
+                samples: dict[str, list[tuple[float, float, float, float]]] = {
+                    t: [] for t in targets
+                }
                 for _ in range(args.rounds):
                     for name, port in targets.items():
-                        samples[name].append(pgbench(port, mode, clients, args.seconds))
+                        before = cpu_seconds(owners[name])
+                        latency, rate = pgbench(port, mode, clients, args.seconds)
+                        after = cpu_seconds(owners[name])
+                        statements = rate * args.seconds
+                        user = (after[0] - before[0]) / statements * 1e6
+                        system = (after[1] - before[1]) / statements * 1e6
+                        samples[name].append((latency, rate, user, system))
                 lat = {t: statistics.median(s[0] for s in v) for t, v in samples.items()}
                 tps = {t: statistics.median(s[1] for s in v) for t, v in samples.items()}
+                cpu[mode, clients] = {
+                    t: (statistics.median(s[2] for s in v), statistics.median(s[3] for s in v))
+                    for t, v in samples.items()
+                }
                 cells = "".join(f"{lat[t]:9.0f} µs {tps[t]:7.0f}/s" for t in targets)
                 ours, theirs = lat["admission"] - lat["direct"], lat["pgbouncer"] - lat["direct"]
                 ratio = ours / theirs if theirs > 0 else float("inf")
                 share = tps["admission"] / tps["pgbouncer"]
-                print(f"{mode:9}{clients:>3}  {cells}{ratio:>20.2f}×{share:>18.0%}")
+                print(f"{mode:9}{clients:>3}  {cells}{ratio:>20.2f}×{share:>18.0%}", flush=True)
+        print("\nCPU per statement of each proxy process, µs (user + system, from /proc):")
+        proxies = [t for t in targets if owners[t]]
+        print(f"{'mode':9}{'-c':>3}  " + "".join(f"{t:>24}" for t in proxies))
+        for (mode, clients), row in cpu.items():
+            cells = "".join(
+                f"{row[t][0]:9.1f} + {row[t][1]:5.1f} = {sum(row[t]):5.1f}" for t in proxies
+            )
+            print(f"{mode:9}{clients:>3}  {cells}")
         print(
-            f"\nthis proxy's own work per prepared query (framing, session, admission), "
-            f"no sockets: {logic_cost():.1f} µs"
+            f"\nthis proxy's own work per prepared query (session, classification, admission, "
+            f"metrics; hot, no sockets): {logic_cost():.1f} µs"
         )
     finally:
         for proc in procs:

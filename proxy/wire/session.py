@@ -38,7 +38,7 @@ import itertools
 import struct
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from admission.classify import QueryClass, classify_sql
@@ -139,18 +139,33 @@ Action = (
 # -- batches -------------------------------------------------------------------------------
 
 
-@dataclass(slots=True, eq=False)
 class _Batch:
-    held: list[bytes] = field(default_factory=list)  # raw messages not yet forwarded
-    sql: str | None = None  # what decides the class: the first executed statement
-    executes: bool = False
-    ready: bool = False  # Sync, Query or Flush seen: the admission decision can be made
-    complete: bool = False  # its last Sync (or the Query) seen
-    job: int | None = None
-    submitted: bool = False
-    forwarded: bool = False
-    syncs: int = 0  # Sync/Query messages in the batch
-    outstanding: int = 0  # ReadyForQuery still expected from the server
+    """Client messages that form one unit of admission (see the module docstring)."""
+
+    __slots__ = (
+        "complete",
+        "executes",
+        "forwarded",
+        "held",
+        "job",
+        "outstanding",
+        "ready",
+        "sql",
+        "submitted",
+        "syncs",
+    )
+
+    def __init__(self, held: list[bytes], ready: bool = False, syncs: int = 0) -> None:
+        self.held = held  # raw messages not yet forwarded
+        self.sql: str | None = None  # what decides the class: the first executed statement
+        self.executes = False
+        self.ready = ready  # Sync, Query or Flush seen: the admission decision can be made
+        self.complete = ready and syncs > 0  # its last Sync (or the Query) seen
+        self.job: int | None = None
+        self.submitted = False
+        self.forwarded = False
+        self.syncs = syncs  # Sync/Query messages in the batch
+        self.outstanding = 0  # ReadyForQuery still expected from the server
 
 
 @dataclass(slots=True)
@@ -238,6 +253,7 @@ class ProxySession:
         end = len(data)
         pos = 0
         parse_at = bind_at = execute_at = -1  # where the first of each starts
+        parse_end = bind_end = execute_end = 0
         repeated = False  # more than one Parse/Bind/Execute, or a Close: track in order
         unpack = _TYPED.unpack_from
         while True:
@@ -253,19 +269,19 @@ class ProxySession:
                 break
             if kind == pg.EXECUTE:
                 if execute_at < 0:
-                    execute_at = pos
+                    execute_at, execute_end = pos, nxt
             elif kind == pg.BIND:
                 repeated = repeated or bind_at >= 0 or execute_at >= 0
-                bind_at = pos
+                bind_at, bind_end = pos, nxt
             elif kind == pg.PARSE:
                 repeated = repeated or parse_at >= 0 or bind_at >= 0 or execute_at >= 0
-                parse_at = pos
+                parse_at, parse_end = pos, nxt
             elif kind == pg.CLOSE:
                 repeated = True
             elif kind != pg.DESCRIBE:
                 return None  # Flush, COPY data, a function call, Terminate …: the general path
             pos = nxt
-        batch = _Batch(held=[data], ready=True, complete=True, syncs=1)
+        batch = _Batch([data], True, 1)
         try:
             if kind == pg.QUERY:
                 if data[end - 1] != 0:
@@ -276,12 +292,12 @@ class ProxySession:
                 self._track_in_order(batch, data)
             else:  # at most one Parse, then one Bind, then Executes: the usual shape
                 if parse_at >= 0:
-                    self._track_names(pg.PARSE, data, parse_at + 5, _end_of(data, parse_at))
+                    self._track_names(pg.PARSE, data, parse_at + 5, parse_end)
                 if bind_at >= 0:
-                    self._track_names(pg.BIND, data, bind_at + 5, _end_of(data, bind_at))
+                    self._track_names(pg.BIND, data, bind_at + 5, bind_end)
                 if execute_at >= 0:
                     batch.executes = True
-                    batch.sql = self._portals.get(_portal(data, execute_at), "")
+                    batch.sql = self._portals.get(_portal(data, execute_at, execute_end), "")
         except pg.ProtocolViolation as e:
             return self._violation(str(e))
         self._queue.append(batch)
@@ -297,7 +313,7 @@ class ProxySession:
             if kind == pg.EXECUTE:
                 if not batch.executes:
                     batch.executes = True
-                    batch.sql = self._portals.get(_portal(data, pos), "")
+                    batch.sql = self._portals.get(_portal(data, pos, nxt), "")
             elif kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
                 self._track_names(kind, data, pos + 5, nxt)
             pos = nxt
@@ -403,9 +419,8 @@ class ProxySession:
             batch.executes = True
             if batch.sql is None:
                 raw = frame.raw
-                batch.sql = (
-                    self._portals.get(_portal(raw, 0), "") if kind == pg.EXECUTE else "fastpath"
-                )
+                portal = _portal(raw, 0, len(raw)) if kind == pg.EXECUTE else None
+                batch.sql = "fastpath" if portal is None else self._portals.get(portal, "")
         if kind == pg.SYNC:
             batch.syncs += 1
             if batch.forwarded:
@@ -418,7 +433,7 @@ class ProxySession:
         self._pump(out)
 
     def _new_batch(self) -> _Batch:
-        batch = _Batch()
+        batch = _Batch([])
         self._tail = batch
         self._queue.append(batch)
         return batch
@@ -651,9 +666,9 @@ def _end_of(data: bytes, pos: int) -> int:
     return pos + 1 + length
 
 
-def _portal(data: bytes, execute_at: int) -> bytes:
-    """The portal an Execute message at ``execute_at`` names."""
-    stop = data.find(0, execute_at + 5, _end_of(data, execute_at))
+def _portal(data: bytes, execute_at: int, end: int) -> bytes:
+    """The portal an Execute message (``data[execute_at:end]``) names."""
+    stop = data.find(0, execute_at + 5, end)
     if stop < 0:
         raise pg.ProtocolViolation("a string field is not NUL-terminated")
     return data[execute_at + 5 : stop]
