@@ -64,6 +64,14 @@ class AdmissionGate:
         self, job: int, query_class: QueryClass, bypass: bool, sql: str, waiter: Waiter
     ) -> None:
         """Queue a statement; ``waiter.admitted(job)`` or ``waiter.refused(job, …)`` follows."""
+        if self.admit(job, query_class, bypass, sql, waiter):
+            waiter.admitted(job)
+
+    def admit(
+        self, job: int, query_class: QueryClass, bypass: bool, sql: str, waiter: Waiter
+    ) -> bool:
+        """``submit`` for a caller that goes on at once when it may: True means admitted now
+        (``waiter`` is not told); False means ``waiter`` is told later, either way."""
         s = self.scheduler
         if not bypass and self.max_queue is not None and s.queued >= self.max_queue:
             self.stats.queue_full += 1
@@ -72,7 +80,7 @@ class AdmissionGate:
                 "try again later"
             )
             self._deliver([(waiter.refused, (job, pg.SQLSTATE_TOO_MANY, message))])
-            return
+            return False
         self._waiters[job] = waiter
         loop = self._loop
         granted = s.submit(
@@ -83,7 +91,19 @@ class AdmissionGate:
             bypass=bypass,
             sample_sql=sql[:2000],
         )
+        if (
+            len(granted) == 1
+            and granted[0].id == job
+            and not s.timed_out
+            and not self._deliveries
+            and not self._delivering
+            and self._timer is None
+            and s.limits.max_wait is None
+            and s.limits.queue_timeout is None
+        ):
+            return True  # the usual case: nothing waits, no timers, nothing else to tell
         self._after(granted)
+        return False
 
     def release(self, job: int) -> None:
         """The statement ended (or its connection died): give its capacity back."""

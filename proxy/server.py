@@ -302,9 +302,9 @@ class ClientConnection(asyncio.Protocol):
                 if self.transport is not None and not self.transport.is_closing():
                     self.transport.write(action.data)
             elif isinstance(action, Submit):
-                self.server.gate.submit(
-                    action.job, action.query_class, action.bypass, action.sql, self
-                )
+                job = action.job
+                if self.server.gate.admit(job, action.query_class, action.bypass, action.sql, self):
+                    self._apply(self.session.granted(job))
             elif isinstance(action, Release):
                 self.server.gate.release(action.job)
             elif isinstance(action, ConnectServer):
