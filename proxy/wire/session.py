@@ -302,7 +302,17 @@ class ProxySession:
             return self._violation(str(e))
         self._queue.append(batch)
         out: list[Action] = []
-        self._pump(out)
+        if not batch.executes:
+            self._pump(out)  # nothing to admit: forwarded at once
+            return out
+        # the queue was empty, so this batch is at its head: submit it (what _pump does)
+        job = batch.job = next(_job_ids)
+        batch.submitted = True
+        self._jobs[job] = batch
+        sql = batch.sql or ""
+        query_class = self.classify(sql)
+        bypass = query_class.control or self.transaction_status != b"I"
+        out.append(Submit(job, query_class, bypass, sql))
         return out
 
     def _track_in_order(self, batch: _Batch, data: bytes) -> None:
