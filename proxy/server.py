@@ -176,6 +176,8 @@ class _Backend(asyncio.Protocol):
     def __init__(self, owner: ClientConnection) -> None:
         self.owner = owner
         self.transport: asyncio.Transport | None = None
+        # the server's bytes go straight to the owner (one call less for every reply)
+        self.data_received = owner.from_server  # type: ignore[method-assign]
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
