@@ -284,6 +284,7 @@ def main() -> None:
             + f"{'added: ours/bouncer':>22}{'tps: ours/bouncer':>19}"
         )
         cpu: dict[tuple[str, int], dict[str, tuple[float, float]]] = {}
+        verdicts: list[tuple[str, bool]] = []
         for mode in ("simple", "prepared"):
             for clients in (1, 8):
                 samples: dict[str, list[tuple[float, float, float, float]]] = {
@@ -309,6 +310,15 @@ def main() -> None:
                 ratio = ours / theirs if theirs > 0 else float("inf")
                 share = tps["admission"] / tps["pgbouncer"]
                 print(f"{mode:9}{clients:>3}  {cells}{ratio:>20.2f}×{share:>18.0%}", flush=True)
+                if clients == 1:
+                    verdicts.append((f"{mode} -c 1: adds {ratio:.2f}× PgBouncer's", ratio <= 2))
+                else:
+                    verdicts.append((f"{mode} -c 8: {share:.0%} of PgBouncer's tps", share >= 0.7))
+        print(
+            "\ntarget (at most 2× the latency PgBouncer adds at -c 1, at least 70% of its "
+            "throughput at -c 8): "
+            + "; ".join(f"{text} — {'met' if ok else 'NOT met'}" for text, ok in verdicts)
+        )
         print("\nCPU per statement of each proxy process, µs (user + system, from /proc):")
         proxies = [t for t in targets if owners[t]]
         print(f"{'mode':9}{'-c':>3}  " + "".join(f"{t:>24}" for t in proxies))
