@@ -26,6 +26,7 @@ from rich.table import Table
 from admission.classify import classify_sql
 from admission.model import EtaModel, ModelError
 from admission.policies import POLICIES
+from admission.scheduler import Limits
 
 app = typer.Typer(
     name="admission",
@@ -40,6 +41,19 @@ app.add_typer(model_app, name="model")
 # Piped output (files, CI logs) gets wide tables rather than rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)  # messages stay one line each in logs
+
+
+def _limits(
+    mpl: int, threads: int, backfill: bool, max_wait: float | None, queue_timeout: float | None
+) -> Limits:
+    """The admission limits the options of serve and bench describe (0 means unlimited)."""
+    return Limits(
+        mpl=mpl or None,
+        threads=threads or None,
+        backfill=backfill,
+        max_wait=max_wait,
+        queue_timeout=queue_timeout,
+    )
 
 
 def _fail(message: str) -> typer.Exit:
@@ -502,7 +516,6 @@ def serve(
     """
     import logging
 
-    from admission.scheduler import Limits
     from proxy.app import LOOPBACK, ProxyConfig, run
     from proxy.server import parse_backend
 
@@ -527,13 +540,7 @@ def serve(
                     f"the admin API on {admin_host} needs --admin-token: it can change the "
                     "policy and the limits"
                 )
-        limits = Limits(
-            mpl=mpl or None,
-            threads=threads or None,
-            backfill=backfill,
-            max_wait=max_wait,
-            queue_timeout=queue_timeout,
-        )
+        limits = _limits(mpl, threads, backfill, max_wait, queue_timeout)
         loaded = EtaModel.load(model) if model is not None else None
         config = ProxyConfig(
             backend=address,
@@ -799,11 +806,7 @@ def bench(
             think=think,
             duration=duration,
             warmup=warmup,
-            mpl=mpl or None,
-            threads=threads or None,
-            backfill=backfill,
-            max_wait=max_wait,
-            queue_timeout=queue_timeout,
+            limits=_limits(mpl, threads, backfill, max_wait, queue_timeout),
             policies=chosen,
             repetitions=repetitions,
             seed=seed,

@@ -93,7 +93,7 @@ def test_bench_table_with_a_model_and_bad_arguments(tmp_path: Path) -> None:
 
 
 def test_none_means_no_admission_control() -> None:
-    config = BenchConfig(mix=MIXES["light"], mpl=4, threads=8, max_wait=3.0)
+    config = BenchConfig(mix=MIXES["light"], limits=Limits(mpl=4, threads=8, max_wait=3.0))
     assert _limits(config, "none") == Limits()
     assert _limits(config, "fcfs") == Limits(mpl=4, threads=8, max_wait=3.0)
 

@@ -56,11 +56,7 @@ class BenchConfig:
     think: float = 0.0
     duration: float = 30.0
     warmup: float | None = None  # default: 10 % of the duration
-    mpl: int | None = 4
-    threads: int | None = None
-    backfill: bool = False
-    max_wait: float | None = None
-    queue_timeout: float | None = None
+    limits: Limits = field(default_factory=lambda: Limits(mpl=4))  # every policy but "none"
     policies: tuple[str, ...] = ALL_POLICIES
     repetitions: int = 3
     seed: int = 0
@@ -103,8 +99,8 @@ class BenchResult:
                 "think": c.think,
                 "duration": c.duration,
                 "warmup": c.warmup_seconds,
-                "mpl": c.mpl,
-                "threads": c.threads,
+                "mpl": c.limits.mpl,
+                "threads": c.limits.threads,
                 "repetitions": c.repetitions,
                 "model": {"backend": self.model.backend, "dataset": self.model.dataset},
                 "policies": policies,
@@ -125,15 +121,7 @@ def _finite(value: Any) -> Any:
 
 
 def _limits(config: BenchConfig, policy: str) -> Limits:
-    if policy == "none":
-        return Limits()
-    return Limits(
-        mpl=config.mpl,
-        threads=config.threads,
-        backfill=config.backfill,
-        max_wait=config.max_wait,
-        queue_timeout=config.queue_timeout,
-    )
+    return Limits() if policy == "none" else config.limits
 
 
 def _target(
