@@ -257,9 +257,7 @@ class Scheduler:
         sample_sql: str = "",
     ) -> list[Job]:
         """Queue a job (or admit it at once if ``bypass``); returns the jobs admitted now."""
-        if now < self._now:
-            raise ValueError(f"time went backwards: {now} after {self._now}")
-        self._now = now
+        self._advance(now)
         if job_id in self._jobs:
             raise ValueError(f"job {job_id!r} is already known to the scheduler")
         st = self._by_fp.get(fingerprint) or self._learn_class(fingerprint, name, sample_sql)
@@ -267,22 +265,16 @@ class Scheduler:
         self._seq += 1
         self._jobs[job_id] = job
         self.stats.submitted += 1
-        listener = self.listener
-        if listener is not None:
-            listener(Event("submit", now, job_id, st.name))
+        if self.listener is not None:
+            self._emit("submit", job)
         if bypass:
             job.bypass = True
             self.stats.bypassed += 1
             self._blocked_until = _NEVER
             self._admit(job, now)
             return [job]
-        limits = self.limits
-        mpl, budget = limits.mpl, limits.threads
-        if (
-            not self._nonempty
-            and (mpl is None or self._running < mpl)
-            and (budget is None or min(job.fork, budget) <= budget - self._held)
-        ):
+        mpl = self.limits.mpl
+        if not self._nonempty and (mpl is None or self._running < mpl) and self._fits(job):
             self._admit(job, now)  # nothing waits and it fits: the decision is trivial
             return [job]
         self._enqueue(st, job)
@@ -296,9 +288,7 @@ class Scheduler:
         Completing a queued job withdraws it; completing an unknown or finished job does
         nothing, so a driver may call this from every exit path.
         """
-        if now < self._now:
-            raise ValueError(f"time went backwards: {now} after {self._now}")
-        self._now = now
+        self._advance(now)
         job = self._jobs.get(job_id)
         if job is None:
             return []
@@ -311,14 +301,10 @@ class Scheduler:
         self._running -= 1
         job.state = JobState.DONE
         self.stats.completed += 1
-        listener = self.listener
-        if listener is not None:
-            listener(Event("release", now, job_id, job.klass.name))
+        if self.listener is not None:
+            self._emit("release", job)
         if self.on_finish is not None:
             self.on_finish(job, now)
-        if not self._nonempty:  # nothing waits: what _dispatch would conclude
-            self._blocked_until = _NEVER
-            return []
         return self._dispatch(now)
 
     def update_tasks(self, job_id: Hashable, tasks: int, release: int, now: float) -> list[Job]:
@@ -519,10 +505,8 @@ class Scheduler:
         self._set_tasks(job, job.fork)
         if not job.bypass:
             self.stats.admitted += 1
-        listener = self.listener
-        if listener is not None:
-            detail = "bypass" if job.bypass else ("aged" if job.aged else "")
-            listener(Event("grant", now, job.id, job.klass.name, detail))
+        if self.listener is not None:
+            self._emit("grant", job, "bypass" if job.bypass else ("aged" if job.aged else ""))
         if self.on_grant is not None:
             self.on_grant(job, self._tasks)
 

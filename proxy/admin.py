@@ -19,6 +19,7 @@ It listens on loopback by default; bound to any other address it requires a bear
 
 from __future__ import annotations
 
+import copy
 import secrets
 from bisect import bisect_left
 from collections import deque
@@ -71,6 +72,12 @@ class _Tally:
         self.wait_sum = self.response_sum = 0.0
         self.wait_buckets = [0] * (len(_BUCKETS) + 1)  # the last one is +Inf
         self.response_buckets = [0] * (len(_BUCKETS) + 1)
+
+    def copy(self) -> _Tally:
+        other = copy.copy(self)
+        other.wait_buckets = list(self.wait_buckets)
+        other.response_buckets = list(self.response_buckets)
+        return other
 
     def counts(self) -> dict[str, int]:
         return {
@@ -128,10 +135,7 @@ class AdminMetrics:
         """Per class: the statements that left, plus those still queued or in service."""
         out: dict[str, _Tally] = {}
         for name, done in self.per_class.items():
-            tally = out[name] = _Tally()
-            for slot in _Tally.__slots__:
-                value = getattr(done, slot)
-                setattr(tally, slot, list(value) if isinstance(value, list) else value)
+            out[name] = done.copy()
         live = self.scheduler.live_jobs() if self.scheduler is not None else []
         for job in live:
             tally = out.get(job.klass.name) or out.setdefault(job.klass.name, _Tally())

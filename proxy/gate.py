@@ -82,11 +82,10 @@ class AdmissionGate:
             self._deliver([(waiter.refused, (job, pg.SQLSTATE_TOO_MANY, message))])
             return False
         self._waiters[job] = waiter
-        loop = self._loop
         granted = s.submit(
             job,
             query_class.fingerprint,
-            loop.time() if loop is not None else self.now,
+            self.now,
             name=query_class.name,
             bypass=bypass,
             sample_sql=sql[:2000],
@@ -94,12 +93,7 @@ class AdmissionGate:
         if (
             len(granted) == 1
             and granted[0].id == job
-            and not s.timed_out
-            and not self._deliveries
-            and not self._delivering
-            and self._timer is None
-            and s.limits.max_wait is None
-            and s.limits.queue_timeout is None
+            and not (s.timed_out or self._deliveries or self._delivering or self._timed())
         ):
             return True  # the usual case: nothing waits, no timers, nothing else to tell
         self._after(granted)
@@ -108,8 +102,7 @@ class AdmissionGate:
     def release(self, job: int) -> None:
         """The statement ended (or its connection died): give its capacity back."""
         self._waiters.pop(job, None)
-        loop = self._loop
-        self._after(self.scheduler.complete(job, loop.time() if loop is not None else self.now))
+        self._after(self.scheduler.complete(job, self.now))
 
     def waiter(self, job: int) -> Waiter | None:
         """Who submitted ``job`` (while it is queued or in service)."""
@@ -143,28 +136,6 @@ class AdmissionGate:
     # -- internals -------------------------------------------------------------------------
 
     def _after(self, granted: list[Job]) -> None:
-        s = self.scheduler
-        if not s.timed_out and not self._deliveries and not self._delivering:
-            # the usual case, told without the FIFO: nothing else is being delivered
-            if granted:
-                self._delivering = True
-                try:
-                    for job in granted:
-                        waiter = self._waiters.get(job.id)  # type: ignore[call-overload]
-                        if waiter is not None:
-                            waiter.admitted(job.id)
-                    while self._deliveries:
-                        callback, args = self._deliveries.popleft()
-                        callback(*args)
-                finally:
-                    self._delivering = False
-            if (
-                self._timer is not None
-                or s.limits.max_wait is not None
-                or (s.limits.queue_timeout is not None)
-            ):
-                self._arm_timer()
-            return
         batch: list[tuple[Callable[..., None], tuple[object, ...]]] = []
         for job in granted:
             waiter = self._waiters.get(job.id)  # type: ignore[call-overload]
@@ -197,9 +168,15 @@ class AdmissionGate:
         finally:
             self._delivering = False
 
-    def _arm_timer(self) -> None:
+    def _timed(self) -> bool:
+        """Whether a timer is armed or the limits may need one (aging, queue timeouts)."""
         limits = self.scheduler.limits
-        if limits.max_wait is None and limits.queue_timeout is None and self._timer is None:
+        return not (
+            limits.max_wait is None and limits.queue_timeout is None and self._timer is None
+        )
+
+    def _arm_timer(self) -> None:
+        if not self._timed():
             return
         deadline = self.scheduler.next_deadline()
         if deadline == self._timer_at:

@@ -305,14 +305,7 @@ class ProxySession:
         if not batch.executes:
             self._pump(out)  # nothing to admit: forwarded at once
             return out
-        # the queue was empty, so this batch is at its head: submit it (what _pump does)
-        job = batch.job = next(_job_ids)
-        batch.submitted = True
-        self._jobs[job] = batch
-        sql = batch.sql or ""
-        query_class = self.classify(sql)
-        bypass = query_class.control or self.transaction_status != b"I"
-        out.append(Submit(job, query_class, bypass, sql))
+        out.append(self._submit(batch))  # the queue was empty: this batch is at its head
         return out
 
     def _track_in_order(self, batch: _Batch, data: bytes) -> None:
@@ -485,13 +478,7 @@ class ProxySession:
             if not batch.ready:
                 return
             if batch.executes and batch.job is None:
-                job = next(_job_ids)
-                batch.job = job
-                self._jobs[job] = batch
-                query_class = self.classify(batch.sql or "")
-                bypass = query_class.control or self.transaction_status != b"I"
-                batch.submitted = True
-                out.append(Submit(job, query_class, bypass, batch.sql or ""))
+                out.append(self._submit(batch))
                 return  # granted() resumes the pump
             if batch.submitted and not batch.forwarded:
                 return  # still waiting for its grant
@@ -499,6 +486,16 @@ class ProxySession:
             if not batch.complete:
                 return  # streams through until its Sync; later batches wait behind it
             self._queue.popleft()
+
+    def _submit(self, batch: _Batch) -> Submit:
+        """Make ``batch`` a job for the scheduler, classified by its SQL."""
+        job = batch.job = next(_job_ids)
+        batch.submitted = True
+        self._jobs[job] = batch
+        sql = batch.sql or ""
+        query_class = self.classify(sql)
+        bypass = query_class.control or self.transaction_status != b"I"
+        return Submit(job, query_class, bypass, sql)
 
     def _forward(self, batch: _Batch, out: list[Action]) -> None:
         if not batch.forwarded:
