@@ -221,7 +221,17 @@ class ClientConnection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
-        self._apply(self.session.client_data(data))
+        session = self.session
+        submit = session.fast_client(data)
+        if submit is None:
+            self._apply(session.client_data(data))
+            return
+        admitted = self.server.gate.admit(
+            submit.job, submit.query_class, submit.bypass, submit.sql, self
+        )
+        session.fast_admitted(admitted)
+        if admitted:
+            self._send_server(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -253,7 +263,16 @@ class ClientConnection(asyncio.Protocol):
     # -- server side -----------------------------------------------------------------------
 
     def from_server(self, data: bytes) -> None:
-        self._apply(self.session.server_data(data))
+        session = self.session
+        done = session.fast_server(data)
+        if done is not None:
+            transport = self.transport
+            if transport is not None and not transport.is_closing():
+                transport.write(data)
+            if done:
+                self.server.gate.release(done)
+            return
+        self._apply(session.server_data(data))
         if self._key is None and self.session.backend_key is not None:
             self._key = self.session.backend_key
             self.server.by_key[self._key] = self
@@ -296,10 +315,7 @@ class ClientConnection(asyncio.Protocol):
     def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, SendToServer):
-                if self._to_server is not None:
-                    self._to_server.append(action.data)
-                elif self.backend is not None and self.backend.transport is not None:
-                    self.backend.transport.write(action.data)
+                self._send_server(action.data)
             elif isinstance(action, SendToClient):
                 if self.transport is not None and not self.transport.is_closing():
                     self.transport.write(action.data)
@@ -322,6 +338,12 @@ class ClientConnection(asyncio.Protocol):
                     self.transport.close()
                 self._close_backend()
                 self._teardown()
+
+    def _send_server(self, data: bytes) -> None:
+        if self._to_server is not None:
+            self._to_server.append(data)
+        elif self.backend is not None and self.backend.transport is not None:
+            self.backend.transport.write(data)
 
     # -- the gate's answers ------------------------------------------------------------------
 

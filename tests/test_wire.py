@@ -328,7 +328,7 @@ def test_copy_data_follows_its_statement() -> None:
     assert forward == [SendToServer(m("Q", cstr("COPY t FROM STDIN")) + m("d", b"1\n") + m("c"))]
 
 
-# -- the whole-batch fast path against the general path ------------------------------------
+# -- one batch per read, all in one read, or cut anywhere -----------------------------------
 
 _NAMES = ("", "a", "b")
 _SQL = ("select 1", "select $1::int", "select * from t where a = 2", "insert into t values (3)")
@@ -379,12 +379,12 @@ def _drive_state(chunks: list[bytes]) -> tuple[list[object], dict[str, str], dic
 
 @given(st.lists(_batches, min_size=1, max_size=6), st.lists(st.integers(0, 10_000), max_size=8))
 @settings(max_examples=300)
-def test_whole_batches_and_any_split_give_the_same_actions_and_names(
+def test_batches_read_one_by_one_at_once_or_cut_give_the_same_actions_and_names(
     batches: list[bytes], cuts: list[int]
 ) -> None:
     stream = b"".join(batches)
-    one_by_one = _drive_state(batches)  # each read one whole batch: the fast path
-    assert one_by_one == _drive_state([stream])  # several batches in a read: the general path
+    one_by_one = _drive_state(batches)  # each read one whole batch
+    assert one_by_one == _drive_state([stream])  # several batches in a read
     assert one_by_one == _drive_state(_split(stream, cuts))
 
 

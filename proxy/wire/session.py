@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 _job_ids = itertools.count(1)
-_LENGTH = struct.Struct("!I")
 _TYPED = struct.Struct("!BI")
 
 
@@ -201,36 +200,35 @@ class ProxySession:
         self._replies: deque[_Batch | _Synthetic] = deque()  # what each ReadyForQuery closes
         self._discard_to_sync = False
         self._jobs: dict[int, _Batch] = {}
+        self.fast_path = True  # False: every event takes the general path (for comparison)
+        self._fast_job: int | None = None  # the fast path's statement (see fast_client)
+        self._fast_data = b""  # its messages, until forwarded
+        self._fast_sql = ""
+        self._fast_sent = False
 
     # -- queries ---------------------------------------------------------------------------
 
     @property
     def active_jobs(self) -> list[int]:
         """Jobs submitted and not yet released (for cleanup when a side goes away)."""
+        self._leave_fast()
         return list(self._jobs)
 
     @property
     def statement_running(self) -> bool:
         """Whether a statement was forwarded and its reply is not complete yet."""
+        self._leave_fast()
         return any(batch.forwarded for batch in self._jobs.values())
 
     def job_is_queued(self, job: int) -> bool:
+        self._leave_fast()
         batch = self._jobs.get(job)
         return batch is not None and not batch.forwarded
 
     # -- client → proxy --------------------------------------------------------------------
 
     def client_data(self, data: bytes) -> list[Action]:
-        if (
-            self.state is State.READY
-            and not self._queue
-            and self._tail is None
-            and not self._discard_to_sync
-            and not self._client.buffer
-        ):
-            fast = self._whole_batch(data)
-            if fast is not None:
-                return fast
+        self._leave_fast()
         actions: list[Action] = []
         try:
             frames = self._client.feed(data)
@@ -245,16 +243,32 @@ class ProxySession:
             actions.extend(self._violation(str(e)))
         return actions
 
-    def _whole_batch(self, data: bytes) -> list[Action] | None:
-        """The common case, without framing each message: ``data`` is exactly one batch (a
-        Query, or extended-protocol messages ending in their one Sync) and nothing is queued.
-        Anything else (partial, pipelined, COPY, malformed) returns None for the general path,
-        with no state changed."""
+    # -- the fast path ---------------------------------------------------------------------
+    # The usual life of a statement: the connection is idle, one read brings exactly one batch
+    # with one Execute (or one Query), it is admitted at once, forwarded as it came, and the
+    # server's reply ends with the ReadyForQuery that closes it. For that cycle the session
+    # keeps four fields instead of a _Batch and its queues, and makes no action objects. Any
+    # other event first turns those fields into the batch the general path would have built
+    # (``_leave_fast``), then goes the general way, so both paths always agree.
+
+    def fast_client(self, data: bytes) -> Submit | None:
+        """If ``data`` starts the usual cycle, the job to submit; else None (state untouched:
+        call ``client_data``). The caller then says ``fast_admitted(True/False)``."""
+        if (
+            self._fast_job is not None
+            or self.state is not State.READY
+            or self._jobs
+            or self._queue
+            or self._replies
+            or self._discard_to_sync
+            or self._client.buffer
+            or not self.fast_path
+        ):
+            return None
         end = len(data)
         pos = 0
-        parse_at = bind_at = execute_at = -1  # where the first of each starts
+        parse_at = bind_at = execute_at = -1  # where the one of each starts
         parse_end = bind_end = execute_end = 0
-        repeated = False  # more than one Parse/Bind/Execute, or a Close: track in order
         unpack = _TYPED.unpack_from
         while True:
             if end - pos < 5:
@@ -268,58 +282,95 @@ class ProxySession:
                     return None
                 break
             if kind == pg.EXECUTE:
-                if execute_at < 0:
+                if execute_at < 0:  # later Executes of the same portal change nothing
                     execute_at, execute_end = pos, nxt
             elif kind == pg.BIND:
-                repeated = repeated or bind_at >= 0 or execute_at >= 0
+                if bind_at >= 0 or execute_at >= 0:
+                    return None
                 bind_at, bind_end = pos, nxt
             elif kind == pg.PARSE:
-                repeated = repeated or parse_at >= 0 or bind_at >= 0 or execute_at >= 0
-                parse_at, parse_end = pos, nxt
-            elif kind == pg.CLOSE:
-                repeated = True
-            elif kind != pg.DESCRIBE:
-                return None  # Flush, COPY data, a function call, Terminate …: the general path
-            pos = nxt
-        batch = _Batch([data], True, 1)
-        try:
-            if kind == pg.QUERY:
-                if data[end - 1] != 0:
+                if parse_at >= 0 or bind_at >= 0 or execute_at >= 0:
                     return None
-                batch.sql = data[5 : end - 1].decode("utf-8", "replace")
-                batch.executes = True
-            elif repeated:
-                self._track_in_order(batch, data)
-            else:  # at most one Parse, then one Bind, then Executes: the usual shape
+                parse_at, parse_end = pos, nxt
+            elif kind != pg.DESCRIBE:
+                return None  # Close, Flush, COPY, a function call, Terminate …
+            pos = nxt
+        if kind == pg.QUERY:
+            if data[end - 1] != 0:
+                return None
+            sql = data[5 : end - 1].decode("utf-8", "replace")
+        elif execute_at < 0:
+            return None  # nothing to admit (Parse/Describe only)
+        else:
+            try:  # noting a name twice is harmless if the general path has to do it again
                 if parse_at >= 0:
                     self._track_names(pg.PARSE, data, parse_at + 5, parse_end)
                 if bind_at >= 0:
                     self._track_names(pg.BIND, data, bind_at + 5, bind_end)
-                if execute_at >= 0:
-                    batch.executes = True
-                    batch.sql = self._portals.get(_portal(data, execute_at, execute_end), "")
-        except pg.ProtocolViolation as e:
-            return self._violation(str(e))
-        self._queue.append(batch)
-        out: list[Action] = []
-        if not batch.executes:
-            self._pump(out)  # nothing to admit: forwarded at once
-            return out
-        out.append(self._submit(batch))  # the queue was empty: this batch is at its head
-        return out
+                portal = _portal(data, execute_at, execute_end)
+            except pg.ProtocolViolation:
+                return None  # the general path reports it
+            sql = self._portals.get(portal, "")
+        query_class = self.classify(sql)
+        job = next(_job_ids)
+        self._fast_job = job
+        self._fast_data = data
+        self._fast_sql = sql
+        self._fast_sent = False
+        return Submit(job, query_class, query_class.control or self.transaction_status != b"I", sql)
 
-    def _track_in_order(self, batch: _Batch, data: bytes) -> None:
-        pos, end = 0, len(data)
-        while pos < end:
-            kind = data[pos]
-            nxt = _end_of(data, pos)
-            if kind == pg.EXECUTE:
-                if not batch.executes:
-                    batch.executes = True
-                    batch.sql = self._portals.get(_portal(data, pos, nxt), "")
-            elif kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
-                self._track_names(kind, data, pos + 5, nxt)
+    def fast_admitted(self, admitted: bool) -> None:
+        """The gate's answer to ``fast_client``'s job: True means the caller forwarded the
+        data; False means the job waits (or was already answered through ``granted`` or
+        ``rejected``) and the general path takes over."""
+        if admitted:
+            self._fast_sent = True
+        else:
+            self._leave_fast()
+
+    def fast_server(self, data: bytes) -> int | None:
+        """During the usual cycle: the job the server's ``data`` ends (to release), 0 if the
+        reply is not over yet; the caller relays ``data`` untouched either way. None: not
+        the usual case (state untouched: call ``server_data``)."""
+        job = self._fast_job
+        if job is None or not self._fast_sent or self._server_buf:
+            return None
+        end = len(data)
+        pos = 0
+        unpack = _TYPED.unpack_from
+        while end - pos >= 5:
+            kind, length = unpack(data, pos)
+            nxt = pos + 1 + length
+            if length < 4 or nxt > end or kind == pg.BACKEND_KEY_DATA:
+                return None
+            if kind == pg.READY_FOR_QUERY:
+                if nxt != end:
+                    return None
+                self.transaction_status = data[pos + 5 : pos + 6]
+                self._fast_job = None
+                self._fast_data = b""
+                return job
             pos = nxt
+        return 0 if pos == end else None
+
+    def _leave_fast(self) -> None:
+        """Turn the fast path's fields into the batch the general path would hold now."""
+        job = self._fast_job
+        if job is None:
+            return
+        self._fast_job = None
+        batch = _Batch([] if self._fast_sent else [self._fast_data], True, 1)
+        batch.sql = self._fast_sql
+        batch.executes = batch.submitted = True
+        batch.job = job
+        self._jobs[job] = batch
+        if self._fast_sent:
+            batch.forwarded = True
+            batch.outstanding = 1
+            self._replies.append(batch)
+        else:
+            self._queue.append(batch)
+        self._fast_data = b""
 
     def _violation(self, why: str) -> list[Action]:
         self.state = State.CLOSED
@@ -516,6 +567,7 @@ class ProxySession:
 
     def granted(self, job: int) -> list[Action]:
         """The scheduler admitted ``job``: forward its batch (and whatever can follow)."""
+        self._leave_fast()
         out: list[Action] = []
         batch = self._jobs.get(job)
         if batch is None or batch.forwarded or self.state is State.CLOSED:
@@ -532,6 +584,7 @@ class ProxySession:
 
     def rejected(self, job: int, sqlstate: str, text: str) -> list[Action]:
         """The proxy fails a queued job (timeout, cancel, queue full): answer for the server."""
+        self._leave_fast()
         out: list[Action] = []
         batch = self._jobs.pop(job, None)
         if batch is None or batch.forwarded:
@@ -574,6 +627,7 @@ class ProxySession:
         Complete messages go out as they came (one write, no copy when ``data`` ends on a
         message boundary, the usual case); a message cut by the read waits in a buffer until
         its last byte is here."""
+        self._leave_fast()
         buf = self._server_buf
         if buf:
             buf += data
@@ -655,6 +709,7 @@ class ProxySession:
 
     def server_lost(self, why: str = "the database closed the connection") -> list[Action]:
         """The backend connection died: tell the client (08006) and give everything back."""
+        self._leave_fast()
         if self.state is State.CLOSED:
             return self._release_all()
         self.state = State.CLOSED
@@ -663,14 +718,9 @@ class ProxySession:
 
     def client_lost(self) -> list[Action]:
         """The client went away: release (or withdraw) every job it had."""
+        self._leave_fast()
         self.state = State.CLOSED
         return [*self._release_all(), Close("client disconnected")]
-
-
-def _end_of(data: bytes, pos: int) -> int:
-    """Where the (complete) message starting at ``pos`` ends."""
-    length: int = _LENGTH.unpack_from(data, pos + 1)[0]
-    return pos + 1 + length
 
 
 def _portal(data: bytes, execute_at: int, end: int) -> bytes:

@@ -1,0 +1,278 @@
+"""The connection's fast path against its general path, through the real connection object.
+
+A ``ClientConnection`` with the real gate and scheduler (MPL 1) and transports that record what
+they are given is driven by random scenarios: batches of every shape in one read, several per
+read or cut anywhere; server replies cut anywhere (with rows whose bytes look like a
+ReadyForQuery); another connection holding the only slot so statements queue; cancels of queued
+statements; transactions (bypass); the backend or the client dying. The same scenario with the
+fast path switched off must write the same bytes both ways and leave the scheduler and the
+session in the same state, and at the end all capacity is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from admission import Limits, Scheduler
+from admission.classify import QueryClass
+from proxy.gate import AdmissionGate
+from proxy.server import BackendAddress, ClientConnection, ProxyServer
+from proxy.wire import protocol as pg
+from proxy.wire.framing import FrameScanner
+from tests.test_wire import AUTH_OK, RFQ, _split, bind, cstr, execute, m, parse, startup
+
+_NAMES = ("", "a")
+_SQL = ("select 1", "select * from t where a = 2", "begin", "commit", "set x = 1")
+
+
+class Recording:
+    """A transport that keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class FakeBackend:
+    def __init__(self) -> None:
+        self.transport = Recording()
+
+
+class Waiter:
+    def admitted(self, job: object) -> None:
+        pass
+
+    def refused(self, job: object, sqlstate: str, message: str) -> None:
+        pass
+
+
+@dataclass
+class Outcome:
+    to_server: bytes = b""
+    to_client: bytes = b""
+    stats: tuple[int, ...] = ()
+    names: tuple[object, ...] = ()
+    fast_used: int = 0
+    trace: list[tuple[object, ...]] = field(default_factory=list)
+    left: list[str] = field(default_factory=list)
+
+
+NOTIFY = m("A", b"\0\0\0\x07" + cstr("chan") + cstr("Z\0\0\0\x05I"))  # asynchronous
+
+
+def _replies(
+    sent: bytes, answered: int, status: list[bytes], most: int = 1 << 30
+) -> tuple[bytes, int]:
+    """What a server answers to (at most ``most`` of) the messages in ``sent`` it has not
+    answered yet, and how many it has answered then."""
+    scanner = FrameScanner()
+    out = b""
+    count = 0
+    row = m("D", b"\0\x01\0\0\0\x06Z\0\0\0\x05I")  # a value that looks like a ReadyForQuery
+    for frame in scanner.feed(sent):
+        if frame.type not in (pg.QUERY, pg.SYNC):
+            continue
+        count += 1
+        if count <= answered:
+            continue
+        if count > answered + most:
+            return out, count - 1
+        text = frame.body.lower()
+        if frame.type == pg.QUERY and text.startswith(b"begin"):
+            status[0] = b"T"
+        elif frame.type == pg.QUERY and text.startswith(b"commit"):
+            status[0] = b"I"
+        out += row + m("C", cstr("SELECT 1")) + pg.ready_for_query(status[0])
+    return out, count
+
+
+def run_scenario(steps: list[tuple[object, ...]], fast: bool) -> Outcome:
+    async def run() -> Outcome:
+        scheduler = Scheduler(None, "fcfs", Limits(mpl=1))
+        gate = AdmissionGate(scheduler)
+        server = ProxyServer(gate, BackendAddress("127.0.0.1", 1))
+        conn = ClientConnection(server)
+        conn.session.fast_path = fast
+        client = Recording()
+        conn.transport = client  # type: ignore[assignment]
+        conn.session.client_data(startup())  # the backend is connected by hand below
+        backend = FakeBackend()
+        conn.backend = backend  # type: ignore[assignment]
+        conn.from_server(AUTH_OK + RFQ)
+        answered = 0
+        status = [b"I"]
+        blockers: list[str] = []
+        outcome = Outcome()
+        klass = QueryClass("fp:other", "other")
+        for step_number, step in enumerate(steps):
+            kind = step[0]
+            if kind == "client" and not client.closed:
+                for chunk in _split(b"".join(step[1]), step[2]):  # type: ignore[arg-type]
+                    conn.data_received(chunk)
+                    outcome.fast_used += conn.session._fast_job is not None
+            elif kind == "server" and not backend.transport.closed:
+                _, cuts, most, notify = step
+                sent = bytes(backend.transport.data)
+                reply, answered = _replies(sent, answered, status, most)  # type: ignore[arg-type]
+                for chunk in _split(reply + NOTIFY * notify, cuts):  # type: ignore[arg-type, operator]
+                    conn.from_server(chunk)
+            elif kind == "block":
+                blockers.append(f"blocker-{step_number}")
+                gate.admit(blockers[-1], klass, False, "other", Waiter())
+            elif kind == "unblock" and blockers:
+                gate.release(blockers.pop(0))
+            elif kind == "cancel":
+                for job in conn.session.active_jobs:
+                    gate.cancel(job)
+            elif kind == "server_lost":
+                conn.backend_lost(None)
+                backend.transport.closed = True
+            elif kind == "client_lost":
+                conn.connection_lost(None)
+                client.closed = True
+            outcome.trace.append(
+                (
+                    conn.session.transaction_status,
+                    scheduler.in_service,
+                    scheduler.queued,
+                    len(client.data),
+                    len(backend.transport.data),
+                    tuple(c.name for c in scheduler.model.classes),  # classified alike
+                )
+            )
+        outcome.to_server = bytes(backend.transport.data)
+        outcome.to_client = bytes(client.data)
+        s = scheduler.stats
+        outcome.stats = (s.submitted, s.admitted, s.bypassed, s.completed, s.cancelled)
+        session = conn.session
+        outcome.names = (
+            dict(session._statements),
+            dict(session._portals),
+            session.transaction_status,
+            session.state,
+        )
+        # the end: everything is answered, the blockers leave, the client goes
+        reply, answered = _replies(outcome.to_server, answered, status)
+        if not backend.transport.closed:
+            conn.from_server(reply)
+        for blocker in blockers:
+            gate.release(blocker)
+        if not client.closed:
+            conn.connection_lost(None)
+        outcome.left = [f"in service {scheduler.in_service}", f"queued {scheduler.queued}"]
+        return outcome
+
+    return asyncio.run(run())
+
+
+_batch = st.one_of(
+    st.sampled_from(_SQL).map(lambda sql: m("Q", cstr(sql))),
+    st.tuples(
+        st.booleans(),
+        st.sampled_from(_NAMES),
+        st.sampled_from(_SQL),
+        st.sampled_from(_NAMES),
+        st.booleans(),
+        st.integers(min_value=0, max_value=2),
+    ).map(
+        lambda t: (
+            (parse(t[1], t[2]) if t[0] else b"")
+            + bind(t[3], t[1])
+            + (m("D", b"P" + cstr(t[3])) if t[4] else b"")
+            + execute(t[3]) * t[5]
+            + m("S")
+        )
+    ),
+    st.sampled_from(_NAMES).map(lambda name: m("C", b"S" + cstr(name)) + m("S")),
+    st.tuples(st.sampled_from(_NAMES), st.sampled_from(_NAMES)).map(
+        lambda t: execute(t[0]) + bind(t[0], t[1]) + execute(t[0]) + m("S")  # out of order
+    ),
+    st.tuples(st.sampled_from(_NAMES), st.sampled_from(_NAMES), st.sampled_from(_NAMES)).map(
+        lambda t: bind(t[0], t[1]) + execute(t[0]) + execute(t[2]) + m("S")  # two portals
+    ),
+    st.just(m("d", m("Q", cstr("select 2")))),  # COPY data (outside a COPY) holding a Query
+)
+_cuts = st.lists(st.integers(0, 5_000), max_size=3)
+_one = st.tuples(st.just("client"), st.lists(_batch, min_size=1, max_size=1), st.just([]))
+_reply = st.tuples(st.just("server"), st.just([]), st.just(1), st.just(False))
+_REPLY = ("server", [], 1, False)
+_event = st.sampled_from(["block", "unblock", "cancel", "server_lost", "client_lost"])
+_step = st.one_of(
+    _one,  # the usual cycle (one batch, then its reply) is drawn more often than the rest
+    _reply,
+    _one,
+    _reply,
+    st.tuples(st.just("client"), st.lists(_batch, min_size=1, max_size=2), _cuts),
+    st.tuples(st.just("server"), _cuts, st.sampled_from([1, 2, 1 << 30]), st.booleans()),
+    st.tuples(st.sampled_from(["block", "unblock"])),
+    st.tuples(_event),
+)
+
+
+_Q = m("Q", cstr("select 1"))
+
+
+@given(st.lists(_step, max_size=14))
+@settings(max_examples=600, deadline=None)
+# a reply to an earlier batch with no job must not end the fast path's statement
+@example([("client", [m("C", b"S\0") + m("S")], []), ("client", [_Q], []), _REPLY])
+# a message after the ReadyForQuery, cut by the read, must wait for the rest of it
+@example([("client", [_Q], []), ("server", [45], 1, True), ("client", [_Q], []), _REPLY])
+# the first Execute decides the class, not a later one of another portal
+@example(
+    [
+        ("client", [parse("a", "select 1") + m("S")], []),
+        _REPLY,
+        ("client", [bind("a", "a") + execute("a") + execute("") + m("S")], []),
+        _REPLY,
+    ]
+)
+# a read that ends inside a message: the next one starts in the middle of it
+@example([("client", [m("d", _Q)], [5]), _REPLY])
+# a fast statement that has to wait keeps its place ahead of the next batch
+@example([("block",), ("client", [_Q], []), ("client", [_Q], []), ("unblock",), _REPLY])
+def test_fast_path_and_general_path_agree(steps: list[tuple[object, ...]]) -> None:
+    fast = run_scenario(steps, fast=True)
+    general = run_scenario(steps, fast=False)
+    assert general.fast_used == 0
+    assert fast.trace == general.trace
+    assert fast.to_server == general.to_server
+    assert fast.to_client == general.to_client
+    assert fast.stats == general.stats
+    assert fast.names == general.names
+    assert fast.left == general.left == ["in service 0", "queued 0"]
+
+
+def test_the_usual_cycle_takes_the_fast_path() -> None:
+    sql = "select * from t where a = 2"
+    steps: list[tuple[object, ...]] = [
+        ("client", [parse("a", sql) + m("S")], []),
+        ("server", [], 1, False),
+    ]
+    for _ in range(3):
+        steps += [("client", [bind("", "a") + execute() + m("S")], []), ("server", [], 1, False)]
+        steps += [("client", [m("Q", cstr(sql))], []), ("server", [], 1, False)]
+    fast, general = run_scenario(steps, fast=True), run_scenario(steps, fast=False)
+    assert fast.fast_used == 6  # every executing batch; the Parse alone has nothing to admit
+    assert fast.stats == general.stats == (6, 6, 0, 6, 0)
+    reply, _ = _replies(m("S"), 0, [b"I"])
+    assert fast.to_client == general.to_client == AUTH_OK + RFQ + reply * 7
