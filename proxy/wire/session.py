@@ -26,6 +26,13 @@ its last Sync (or Query) arrives, or when either side goes away.
 Statements inside a transaction block (the last ReadyForQuery said 'T' or 'E') and session
 control statements are submitted with ``bypass``: admitted at once, counted against capacity.
 
+The usual cycle — an idle connection, one read holding exactly one executing batch, admitted
+at once, its reply ending in the ReadyForQuery that closes it — has a fast path
+(``fast_client``, ``fast_admitted``, ``fast_server``) that keeps four fields instead of a batch
+and makes no actions: the shell calls the gate and writes the bytes itself. Any other event
+first turns those fields into the batch the general path would hold, then goes the general
+way; a property test holds the two paths to the same bytes and the same scheduler state.
+
 When the proxy itself fails a batch (queue timeout, cancel while queued, queue full) the client
 gets an ErrorResponse and one ReadyForQuery per Sync/Query of that batch, placed in the reply
 stream after the replies to every earlier batch. A batch failed before its Sync arrived makes the
@@ -243,13 +250,7 @@ class ProxySession:
             actions.extend(self._violation(str(e)))
         return actions
 
-    # -- the fast path ---------------------------------------------------------------------
-    # The usual life of a statement: the connection is idle, one read brings exactly one batch
-    # with one Execute (or one Query), it is admitted at once, forwarded as it came, and the
-    # server's reply ends with the ReadyForQuery that closes it. For that cycle the session
-    # keeps four fields instead of a _Batch and its queues, and makes no action objects. Any
-    # other event first turns those fields into the batch the general path would have built
-    # (``_leave_fast``), then goes the general way, so both paths always agree.
+    # -- the fast path (see the module docstring) -------------------------------------------
 
     def fast_client(self, data: bytes) -> Submit | None:
         """If ``data`` starts the usual cycle, the job to submit; else None (state untouched:
