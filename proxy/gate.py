@@ -102,7 +102,10 @@ class AdmissionGate:
     def release(self, job: int) -> None:
         """The statement ended (or its connection died): give its capacity back."""
         self._waiters.pop(job, None)
-        self._after(self.scheduler.complete(job, self.now))
+        s = self.scheduler
+        granted = s.complete(job, self.now)
+        if granted or s.timed_out or self._deliveries or self._timed():
+            self._after(granted)  # else it would find nothing to do
 
     def waiter(self, job: int) -> Waiter | None:
         """Who submitted ``job`` (while it is queued or in service)."""
