@@ -35,6 +35,8 @@ from proxy.wire.session import (
     SendToServer,
     StartTLS,
     Submit,
+    fast_client,
+    fast_server,
 )
 
 __all__ = ["BackendAddress", "ProxyServer", "parse_backend", "url_identity"]
@@ -196,6 +198,10 @@ class _Backend(asyncio.Protocol):
 
 
 class ClientConnection(asyncio.Protocol):
+    # the session's fast path, in C when built (see proxy.wire.session.fast_client)
+    _fast_client = staticmethod(fast_client)
+    _fast_server = staticmethod(fast_server)
+
     def __init__(self, server: ProxyServer) -> None:
         self.server = server
         self.session = ProxySession(
@@ -222,7 +228,7 @@ class ClientConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         session = self.session
-        submit = session.fast_client(data)
+        submit = self._fast_client(session, data)
         if submit is None:
             self._apply(session.client_data(data))
             return
@@ -264,7 +270,7 @@ class ClientConnection(asyncio.Protocol):
 
     def from_server(self, data: bytes) -> None:
         session = self.session
-        done = session.fast_server(data)
+        done = self._fast_server(session, data)
         if done is not None:
             transport = self.transport
             if transport is not None and not transport.is_closing():

@@ -12,8 +12,11 @@ session in the same state, and at the end all capacity is back.
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +26,20 @@ from proxy.gate import AdmissionGate
 from proxy.server import BackendAddress, ClientConnection, ProxyServer
 from proxy.wire import protocol as pg
 from proxy.wire.framing import FrameScanner
+from proxy.wire.session import (
+    SPEEDUPS,
+    FastClient,
+    FastServer,
+    ProxySession,
+    fast_client,
+    fast_server,
+)
 from tests.test_wire import AUTH_OK, RFQ, _split, bind, cstr, execute, m, parse, startup
+
+# the Python methods, and the C module when it is built
+IMPLEMENTATIONS: list[Impl] = [(ProxySession.fast_client, ProxySession.fast_server)]
+if SPEEDUPS:
+    IMPLEMENTATIONS.append((fast_client, fast_server))
 
 _NAMES = ("", "a")
 _SQL = ("select 1", "select * from t where a = 2", "begin", "commit", "set x = 1")
@@ -105,13 +121,18 @@ def _replies(
     return out, count
 
 
-def run_scenario(steps: list[tuple[object, ...]], fast: bool) -> Outcome:
+Impl = tuple[FastClient, FastServer] | None  # a fast path's two functions, or None: none
+
+
+def run_scenario(steps: list[tuple[object, ...]], fast: Impl) -> Outcome:
     async def run() -> Outcome:
         scheduler = Scheduler(None, "fcfs", Limits(mpl=1))
         gate = AdmissionGate(scheduler)
         server = ProxyServer(gate, BackendAddress("127.0.0.1", 1))
         conn = ClientConnection(server)
-        conn.session.fast_path = fast
+        conn.session.fast_path = fast is not None
+        if fast is not None:
+            conn._fast_client, conn._fast_server = fast  # type: ignore[method-assign, assignment]
         client = Recording()
         conn.transport = client  # type: ignore[assignment]
         conn.session.client_data(startup())  # the backend is connected by hand below
@@ -246,13 +267,30 @@ _Q = m("Q", cstr("select 1"))
         _REPLY,
     ]
 )
+# a Bind after an Execute: the Execute's portal is the one bound before
+@example(
+    [
+        ("client", [parse("a", "select 1") + m("S")], []),
+        _REPLY,
+        ("client", [bind("a", "a") + execute("a") + m("S")], []),
+        _REPLY,
+        ("client", [execute("a") + bind("a", "") + execute("a") + m("S")], []),
+        _REPLY,
+    ]
+)
+# inside a transaction block statements bypass admission
+@example([("client", [m("Q", cstr("begin"))], []), _REPLY, ("client", [_Q], []), _REPLY])
 # a read that ends inside a message: the next one starts in the middle of it
 @example([("client", [m("d", _Q)], [5]), _REPLY])
 # a fast statement that has to wait keeps its place ahead of the next batch
 @example([("block",), ("client", [_Q], []), ("client", [_Q], []), ("unblock",), _REPLY])
 def test_fast_path_and_general_path_agree(steps: list[tuple[object, ...]]) -> None:
-    fast = run_scenario(steps, fast=True)
-    general = run_scenario(steps, fast=False)
+    general = run_scenario(steps, None)
+    for impl in IMPLEMENTATIONS:
+        _agree(run_scenario(steps, impl), general)
+
+
+def _agree(fast: Outcome, general: Outcome) -> None:
     assert general.fast_used == 0
     assert fast.trace == general.trace
     assert fast.to_server == general.to_server
@@ -271,8 +309,34 @@ def test_the_usual_cycle_takes_the_fast_path() -> None:
     for _ in range(3):
         steps += [("client", [bind("", "a") + execute() + m("S")], []), ("server", [], 1, False)]
         steps += [("client", [m("Q", cstr(sql))], []), ("server", [], 1, False)]
-    fast, general = run_scenario(steps, fast=True), run_scenario(steps, fast=False)
+    general = run_scenario(steps, None)
+    fast = run_scenario(steps, IMPLEMENTATIONS[-1])
     assert fast.fast_used == 6  # every executing batch; the Parse alone has nothing to admit
     assert fast.stats == general.stats == (6, 6, 0, 6, 0)
     reply, _ = _replies(m("S"), 0, [b"I"])
     assert fast.to_client == general.to_client == AUTH_OK + RFQ + reply * 7
+
+
+def test_the_c_fast_path_is_built_where_a_compiler_is() -> None:
+    """The install builds proxy/wire/_speedups.c when it can; the server uses it then."""
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the Python fast path is used")
+    assert SPEEDUPS or os.environ.get("ADMISSION_PURE_PYTHON")
+    assert ClientConnection._fast_client is fast_client
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda impl: impl[0].__qualname__)  # type: ignore[index]
+def test_the_fast_path_waits_for_the_session_to_be_ready(impl: Impl) -> None:
+    assert impl is not None
+    session = ProxySession()
+    query = m("Q", cstr("select 1"))
+    assert impl[0](session, query) is None  # before the startup packet
+    session.client_data(startup())
+    assert impl[0](session, query) is None  # during authentication
+    session.server_data(AUTH_OK + RFQ)
+    submit = impl[0](session, query)
+    assert submit is not None and submit.sql == "select 1" and not submit.bypass
+    assert impl[1](session, m("C", cstr("SELECT 1")) + RFQ) is None  # not forwarded yet
+    session.fast_admitted(True)
+    assert impl[1](session, m("C", cstr("SELECT 1"))) == 0
+    assert impl[1](session, RFQ) == submit.job

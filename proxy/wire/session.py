@@ -42,6 +42,7 @@ session discard the client's messages up to that Sync, as PostgreSQL itself does
 from __future__ import annotations
 
 import itertools
+import os
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -740,3 +741,26 @@ def _startup_parameters(body: bytes) -> dict[str, str]:
             break
         params[parts[i].decode("utf-8", "replace")] = parts[i + 1].decode("utf-8", "replace")
     return params
+
+
+# -- the fast path in C ----------------------------------------------------------------------
+# ``fast_client(session, data)`` and ``fast_server(session, data)``: the methods above, or the
+# same in C (proxy/wire/_speedups.c, built by the install when a C compiler is there; set
+# ADMISSION_PURE_PYTHON=1 to use the Python methods anyway).
+FastClient = Callable[[ProxySession, bytes], "Submit | None"]
+FastServer = Callable[[ProxySession, bytes], "int | None"]
+
+
+def _fast_functions() -> tuple[FastClient, FastServer, bool]:
+    if not os.environ.get("ADMISSION_PURE_PYTHON"):
+        try:
+            from proxy.wire import _speedups  # type: ignore[attr-defined]
+        except ImportError:
+            pass
+        else:
+            _speedups.setup(State.READY, Submit, _job_ids)
+            return _speedups.fast_client, _speedups.fast_server, True
+    return ProxySession.fast_client, ProxySession.fast_server, False
+
+
+fast_client, fast_server, SPEEDUPS = _fast_functions()

@@ -1,0 +1,382 @@
+/* The session's fast path (ProxySession.fast_client and ProxySession.fast_server) in C.
+ *
+ * Same semantics as the Python methods in session.py, which stay the reference and the
+ * fallback when this module is not built: a property test drives both (and the general path)
+ * through the real connection and requires the same bytes and the same state. These functions
+ * read and write the session's attributes exactly as the Python methods do; they only save
+ * the interpreter's work of walking the messages.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+static PyObject *READY;   /* State.READY */
+static PyObject *SUBMIT;  /* the Submit action class */
+static PyObject *JOB_IDS; /* the session module's job id counter */
+static PyObject *EMPTY_BYTES, *EMPTY_STR;
+
+static PyObject *s_fast_job, *s_state, *s_jobs, *s_queue, *s_replies, *s_discard_to_sync,
+    *s_client, *s_buffer, *s_fast_path, *s_max_message, *s_statements, *s_portals,
+    *s_classify, *s_control, *s_transaction_status, *s_fast_data, *s_fast_sql, *s_fast_sent,
+    *s_server_buf;
+
+static uint32_t
+be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+/* 1 if the attribute is truthy, 0 if not, -1 on error */
+static int
+attr_true(PyObject *obj, PyObject *name)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL)
+        return -1;
+    int truth = PyObject_IsTrue(value);
+    Py_DECREF(value);
+    return truth;
+}
+
+/* 1 if the attribute is the given object, 0 if not, -1 on error */
+static int
+attr_is(PyObject *obj, PyObject *name, PyObject *what)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL)
+        return -1;
+    int same = value == what;
+    Py_DECREF(value);
+    return same;
+}
+
+/* mapping.get(key, "") as a new reference */
+static PyObject *
+get_or_empty(PyObject *mapping, PyObject *key)
+{
+    if (PyDict_CheckExact(mapping)) {
+        PyObject *value = PyDict_GetItemWithError(mapping, key);
+        if (value != NULL)
+            return Py_NewRef(value);
+        return PyErr_Occurred() ? NULL : Py_NewRef(EMPTY_STR);
+    }
+    return PyObject_CallMethod(mapping, "get", "OO", key, EMPTY_STR);
+}
+
+static Py_ssize_t
+find_nul(const char *buf, Py_ssize_t start, Py_ssize_t end)
+{
+    if (start >= end)
+        return -1;
+    const char *hit = memchr(buf + start, 0, (size_t)(end - start));
+    return hit == NULL ? -1 : hit - buf;
+}
+
+/* Parse (statement name, SQL) or Bind (portal name, statement name) in buf[start:end]:
+ * note the name it sets. 1 done, 0 a field is not NUL-terminated, -1 error. */
+static int
+track(PyObject *session, char kind, const char *buf, Py_ssize_t start, Py_ssize_t end)
+{
+    Py_ssize_t first = find_nul(buf, start, end);
+    Py_ssize_t second = first >= 0 ? find_nul(buf, first + 1, end) : -1;
+    if (second < 0)
+        return 0;
+    PyObject *names = PyObject_GetAttr(session, kind == 'P' ? s_statements : s_portals);
+    if (names == NULL)
+        return -1;
+    PyObject *name = PyBytes_FromStringAndSize(buf + start, first - start);
+    PyObject *value = NULL;
+    int rc = -1;
+    if (name == NULL)
+        goto done;
+    if (kind == 'P') {
+        value = PyUnicode_DecodeUTF8(buf + first + 1, second - first - 1, "replace");
+    }
+    else {
+        PyObject *statements = PyObject_GetAttr(session, s_statements);
+        if (statements == NULL)
+            goto done;
+        PyObject *statement = PyBytes_FromStringAndSize(buf + first + 1, second - first - 1);
+        if (statement == NULL) {
+            Py_DECREF(statements);
+            goto done;
+        }
+        value = get_or_empty(statements, statement);
+        Py_DECREF(statement);
+        Py_DECREF(statements);
+    }
+    if (value == NULL)
+        goto done;
+    rc = PyObject_SetItem(names, name, value) < 0 ? -1 : 1;
+done:
+    Py_XDECREF(value);
+    Py_XDECREF(name);
+    Py_DECREF(names);
+    return rc;
+}
+
+static PyObject *
+fast_client(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fast_client(session, data)");
+        return NULL;
+    }
+    PyObject *session = args[0], *data = args[1];
+    int r;
+    if ((r = attr_is(session, s_fast_job, Py_None)) != 1)
+        return r < 0 ? NULL : Py_NewRef(Py_None);
+    if ((r = attr_is(session, s_state, READY)) != 1)
+        return r < 0 ? NULL : Py_NewRef(Py_None);
+    if ((r = attr_true(session, s_jobs)) != 0 || (r = attr_true(session, s_queue)) != 0 ||
+        (r = attr_true(session, s_replies)) != 0 ||
+        (r = attr_true(session, s_discard_to_sync)) != 0)
+        return r < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *scanner = PyObject_GetAttr(session, s_client);
+    if (scanner == NULL)
+        return NULL;
+    r = attr_true(scanner, s_buffer);
+    Py_DECREF(scanner);
+    if (r != 0)
+        return r < 0 ? NULL : Py_NewRef(Py_None);
+    if ((r = attr_true(session, s_fast_path)) != 1)
+        return r < 0 ? NULL : Py_NewRef(Py_None);
+    if (!PyBytes_CheckExact(data))
+        Py_RETURN_NONE;
+    PyObject *limit = PyObject_GetAttr(session, s_max_message);
+    if (limit == NULL)
+        return NULL;
+    long long max_message = PyLong_AsLongLong(limit);
+    Py_DECREF(limit);
+    if (max_message == -1 && PyErr_Occurred())
+        return NULL;
+
+    const char *buf = PyBytes_AS_STRING(data);
+    const unsigned char *ubuf = (const unsigned char *)buf;
+    Py_ssize_t end = PyBytes_GET_SIZE(data), pos = 0;
+    Py_ssize_t parse_at = -1, bind_at = -1, execute_at = -1;
+    Py_ssize_t parse_end = 0, bind_end = 0, execute_end = 0;
+    unsigned char kind;
+    for (;;) {
+        if (end - pos < 5)
+            Py_RETURN_NONE;
+        kind = ubuf[pos];
+        long long length = be32(ubuf + pos + 1);
+        Py_ssize_t nxt = pos + 1 + (Py_ssize_t)length;
+        if (length < 4 || nxt > end || length > max_message)
+            Py_RETURN_NONE;
+        if (kind == 'S' || kind == 'Q') {
+            if (nxt != end || (kind == 'Q' && pos != 0))
+                Py_RETURN_NONE;
+            break;
+        }
+        if (kind == 'E') {
+            if (execute_at < 0) {
+                execute_at = pos;
+                execute_end = nxt;
+            }
+        }
+        else if (kind == 'B') {
+            if (bind_at >= 0 || execute_at >= 0)
+                Py_RETURN_NONE;
+            bind_at = pos;
+            bind_end = nxt;
+        }
+        else if (kind == 'P') {
+            if (parse_at >= 0 || bind_at >= 0 || execute_at >= 0)
+                Py_RETURN_NONE;
+            parse_at = pos;
+            parse_end = nxt;
+        }
+        else if (kind != 'D') {
+            Py_RETURN_NONE;
+        }
+        pos = nxt;
+    }
+
+    PyObject *sql;
+    if (kind == 'Q') {
+        if (buf[end - 1] != 0)
+            Py_RETURN_NONE;
+        sql = PyUnicode_DecodeUTF8(buf + 5, end - 6, "replace");
+        if (sql == NULL)
+            return NULL;
+    }
+    else if (execute_at < 0) {
+        Py_RETURN_NONE;
+    }
+    else {
+        if (parse_at >= 0 && (r = track(session, 'P', buf, parse_at + 5, parse_end)) != 1)
+            return r < 0 ? NULL : Py_NewRef(Py_None);
+        if (bind_at >= 0 && (r = track(session, 'B', buf, bind_at + 5, bind_end)) != 1)
+            return r < 0 ? NULL : Py_NewRef(Py_None);
+        Py_ssize_t stop = find_nul(buf, execute_at + 5, execute_end);
+        if (stop < 0)
+            Py_RETURN_NONE;
+        PyObject *portals = PyObject_GetAttr(session, s_portals);
+        if (portals == NULL)
+            return NULL;
+        PyObject *portal = PyBytes_FromStringAndSize(buf + execute_at + 5, stop - execute_at - 5);
+        if (portal == NULL) {
+            Py_DECREF(portals);
+            return NULL;
+        }
+        sql = get_or_empty(portals, portal);
+        Py_DECREF(portal);
+        Py_DECREF(portals);
+        if (sql == NULL)
+            return NULL;
+    }
+
+    PyObject *classify = NULL, *query_class = NULL, *job = NULL, *status = NULL;
+    PyObject *result = NULL;
+    int bypass;
+    classify = PyObject_GetAttr(session, s_classify);
+    if (classify == NULL)
+        goto done;
+    query_class = PyObject_CallOneArg(classify, sql);
+    if (query_class == NULL)
+        goto done;
+    job = PyIter_Next(JOB_IDS);
+    if (job == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "job ids ran out");
+        goto done;
+    }
+    if (PyObject_SetAttr(session, s_fast_job, job) < 0 ||
+        PyObject_SetAttr(session, s_fast_data, data) < 0 ||
+        PyObject_SetAttr(session, s_fast_sql, sql) < 0 ||
+        PyObject_SetAttr(session, s_fast_sent, Py_False) < 0)
+        goto done;
+    bypass = attr_true(query_class, s_control);
+    if (bypass < 0)
+        goto done;
+    if (!bypass) {
+        status = PyObject_GetAttr(session, s_transaction_status);
+        if (status == NULL)
+            goto done;
+        if (PyBytes_CheckExact(status))
+            bypass = !(PyBytes_GET_SIZE(status) == 1 && PyBytes_AS_STRING(status)[0] == 'I');
+        else
+            bypass = 1; /* not b"I" */
+    }
+    PyObject *call[4] = {job, query_class, bypass ? Py_True : Py_False, sql};
+    result = PyObject_Vectorcall(SUBMIT, call, 4, NULL);
+done:
+    Py_XDECREF(status);
+    Py_XDECREF(job);
+    Py_XDECREF(query_class);
+    Py_XDECREF(classify);
+    Py_DECREF(sql);
+    return result;
+}
+
+static PyObject *
+fast_server(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fast_server(session, data)");
+        return NULL;
+    }
+    PyObject *session = args[0], *data = args[1];
+    PyObject *job = PyObject_GetAttr(session, s_fast_job);
+    if (job == NULL)
+        return NULL;
+    int r = 0;
+    if (job == Py_None || (r = attr_true(session, s_fast_sent)) != 1 ||
+        (r = attr_true(session, s_server_buf)) != 0 || !PyBytes_CheckExact(data)) {
+        int failed = job != Py_None && r < 0;
+        Py_DECREF(job);
+        return failed ? NULL : Py_NewRef(Py_None);
+    }
+    const unsigned char *ubuf = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t end = PyBytes_GET_SIZE(data), pos = 0;
+    while (end - pos >= 5) {
+        unsigned char kind = ubuf[pos];
+        long long length = be32(ubuf + pos + 1);
+        Py_ssize_t nxt = pos + 1 + (Py_ssize_t)length;
+        if (length < 4 || nxt > end || kind == 'K')
+            break;
+        if (kind == 'Z') {
+            if (nxt != end)
+                break;
+            Py_ssize_t size = end - (pos + 5) < 1 ? end - (pos + 5) : 1;
+            PyObject *status =
+                PyBytes_FromStringAndSize((const char *)ubuf + pos + 5, size);
+            if (status == NULL || PyObject_SetAttr(session, s_transaction_status, status) < 0 ||
+                PyObject_SetAttr(session, s_fast_job, Py_None) < 0 ||
+                PyObject_SetAttr(session, s_fast_data, EMPTY_BYTES) < 0) {
+                Py_XDECREF(status);
+                Py_DECREF(job);
+                return NULL;
+            }
+            Py_DECREF(status);
+            return job;
+        }
+        pos = nxt;
+    }
+    Py_DECREF(job);
+    if (pos == end)
+        return PyLong_FromLong(0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+setup(PyObject *module, PyObject *args)
+{
+    PyObject *ready, *submit, *job_ids;
+    if (!PyArg_ParseTuple(args, "OOO", &ready, &submit, &job_ids))
+        return NULL;
+    Py_XSETREF(READY, Py_NewRef(ready));
+    Py_XSETREF(SUBMIT, Py_NewRef(submit));
+    Py_XSETREF(JOB_IDS, Py_NewRef(job_ids));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"fast_client", (PyCFunction)(void (*)(void))fast_client, METH_FASTCALL,
+     "ProxySession.fast_client(session, data), in C."},
+    {"fast_server", (PyCFunction)(void (*)(void))fast_server, METH_FASTCALL,
+     "ProxySession.fast_server(session, data), in C."},
+    {"setup", setup, METH_VARARGS,
+     "setup(State.READY, Submit, job_ids): the session module's objects these use."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "proxy.wire._speedups", "The session's fast path in C.", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+#define NAME(var, text)                                \
+    if ((var = PyUnicode_InternFromString(text)) == NULL) \
+        return NULL;
+    NAME(s_fast_job, "_fast_job")
+    NAME(s_state, "state")
+    NAME(s_jobs, "_jobs")
+    NAME(s_queue, "_queue")
+    NAME(s_replies, "_replies")
+    NAME(s_discard_to_sync, "_discard_to_sync")
+    NAME(s_client, "_client")
+    NAME(s_buffer, "buffer")
+    NAME(s_fast_path, "fast_path")
+    NAME(s_max_message, "_max_message")
+    NAME(s_statements, "_statements")
+    NAME(s_portals, "_portals")
+    NAME(s_classify, "classify")
+    NAME(s_control, "control")
+    NAME(s_transaction_status, "transaction_status")
+    NAME(s_fast_data, "_fast_data")
+    NAME(s_fast_sql, "_fast_sql")
+    NAME(s_fast_sent, "_fast_sent")
+    NAME(s_server_buf, "_server_buf")
+#undef NAME
+    if ((EMPTY_BYTES = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
+        return NULL;
+    if ((EMPTY_STR = PyUnicode_FromStringAndSize(NULL, 0)) == NULL)
+        return NULL;
+    return PyModule_Create(&module_def);
+}
