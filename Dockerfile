@@ -1,12 +1,15 @@
 # The admission proxy, training and load tools in one image.
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY admission admission
 COPY proxy proxy
 COPY training training
 COPY workloads workloads
-RUN pip install --no-cache-dir ".[load]"
+# a C compiler for the install only (the fast path's C module), removed in the same layer
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && pip install --no-cache-dir ".[load]" \
+    && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*
 ENV ADMISSION_DATA=/data
 EXPOSE 6432 6433
 CMD ["admission", "serve", "--listen", "0.0.0.0:6432", "--tpch", "0.1"]
