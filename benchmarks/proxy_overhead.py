@@ -201,16 +201,27 @@ def cpu_seconds(pids: Sequence[int]) -> tuple[float, float]:
     return user, system
 
 
-def pids_named(name: str) -> list[int]:
-    """Processes whose executable is ``name`` (pgbouncer runs under runuser when we are root)."""
+def pids_named(name: str, under: int) -> list[int]:
+    """Processes whose executable is ``name`` started by process ``under`` or one of its
+    children (pgbouncer runs under runuser when we are root; other pgbouncers are not ours)."""
+
+    def parent(pid: int) -> int:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == name:
-                    found.append(int(entry.name))
-            except OSError:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != name:
                 continue
+            pid = int(entry.name)
+            while pid > 1 and pid != under:
+                pid = parent(pid)
+        except OSError:
+            continue
+        if pid == under:
+            found.append(int(entry.name))
     return found
 
 
@@ -271,7 +282,7 @@ def main() -> None:
         owners = {
             "direct": [],
             "admission": [procs[1].pid],
-            "pgbouncer": pids_named("pgbouncer"),
+            "pgbouncer": pids_named("pgbouncer", under=bouncer.pid),
             "naive relay": [procs[2].pid],
         }
         print(

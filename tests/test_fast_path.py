@@ -340,3 +340,6 @@ def test_the_fast_path_waits_for_the_session_to_be_ready(impl: Impl) -> None:
     session.fast_admitted(True)
     assert impl[1](session, m("C", cstr("SELECT 1"))) == 0
     assert impl[1](session, RFQ) == submit.job
+    assert impl[0](session, query) is not None
+    session.fast_admitted(False)  # it waits: the general path holds it now
+    assert session.job_is_queued(session.active_jobs[0])
