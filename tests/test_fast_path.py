@@ -3,10 +3,10 @@
 A ``ClientConnection`` with the real gate and scheduler (MPL 1) and transports that record what
 they are given is driven by random scenarios: batches of every shape in one read, several per
 read or cut anywhere; server replies cut anywhere (with rows whose bytes look like a
-ReadyForQuery); another connection holding the only slot so statements queue; cancels of queued
-statements; transactions (bypass); the backend or the client dying. The same scenario with the
-fast path switched off must write the same bytes both ways and leave the scheduler and the
-session in the same state, and at the end all capacity is back.
+ReadyForQuery); another connection holding the only slot so statements queue, up to a full
+queue; cancels of queued statements; transactions (bypass); the backend or the client dying.
+The same scenario with the fast path switched off must write the same bytes both ways and
+leave the scheduler and the session in the same state, and at the end all capacity is back.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ Impl = tuple[FastClient, FastServer] | None  # a fast path's two functions, or N
 def run_scenario(steps: list[tuple[object, ...]], fast: Impl) -> Outcome:
     async def run() -> Outcome:
         scheduler = Scheduler(None, "fcfs", Limits(mpl=1))
-        gate = AdmissionGate(scheduler)
+        gate = AdmissionGate(scheduler, max_queue=2)  # a third waiting statement: 53300
         server = ProxyServer(gate, BackendAddress("127.0.0.1", 1))
         conn = ClientConnection(server)
         conn.session.fast_path = fast is not None
@@ -282,6 +282,8 @@ _Q = m("Q", cstr("select 1"))
 @example([("client", [m("Q", cstr("begin"))], []), _REPLY, ("client", [_Q], []), _REPLY])
 # a read that ends inside a message: the next one starts in the middle of it
 @example([("client", [m("d", _Q)], [5]), _REPLY])
+# a full queue refuses the statement inside the gate's admit (53300)
+@example([("block",), ("block",), ("block",), ("client", [_Q], []), ("unblock",), _REPLY])
 # a fast statement that has to wait keeps its place ahead of the next batch
 @example([("block",), ("client", [_Q], []), ("client", [_Q], []), ("unblock",), _REPLY])
 def test_fast_path_and_general_path_agree(steps: list[tuple[object, ...]]) -> None:
