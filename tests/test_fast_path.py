@@ -34,7 +34,18 @@ from proxy.wire.session import (
     fast_client,
     fast_server,
 )
-from tests.test_wire import AUTH_OK, RFQ, _split, bind, cstr, execute, m, parse, startup
+from tests.test_wire import (
+    AUTH_OK,
+    RFQ,
+    _split,
+    bind,
+    cstr,
+    execute,
+    extended_batches,
+    m,
+    parse,
+    startup,
+)
 
 # the Python methods, and the C module when it is built
 IMPLEMENTATIONS: list[Impl] = [(ProxySession.fast_client, ProxySession.fast_server)]
@@ -207,22 +218,7 @@ def run_scenario(steps: list[tuple[object, ...]], fast: Impl) -> Outcome:
 
 _batch = st.one_of(
     st.sampled_from(_SQL).map(lambda sql: m("Q", cstr(sql))),
-    st.tuples(
-        st.booleans(),
-        st.sampled_from(_NAMES),
-        st.sampled_from(_SQL),
-        st.sampled_from(_NAMES),
-        st.booleans(),
-        st.integers(min_value=0, max_value=2),
-    ).map(
-        lambda t: (
-            (parse(t[1], t[2]) if t[0] else b"")
-            + bind(t[3], t[1])
-            + (m("D", b"P" + cstr(t[3])) if t[4] else b"")
-            + execute(t[3]) * t[5]
-            + m("S")
-        )
-    ),
+    extended_batches(_NAMES, _SQL),
     st.sampled_from(_NAMES).map(lambda name: m("C", b"S" + cstr(name)) + m("S")),
     st.tuples(st.sampled_from(_NAMES), st.sampled_from(_NAMES)).map(
         lambda t: execute(t[0]) + bind(t[0], t[1]) + execute(t[0]) + m("S")  # out of order

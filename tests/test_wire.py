@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -333,13 +334,14 @@ def test_copy_data_follows_its_statement() -> None:
 _NAMES = ("", "a", "b")
 _SQL = ("select 1", "select $1::int", "select * from t where a = 2", "insert into t values (3)")
 
-_batches = st.one_of(
-    st.sampled_from(_SQL).map(lambda sql: m("Q", cstr(sql))),
-    st.tuples(
+
+def extended_batches(names: Sequence[str], sqls: Sequence[str]) -> st.SearchStrategy[bytes]:
+    """[Parse] Bind [Describe] Execute×(0–2) Sync, names and SQL drawn from these."""
+    return st.tuples(
         st.booleans(),
-        st.sampled_from(_NAMES),
-        st.sampled_from(_SQL),
-        st.sampled_from(_NAMES),
+        st.sampled_from(names),
+        st.sampled_from(sqls),
+        st.sampled_from(names),
         st.booleans(),
         st.integers(min_value=0, max_value=2),
     ).map(
@@ -350,7 +352,12 @@ _batches = st.one_of(
             + execute(t[3]) * t[5]
             + SYNC
         )
-    ),
+    )
+
+
+_batches = st.one_of(
+    st.sampled_from(_SQL).map(lambda sql: m("Q", cstr(sql))),
+    extended_batches(_NAMES, _SQL),
     st.tuples(st.sampled_from(_NAMES), st.sampled_from(_SQL)).map(
         lambda t: parse(t[0], t[1]) + m("D", b"S" + cstr(t[0])) + SYNC
     ),
