@@ -230,6 +230,8 @@ def test_literal_keys_never_join_what_the_fingerprint_separates(numbers: list[in
         "select x::numeric({0}, {1}), y[{0}:{1}] from t",
         "select $1 + {0} from t where k in ({0}, {1}, {0})",
         "select a - {0}, a + {1}, 1e{0} from t",
+        "select €{0}, a from t where b = {1}",  # names: any non-ASCII character continues one
+        "select a from t where b = ٣{0} and c = {1}",  # a non-ASCII digit is not a digit
     ]
     for shape in shapes:
         texts = [shape.format(*numbers), shape.format(*reversed(numbers))]
@@ -238,13 +240,16 @@ def test_literal_keys_never_join_what_the_fingerprint_separates(numbers: list[in
             assert parser.fingerprint(texts[0]) == parser.fingerprint(texts[1]), texts
 
 
-@given(st.text(alphabet="0123456789.$_eE+- ta(),", max_size=40))
+@given(st.text(alphabet="0123456789.$_eE+- ta(),é€٣", max_size=40))
 def test_the_literal_pattern_matches_the_plain_one(text: str) -> None:
     """The literal pattern, written for speed, blanks exactly the numbers this reads as:
-    digits (with a dot, or a dot and digits) not right after a letter, digit, _, $ or dot."""
+    ASCII digits (with a dot, or a dot and digits) not right after a name's character (ASCII
+    letter, digit, _, $, any non-ASCII character) or a dot."""
     import re
 
     from admission.classify import _NUMERIC_LITERAL
 
-    plain = re.compile(r"(?<![\w$.])(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+    plain = re.compile(
+        r"(?<![A-Za-z0-9_$.\x80-\U0010FFFF])(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+    )
     assert _NUMERIC_LITERAL.sub("0", text) == plain.sub("0", text)
