@@ -341,3 +341,13 @@ def test_the_fast_path_waits_for_the_session_to_be_ready(impl: Impl) -> None:
     assert impl[0](session, query) is not None
     session.fast_admitted(False)  # it waits: the general path holds it now
     assert session.job_is_queued(session.active_jobs[0])
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda impl: impl[0].__qualname__)  # type: ignore[index]
+def test_a_message_over_the_size_limit_goes_to_the_general_path(impl: Impl) -> None:
+    assert impl is not None
+    session = ProxySession(max_message=64)
+    session.client_data(startup())
+    session.server_data(AUTH_OK + RFQ)
+    assert impl[0](session, m("Q", cstr("select " + "1" * 60))) is None
+    assert impl[0](session, m("Q", cstr("select 1"))) is not None
