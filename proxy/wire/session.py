@@ -31,7 +31,9 @@ at once, its reply ending in the ReadyForQuery that closes it — has a fast pat
 (``fast_client``, ``fast_admitted``, ``fast_server``) that keeps four fields instead of a batch
 and makes no actions: the shell calls the gate and writes the bytes itself. Any other event
 first turns those fields into the batch the general path would hold, then goes the general
-way; a property test holds the two paths to the same bytes and the same scheduler state.
+way. ``fast_client`` and ``fast_server`` also exist in C (proxy/wire/_speedups.c, used when
+built); a property test holds the general path, these methods and the C functions to the same
+bytes and the same scheduler state.
 
 When the proxy itself fails a batch (queue timeout, cancel while queued, queue full) the client
 gets an ErrorResponse and one ReadyForQuery per Sync/Query of that batch, placed in the reply
