@@ -10,13 +10,15 @@ statement measured hot without sockets.
 
     python -m benchmarks.proxy_overhead [--seconds 5] [--rounds 3]
 
-Needs PostgreSQL server binaries, pgbench and pgbouncer (scripts/check installs them).
+Needs PostgreSQL server binaries, pgbench and PgBouncer; when one is missing it installs them
+the way scripts/check does (apt-get, as root on Debian/Ubuntu).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import os
 import pwd
 import re
@@ -226,12 +228,25 @@ def pids_named(name: str, under: int) -> list[int]:
     return found
 
 
+def install_missing() -> None:
+    """PostgreSQL, pgbench and PgBouncer: installed with the test command's own step (apt-get,
+    as root on Debian/Ubuntu) when one is missing; it says what it does."""
+    have_server = bool(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or shutil.which("initdb")
+    pgbouncer = shutil.which("pgbouncer") or Path("/usr/sbin/pgbouncer").exists()
+    if have_server and shutil.which("pgbench") and pgbouncer:
+        return
+    script = Path(__file__).resolve().parent.parent / "scripts" / "system-packages"
+    env = dict(os.environ, SYSTEM_PACKAGES="postgresql pgbouncer")
+    subprocess.run(["bash", str(script)], check=False, env=env)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=int, default=10)
     args = parser.parse_args()
+    install_missing()
     pg = start_cluster()
     procs: list[subprocess.Popen[bytes]] = []
     workdir = Path(tempfile.mkdtemp(prefix="admission-bench-"))
