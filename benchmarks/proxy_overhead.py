@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import glob
 import os
 import pwd
 import re
@@ -229,12 +228,8 @@ def pids_named(name: str, under: int) -> list[int]:
 
 
 def install_missing() -> None:
-    """PostgreSQL, pgbench and PgBouncer: installed with the test command's own step (apt-get,
-    as root on Debian/Ubuntu) when one is missing; it says what it does."""
-    have_server = bool(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or shutil.which("initdb")
-    pgbouncer = shutil.which("pgbouncer") or Path("/usr/sbin/pgbouncer").exists()
-    if have_server and shutil.which("pgbench") and pgbouncer:
-        return
+    """PostgreSQL, pgbench and PgBouncer, installed by the test command's own step when one is
+    missing (apt-get, as root on Debian/Ubuntu; it says what it does, and nothing otherwise)."""
     script = Path(__file__).resolve().parent.parent / "scripts" / "system-packages"
     env = dict(os.environ, SYSTEM_PACKAGES="postgresql pgbouncer")
     subprocess.run(["bash", str(script)], check=False, env=env)

@@ -90,11 +90,7 @@ class AdmissionGate:
             bypass=bypass,
             sample_sql=sql[:2000],
         )
-        if (
-            len(granted) == 1
-            and granted[0].id == job
-            and not (s.timed_out or self._deliveries or self._delivering or self._timed())
-        ):
+        if len(granted) == 1 and granted[0].id == job and self._quiet():
             return True  # the usual case: nothing waits, no timers, nothing else to tell
         self._after(granted)
         return False
@@ -102,10 +98,7 @@ class AdmissionGate:
     def release(self, job: int) -> None:
         """The statement ended (or its connection died): give its capacity back."""
         self._waiters.pop(job, None)
-        s = self.scheduler
-        granted = s.complete(job, self.now)
-        if granted or s.timed_out or self._deliveries or self._timed():
-            self._after(granted)  # else it would find nothing to do
+        self._after(self.scheduler.complete(job, self.now))
 
     def waiter(self, job: int) -> Waiter | None:
         """Who submitted ``job`` (while it is queued or in service)."""
@@ -139,6 +132,8 @@ class AdmissionGate:
     # -- internals -------------------------------------------------------------------------
 
     def _after(self, granted: list[Job]) -> None:
+        if not granted and self._quiet():
+            return  # the usual release: nothing to tell anyone, no timer to arm
         batch: list[tuple[Callable[..., None], tuple[object, ...]]] = []
         for job in granted:
             waiter = self._waiters.get(job.id)  # type: ignore[call-overload]
@@ -170,6 +165,12 @@ class AdmissionGate:
                 callback(*args)
         finally:
             self._delivering = False
+
+    def _quiet(self) -> bool:
+        """Nothing timed out or waiting to be told, no delivery under way, no timer needed."""
+        return not (
+            self.scheduler.timed_out or self._deliveries or self._delivering or self._timed()
+        )
 
     def _timed(self) -> bool:
         """Whether a timer is armed or the limits may need one (aging, queue timeouts)."""
