@@ -145,7 +145,7 @@ class _Mode(Enum):
 
 
 # Enum member access is a descriptor call; the hot paths use these aliases instead.
-_QUEUED, _RUNNING = JobState.QUEUED, JobState.RUNNING
+_QUEUED, _RUNNING, _DONE = JobState.QUEUED, JobState.RUNNING, JobState.DONE
 _STATIC, _ROW, _FULL = _Mode.STATIC, _Mode.ROW, _Mode.FULL
 
 
@@ -257,13 +257,16 @@ class Scheduler:
         sample_sql: str = "",
     ) -> list[Job]:
         """Queue a job (or admit it at once if ``bypass``); returns the jobs admitted now."""
-        self._advance(now)
-        if job_id in self._jobs:
+        if now < self._now:
+            self._advance(now)  # raises
+        self._now = now
+        jobs = self._jobs
+        if job_id in jobs:
             raise ValueError(f"job {job_id!r} is already known to the scheduler")
         st = self._by_fp.get(fingerprint) or self._learn_class(fingerprint, name, sample_sql)
         job = Job(job_id, st, now, self._seq, st.fork if fork is None else max(1, fork))
         self._seq += 1
-        self._jobs[job_id] = job
+        jobs[job_id] = job
         self.stats.submitted += 1
         if self.listener is not None:
             self._emit("submit", job)
@@ -273,10 +276,14 @@ class Scheduler:
             self._blocked_until = _NEVER
             self._admit(job, now)
             return [job]
-        mpl = self.limits.mpl
-        if not self._nonempty and (mpl is None or self._running < mpl) and self._fits(job):
-            self._admit(job, now)  # nothing waits and it fits: the decision is trivial
-            return [job]
+        if not self._nonempty:
+            limits = self.limits
+            mpl, budget = limits.mpl, limits.threads
+            if (mpl is None or self._running < mpl) and (
+                budget is None or min(job.fork, budget) <= budget - self._held
+            ):
+                self._admit(job, now)  # nothing waits and it fits: the decision is trivial
+                return [job]
         self._enqueue(st, job)
         if st.live > 1 and now < self._blocked_until:
             return []  # same heads, scores and capacity as the blocked decision just made
@@ -288,23 +295,36 @@ class Scheduler:
         Completing a queued job withdraws it; completing an unknown or finished job does
         nothing, so a driver may call this from every exit path.
         """
-        self._advance(now)
+        if now < self._now:
+            self._advance(now)  # raises
+        self._now = now
         job = self._jobs.get(job_id)
         if job is None:
             return []
         if job.state is _QUEUED:
             return self._cancel(job, now)
         del self._jobs[job_id]
-        self._set_tasks(job, 0)
+        tasks = job.tasks
+        if tasks:
+            job.tasks = 0
+            st = job.klass  # _set_tasks(job, 0), written out
+            st.tasks -= tasks
+            self._tasks[st.index] = st.tasks
+            self._n_total -= tasks
+            if self._mode is _FULL:
+                self._rescore(st, -tasks)
         self._held -= job.held
         job.held = 0
         self._running -= 1
-        job.state = JobState.DONE
+        job.state = _DONE
         self.stats.completed += 1
         if self.listener is not None:
             self._emit("release", job)
         if self.on_finish is not None:
             self.on_finish(job, now)
+        if not self._nonempty and self.limits.queue_timeout is None:
+            self._blocked_until = _NEVER
+            return []  # nothing waits: nothing to admit (what _dispatch would find)
         return self._dispatch(now)
 
     def update_tasks(self, job_id: Hashable, tasks: int, release: int, now: float) -> list[Job]:
@@ -471,6 +491,8 @@ class Scheduler:
             self._score = np.array(self._bias) + self._eta @ np.array(self._tasks, dtype=float)
 
     def _set_tasks(self, job: Job, tasks: int) -> None:
+        """The job now has ``tasks`` tasks in service (N_c follows). _admit and complete, once
+        per statement each, do the same written out: a Python call costs more than the work."""
         delta = tasks - job.tasks
         if not delta:
             return
@@ -479,8 +501,11 @@ class Scheduler:
         st.tasks += delta
         self._tasks[st.index] = st.tasks
         self._n_total += delta
-        if self._mode is not _FULL:
-            return
+        if self._mode is _FULL:
+            self._rescore(st, delta)
+
+    def _rescore(self, st: _ClassState, delta: int) -> None:
+        """Class ``st`` has ``delta`` more tasks in service: update bias + η·N."""
         self._updates += 1
         if self._n_total == 0 or self._updates >= _RECOMPUTE_EVERY:
             self._recompute_scores()  # exact scores when idle: ties go to arrival order
@@ -498,11 +523,17 @@ class Scheduler:
     def _admit(self, job: Job, now: float) -> None:
         job.state = _RUNNING
         job.admitted_at = now
+        fork = job.tasks = job.fork  # (a queued job has no tasks in service)
         budget = self.limits.threads
-        job.held = job.fork if budget is None else min(job.fork, budget)
-        self._held += job.held
+        held = job.held = fork if budget is None or fork <= budget else budget
+        self._held += held
         self._running += 1
-        self._set_tasks(job, job.fork)
+        st = job.klass  # _set_tasks(job, fork), written out
+        st.tasks += fork
+        self._tasks[st.index] = st.tasks
+        self._n_total += fork
+        if self._mode is _FULL:
+            self._rescore(st, fork)
         if not job.bypass:
             self.stats.admitted += 1
         if self.listener is not None:

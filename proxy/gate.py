@@ -51,14 +51,18 @@ class AdmissionGate:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # the loop's clock; get_running_loop() checks the pid (a system call) every time, so
+        # the first call looks the loop up and puts its clock here
+        self._clock: Callable[[], float] = self._first_clock
 
     @property
     def now(self) -> float:
-        # get_running_loop() checks the pid (a system call) every time: look the loop up once
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        return loop.time()
+        return self._clock()
+
+    def _first_clock(self) -> float:
+        self._loop = asyncio.get_running_loop()
+        self._clock = self._loop.time
+        return self._clock()
 
     def submit(
         self, job: int, query_class: QueryClass, bypass: bool, sql: str, waiter: Waiter
@@ -85,10 +89,10 @@ class AdmissionGate:
         granted = s.submit(
             job,
             query_class.fingerprint,
-            self.now,
+            self._clock(),
             name=query_class.name,
             bypass=bypass,
-            sample_sql=sql[:2000],
+            sample_sql=sql,
         )
         if len(granted) == 1 and granted[0].id == job and self._quiet():
             return True  # the usual case: nothing waits, no timers, nothing else to tell
@@ -98,7 +102,9 @@ class AdmissionGate:
     def release(self, job: int) -> None:
         """The statement ended (or its connection died): give its capacity back."""
         self._waiters.pop(job, None)
-        self._after(self.scheduler.complete(job, self.now))
+        granted = self.scheduler.complete(job, self._clock())
+        if granted or not self._quiet():  # (else the usual release: nothing else to do)
+            self._after(granted)
 
     def waiter(self, job: int) -> Waiter | None:
         """Who submitted ``job`` (while it is queued or in service)."""
@@ -132,8 +138,6 @@ class AdmissionGate:
     # -- internals -------------------------------------------------------------------------
 
     def _after(self, granted: list[Job]) -> None:
-        if not granted and self._quiet():
-            return  # the usual release: nothing to tell anyone, no timer to arm
         batch: list[tuple[Callable[..., None], tuple[object, ...]]] = []
         for job in granted:
             waiter = self._waiters.get(job.id)  # type: ignore[call-overload]
@@ -167,9 +171,17 @@ class AdmissionGate:
             self._delivering = False
 
     def _quiet(self) -> bool:
-        """Nothing timed out or waiting to be told, no delivery under way, no timer needed."""
+        """Nothing timed out or waiting to be told, no delivery under way, no timer needed
+        (``_timed``, written out: this is asked twice per statement)."""
+        s = self.scheduler
+        limits = s.limits
         return not (
-            self.scheduler.timed_out or self._deliveries or self._delivering or self._timed()
+            s.timed_out
+            or self._deliveries
+            or self._delivering
+            or self._timer is not None
+            or limits.max_wait is not None
+            or limits.queue_timeout is not None
         )
 
     def _timed(self) -> bool:

@@ -85,6 +85,10 @@ def url_identity(url: str) -> tuple[str, str]:
     return user, dbname
 
 
+def _drop(data: bytes) -> None:
+    pass
+
+
 class Listener:
     """What every front end shares: a listening socket and its clients' protocol factory."""
 
@@ -210,6 +214,9 @@ class ClientConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.backend: _Backend | None = None
         self._to_server: list[bytes] | None = None  # held while the backend connects
+        # bytes for the server go here: dropped before a backend is asked for, held while it
+        # connects, then the backend transport's own write
+        self._server_write: Callable[[bytes], None] = _drop
         self._closed = False
         self._key: tuple[int, int] | None = None
         self._reading_paused = False
@@ -232,12 +239,12 @@ class ClientConnection(asyncio.Protocol):
         if submit is None:
             self._apply(session.client_data(data))
             return
-        admitted = self.server.gate.admit(
-            submit.job, submit.query_class, submit.bypass, submit.sql, self
-        )
-        session.fast_admitted(admitted)
-        if admitted:
-            self._send_server(data)
+        job, query_class, bypass, sql = submit
+        if self.server.gate.admit(job, query_class, bypass, sql, self):
+            session.fast_sent = True
+            self._server_write(data)
+        else:
+            session.fast_wait()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed:
@@ -310,7 +317,8 @@ class ClientConnection(asyncio.Protocol):
             return
         assert self.backend is not None and self.backend.transport is not None
         pending, self._to_server = self._to_server or [], None
-        self.backend.transport.write(startup + b"".join(pending))
+        self._server_write = self.backend.transport.write
+        self._server_write(startup + b"".join(pending))
 
     def _make_backend(self) -> _Backend:
         self.backend = _Backend(self)
@@ -321,7 +329,7 @@ class ClientConnection(asyncio.Protocol):
     def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, SendToServer):
-                self._send_server(action.data)
+                self._server_write(action.data)
             elif isinstance(action, SendToClient):
                 if self.transport is not None and not self.transport.is_closing():
                     self.transport.write(action.data)
@@ -333,6 +341,7 @@ class ClientConnection(asyncio.Protocol):
                 self.server.gate.release(action.job)
             elif isinstance(action, ConnectServer):
                 self._to_server = []
+                self._server_write = self._to_server.append
                 asyncio.get_running_loop().create_task(self._connect(action.startup))
             elif isinstance(action, ForwardCancel):
                 self.server.cancel(action.pid, action.secret)
@@ -344,12 +353,6 @@ class ClientConnection(asyncio.Protocol):
                     self.transport.close()
                 self._close_backend()
                 self._teardown()
-
-    def _send_server(self, data: bytes) -> None:
-        if self._to_server is not None:
-            self._to_server.append(data)
-        elif self.backend is not None and self.backend.transport is not None:
-            self.backend.transport.write(data)
 
     # -- the gate's answers ------------------------------------------------------------------
 

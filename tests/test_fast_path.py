@@ -149,6 +149,7 @@ def run_scenario(steps: list[tuple[object, ...]], fast: Impl) -> Outcome:
         conn.session.client_data(startup())  # the backend is connected by hand below
         backend = FakeBackend()
         conn.backend = backend  # type: ignore[assignment]
+        conn._server_write = backend.transport.write  # what _connect does once connected
         conn.from_server(AUTH_OK + RFQ)
         answered = 0
         status = [b"I"]
@@ -333,13 +334,15 @@ def test_the_fast_path_waits_for_the_session_to_be_ready(impl: Impl) -> None:
     assert impl[0](session, query) is None  # during authentication
     session.server_data(AUTH_OK + RFQ)
     submit = impl[0](session, query)
-    assert submit is not None and submit.sql == "select 1" and not submit.bypass
+    assert submit is not None
+    job, query_class, bypass, sql = submit
+    assert sql == "select 1" and not bypass and query_class == session.classify(sql)
     assert impl[1](session, m("C", cstr("SELECT 1")) + RFQ) is None  # not forwarded yet
-    session.fast_admitted(True)
+    session.fast_sent = True
     assert impl[1](session, m("C", cstr("SELECT 1"))) == 0
-    assert impl[1](session, RFQ) == submit.job
+    assert impl[1](session, RFQ) == job
     assert impl[0](session, query) is not None
-    session.fast_admitted(False)  # it waits: the general path holds it now
+    session.fast_wait()  # it waits: the general path holds it now
     assert session.job_is_queued(session.active_jobs[0])
 
 

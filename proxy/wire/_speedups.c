@@ -11,7 +11,6 @@
 #include <string.h>
 
 static PyObject *READY;   /* State.READY */
-static PyObject *SUBMIT;  /* the Submit action class */
 static PyObject *JOB_IDS; /* the session module's job id counter */
 static PyObject *EMPTY_BYTES, *EMPTY_STR;
 
@@ -260,8 +259,7 @@ fast_client(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         else
             bypass = 1; /* not b"I" */
     }
-    PyObject *call[4] = {job, query_class, bypass ? Py_True : Py_False, sql};
-    result = PyObject_Vectorcall(SUBMIT, call, 4, NULL);
+    result = PyTuple_Pack(4, job, query_class, bypass ? Py_True : Py_False, sql);
 done:
     Py_XDECREF(status);
     Py_XDECREF(job);
@@ -324,11 +322,10 @@ fast_server(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 setup(PyObject *module, PyObject *args)
 {
-    PyObject *ready, *submit, *job_ids;
-    if (!PyArg_ParseTuple(args, "OOO", &ready, &submit, &job_ids))
+    PyObject *ready, *job_ids;
+    if (!PyArg_ParseTuple(args, "OO", &ready, &job_ids))
         return NULL;
     Py_XSETREF(READY, Py_NewRef(ready));
-    Py_XSETREF(SUBMIT, Py_NewRef(submit));
     Py_XSETREF(JOB_IDS, Py_NewRef(job_ids));
     Py_RETURN_NONE;
 }
@@ -339,7 +336,7 @@ static PyMethodDef methods[] = {
     {"fast_server", (PyCFunction)(void (*)(void))fast_server, METH_FASTCALL,
      "ProxySession.fast_server(session, data), in C."},
     {"setup", setup, METH_VARARGS,
-     "setup(State.READY, Submit, job_ids): the session module's objects these use."},
+     "setup(State.READY, job_ids): the session module's objects these use."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -371,7 +368,7 @@ PyInit__speedups(void)
     NAME(s_transaction_status, "transaction_status")
     NAME(s_fast_data, "_fast_data")
     NAME(s_fast_sql, "_fast_sql")
-    NAME(s_fast_sent, "_fast_sent")
+    NAME(s_fast_sent, "fast_sent")
     NAME(s_server_buf, "_server_buf")
 #undef NAME
     if ((EMPTY_BYTES = PyBytes_FromStringAndSize(NULL, 0)) == NULL)

@@ -28,8 +28,8 @@ control statements are submitted with ``bypass``: admitted at once, counted agai
 
 The usual cycle — an idle connection, one read holding exactly one executing batch, admitted
 at once, its reply ending in the ReadyForQuery that closes it — has a fast path
-(``fast_client``, ``fast_admitted``, ``fast_server``) that keeps four fields instead of a batch
-and makes no actions: the shell calls the gate and writes the bytes itself. Any other event
+(``fast_client``, ``fast_sent``/``fast_wait``, ``fast_server``) that keeps four fields instead of
+a batch and makes no actions: the shell calls the gate and writes the bytes itself. Any other event
 first turns those fields into the batch the general path would hold, then goes the general
 way. ``fast_client`` and ``fast_server`` also exist in C (proxy/wire/_speedups.c, used when
 built); a property test holds the general path, these methods and the C functions to the same
@@ -113,6 +113,11 @@ class Submit:
     query_class: QueryClass
     bypass: bool
     sql: str
+
+
+# The fast path's submission, a plain tuple (a dataclass costs a Python call to build):
+# (job, query_class, bypass, sql), as in ``Submit``.
+FastSubmit = tuple[int, QueryClass, bool, str]
 
 
 @dataclass(slots=True)
@@ -214,7 +219,7 @@ class ProxySession:
         self._fast_job: int | None = None  # the fast path's statement (see fast_client)
         self._fast_data = b""  # its messages, until forwarded
         self._fast_sql = ""
-        self._fast_sent = False
+        self.fast_sent = False  # the caller forwarded ``_fast_data`` (see fast_client)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -255,9 +260,12 @@ class ProxySession:
 
     # -- the fast path (see the module docstring) -------------------------------------------
 
-    def fast_client(self, data: bytes) -> Submit | None:
-        """If ``data`` starts the usual cycle, the job to submit; else None (state untouched:
-        call ``client_data``). The caller then says ``fast_admitted(True/False)``."""
+    def fast_client(self, data: bytes) -> FastSubmit | None:
+        """If ``data`` starts the usual cycle, the job to submit, as ``(job, query_class,
+        bypass, sql)``; else None (state untouched: call ``client_data``). Once the gate has
+        answered, the caller either forwards ``data`` and sets ``fast_sent = True`` (admitted
+        at once) or calls ``fast_wait()`` (the job waits, or was answered through ``granted``
+        or ``rejected``, and the general path takes over)."""
         if (
             self._fast_job is not None
             or self.state is not State.READY
@@ -320,24 +328,19 @@ class ProxySession:
         self._fast_job = job
         self._fast_data = data
         self._fast_sql = sql
-        self._fast_sent = False
-        return Submit(job, query_class, query_class.control or self.transaction_status != b"I", sql)
+        self.fast_sent = False
+        return job, query_class, query_class.control or self.transaction_status != b"I", sql
 
-    def fast_admitted(self, admitted: bool) -> None:
-        """The gate's answer to ``fast_client``'s job: True means the caller forwarded the
-        data; False means the job waits (or was already answered through ``granted`` or
-        ``rejected``) and the general path takes over."""
-        if admitted:
-            self._fast_sent = True
-        else:
-            self._leave_fast()
+    def fast_wait(self) -> None:
+        """``fast_client``'s job was not admitted at once: the general path takes over."""
+        self._leave_fast()
 
     def fast_server(self, data: bytes) -> int | None:
         """During the usual cycle: the job the server's ``data`` ends (to release), 0 if the
         reply is not over yet; the caller relays ``data`` untouched either way. None: not
         the usual case (state untouched: call ``server_data``)."""
         job = self._fast_job
-        if job is None or not self._fast_sent or self._server_buf:
+        if job is None or not self.fast_sent or self._server_buf:
             return None
         end = len(data)
         pos = 0
@@ -363,12 +366,12 @@ class ProxySession:
         if job is None:
             return
         self._fast_job = None
-        batch = _Batch([] if self._fast_sent else [self._fast_data], True, 1)
+        batch = _Batch([] if self.fast_sent else [self._fast_data], True, 1)
         batch.sql = self._fast_sql
         batch.executes = batch.submitted = True
         batch.job = job
         self._jobs[job] = batch
-        if self._fast_sent:
+        if self.fast_sent:
             batch.forwarded = True
             batch.outstanding = 1
             self._replies.append(batch)
@@ -749,7 +752,7 @@ def _startup_parameters(body: bytes) -> dict[str, str]:
 # ``fast_client(session, data)`` and ``fast_server(session, data)``: the methods above, or the
 # same in C (proxy/wire/_speedups.c, built by the install when a C compiler is there; set
 # ADMISSION_PURE_PYTHON=1 to use the Python methods anyway).
-FastClient = Callable[[ProxySession, bytes], "Submit | None"]
+FastClient = Callable[[ProxySession, bytes], "FastSubmit | None"]
 FastServer = Callable[[ProxySession, bytes], "int | None"]
 
 
@@ -760,7 +763,7 @@ def _fast_functions() -> tuple[FastClient, FastServer, bool]:
         except ImportError:
             pass
         else:
-            _speedups.setup(State.READY, Submit, _job_ids)
+            _speedups.setup(State.READY, _job_ids)
             return _speedups.fast_client, _speedups.fast_server, True
     return ProxySession.fast_client, ProxySession.fast_server, False
 
