@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pglast import parser as _pg
+
+from admission.native import native
 
 __all__ = ["QueryClass", "classify_sql", "normalize_sql"]
 
@@ -127,7 +130,12 @@ _KNOWN_LIMIT = 65_536
 # blanked out is a finer key than the fingerprint — libpg_query ignores constants — so texts
 # that share that key share a class. A key is trusted after its first few texts were
 # classified in full and agreed; one that ever disagrees is never trusted again.
-_DML = re.compile(r"\s*(?:select|with|insert|update|delete|values|table)\b", re.I)
+# (whitespace and a name's characters as the lexer has them; the keyword in ASCII, any case)
+_DML = re.compile(
+    r"[ \t\n\r\f\v]*(?:select|with|insert|update|delete|values|table)"
+    r"(?![A-Za-z0-9_$\x80-\U0010FFFF])",
+    re.I | re.A,
+)
 # A number as PostgreSQL's lexer reads one: ASCII digits (with a dot, or a dot and digits, and
 # an exponent) not glued to a name, a parameter or another number — where a name is made of
 # ASCII letters, digits, _ and $ and of any non-ASCII character (scan.l's ident_cont), so that
@@ -154,9 +162,17 @@ def literal_key(text: str) -> str | None:
     if '"' in text or "admission:class" in text or not _DML.match(text):
         return None
     semicolon = text.find(";")
-    if semicolon >= 0 and text[semicolon + 1 :].strip():
+    if semicolon >= 0 and text[semicolon + 1 :].strip(" \t\n\r\f\v"):
         return None  # several statements
     return _NUMERIC_LITERAL.sub("0", text)
+
+
+# The same in C (admission/_literal.c) when built: the regular expressions above are most of
+# the classifier's work per simple-protocol statement.
+_c_literal = native("admission._literal")
+_literal_key: Callable[[str], str | None] = (
+    literal_key if _c_literal is None else _c_literal.literal_key
+)
 
 
 def classify_sql(text: str) -> QueryClass:
@@ -164,7 +180,7 @@ def classify_sql(text: str) -> QueryClass:
     found = _TEXTS.get(text)
     if found is not None:
         return found
-    key = literal_key(text)
+    key = _literal_key(text)
     if key is None:
         return _classify_cached(text)
     cached, agreed = _BY_KEY.get(key, (None, 0))

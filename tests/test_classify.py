@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import shutil
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from admission import classify_sql
+from admission import classify, classify_sql
 from admission.classify import normalize_sql
 from workloads.tpch.queries import DIALECTS, QUERY_NUMBERS, random_query
 
@@ -253,3 +255,56 @@ def test_the_literal_pattern_matches_the_plain_one(text: str) -> None:
         r"(?<![A-Za-z0-9_$.\x80-\U0010FFFF])(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
     )
     assert _NUMERIC_LITERAL.sub("0", text) == plain.sub("0", text)
+
+
+_KEY_STARTS = [
+    "",
+    "select ",
+    "SELECT a",
+    " \t\n\v\fSeLeCt\n",
+    "with x as (",
+    "insert into t values (",
+    "update t set a = ",
+    "delete from t where a = ",
+    "values (",
+    "table",
+    "ſelect ",  # a long s is not an s to the lexer
+    "selecté ",  # a name, not the keyword
+    "select$1 ",
+    "select_1 ",
+    "\u00a0select ",  # not whitespace to the lexer
+    "/* admission:class=x */ select ",
+    "create sequence s increment ",
+]
+_KEY_TEXT = st.text(alphabet='0123456789.$_eE+- \t\n\v\f\r\u00a0\u2003ta(),;"é€٣𝟙ſK', max_size=60)
+
+
+@pytest.mark.skipif(classify._c_literal is None, reason="the C literal key is not built")
+@given(st.sampled_from(_KEY_STARTS), _KEY_TEXT, st.integers(min_value=0, max_value=3))
+@example("select ", "1", 0).via("the shortest number")
+@example("select ", "a1.5e+3 .5e 1.e5 1..2 5e-", 0).via("glued, exponents, dots")
+@example("SELECT ", "x FROM t WHERE aid = 42; \v\n", 0).via("one statement, then blanks")
+@example("select ", "1;\u00a0", 0).via("a second statement the lexer reads as a name")
+@example("select ", "x from t where b = 7 and c = 8", 30).via("longer than the stack buffer")
+def test_the_c_literal_key_is_the_python_one(start: str, rest: str, repeat: int) -> None:
+    text = start + rest * (repeat * 5 if repeat else 1)
+    assert classify._c_literal is not None
+    assert classify._c_literal.literal_key(text) == classify.literal_key(text), text
+
+
+def test_the_c_literal_key_is_used_where_built() -> None:
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the Python literal key is used")
+    if os.environ.get("ADMISSION_PURE_PYTHON"):
+        assert classify._literal_key is classify.literal_key
+    else:
+        assert classify._c_literal is not None
+        assert classify._literal_key is classify._c_literal.literal_key
+
+
+def test_the_literal_key_reads_keywords_and_blanks_as_the_lexer_does() -> None:
+    assert classify.literal_key("\v SELECT a from t where b = 1.5e3") == (
+        "\v SELECT a from t where b = 0"
+    )
+    for text in ("ſelect 1", "selecté 1", "select$1", "\u00a0select 1", "select 1;\u00a0"):
+        assert classify.literal_key(text) is None, text

@@ -44,7 +44,6 @@ session discard the client's messages up to that Sync, as PostgreSQL itself does
 from __future__ import annotations
 
 import itertools
-import os
 import struct
 from collections import deque
 from collections.abc import Callable
@@ -52,6 +51,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from admission.classify import QueryClass, classify_sql
+from admission.native import native
 from proxy.wire import protocol as pg
 from proxy.wire.framing import DEFAULT_MAX_MESSAGE, STARTUP, Frame, FrameScanner
 
@@ -757,15 +757,11 @@ FastServer = Callable[[ProxySession, bytes], "int | None"]
 
 
 def _fast_functions() -> tuple[FastClient, FastServer, bool]:
-    if not os.environ.get("ADMISSION_PURE_PYTHON"):
-        try:
-            from proxy.wire import _speedups  # type: ignore[attr-defined]
-        except ImportError:
-            pass
-        else:
-            _speedups.setup(State.READY, _job_ids)
-            return _speedups.fast_client, _speedups.fast_server, True
-    return ProxySession.fast_client, ProxySession.fast_server, False
+    speedups = native("proxy.wire._speedups")
+    if speedups is None:
+        return ProxySession.fast_client, ProxySession.fast_server, False
+    speedups.setup(State.READY, _job_ids)
+    return speedups.fast_client, speedups.fast_server, True
 
 
 fast_client, fast_server, SPEEDUPS = _fast_functions()
