@@ -171,6 +171,7 @@ def logic_cost(cycles: int = 50_000) -> float:
         conn.transport = Discard()  # type: ignore[assignment]
         conn.session.client_data(startup)  # → connect the backend: done by hand below
         conn.backend = Backend()  # type: ignore[assignment]
+        conn._server_write = conn.backend.transport.write  # what connecting does
         conn.from_server(pg.ready_for_query())
         conn.data_received(parse + m(b"S"))
         conn.from_server(pg.ready_for_query())
