@@ -6,7 +6,7 @@ COPY admission admission
 COPY proxy proxy
 COPY training training
 COPY workloads workloads
-# a C compiler for the install only (the fast path's C module), removed in the same layer
+# a C compiler for the install only (the two C modules), removed in the same layer
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && pip install --no-cache-dir ".[load]" \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*

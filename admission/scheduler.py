@@ -322,9 +322,9 @@ class Scheduler:
             self._emit("release", job)
         if self.on_finish is not None:
             self.on_finish(job, now)
-        if not self._nonempty and self.limits.queue_timeout is None:
+        if not self._nonempty:
             self._blocked_until = _NEVER
-            return []  # nothing waits: nothing to admit (what _dispatch would find)
+            return []  # nothing waits: nothing to admit or time out (as _dispatch would find)
         return self._dispatch(now)
 
     def update_tasks(self, job_id: Hashable, tasks: int, release: int, now: float) -> list[Job]:

@@ -30,8 +30,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tests.pgcluster import Cluster, free_port, start_cluster
 
@@ -127,10 +128,27 @@ def pgbench(port: int, mode: str, clients: int, seconds: int) -> tuple[float, fl
     return latency * 1000, tps
 
 
-def logic_cost(cycles: int = 50_000) -> float:
-    """µs per prepared-statement query of this proxy's own work, hot, without sockets: the
-    client connection object as the server runs it (session, classification, admission,
-    metrics, dispatch of the actions) between two transports that discard what they get."""
+class Discard:
+    """A transport that drops what it is given."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def statement_cycle(mode: str, count: int) -> tuple[Any, list[bytes], bytes]:
+    """A client connection as the server runs it (session, classification, admission,
+    metrics) between two transports that discard what they get, in its steady state; ``count``
+    pgbench -S statements for it (``simple``: each text with its own number, as pgbench sends
+    them) and the reply that ends each. Drive it with ``conn.data_received(statement)`` then
+    ``conn.from_server(reply)``, on an event loop."""
+    import random
+
     from admission import Limits, Scheduler
     from proxy.admin import AdminMetrics
     from proxy.gate import AdmissionGate
@@ -142,55 +160,73 @@ def logic_cost(cycles: int = 50_000) -> float:
 
     body = struct.pack("!I", pg.PROTOCOL_3_0) + b"user\0postgres\0\0"
     startup = struct.pack("!I", len(body) + 4) + body
-    parse = m(b"P", b"P0_1\0SELECT abalance FROM pgbench_accounts WHERE aid = $1\0\0\0")
-    query = (
-        m(b"B", b"\0P0_1\0\0\0\0\x01\0\0\0\x045432\0\x01\0\x01") + m(b"E", b"\0\0\0\0\0") + m(b"S")
-    )
+    rng = random.Random(1)
+    if mode == "simple":
+        sql = "SELECT abalance FROM pgbench_accounts WHERE aid = {};"
+        statements = [
+            m(b"Q", sql.format(rng.randint(1, 1_000_000)).encode() + b"\0") for _ in range(count)
+        ]
+    else:
+        statements = [
+            m(b"B", b"\0P0_1\0\0\0\0\x01\0\0\0\x06%06d\0\x01\0\x01" % rng.randint(1, 999_999))
+            + m(b"E", b"\0\0\0\0\0")
+            + m(b"S")
+            for _ in range(count)
+        ]
     reply = (
         m(b"2") + m(b"D", b"\0\x01\0\0\0\x041234") + m(b"C", b"SELECT 1\0") + pg.ready_for_query()
     )
 
-    class Discard:
-        def write(self, data: bytes) -> None:
-            pass
-
-        def is_closing(self) -> bool:
-            return False
-
-        def close(self) -> None:
-            pass
-
     class Backend:
         transport = Discard()
 
+    scheduler = Scheduler(None, "min-q", Limits(mpl=16))
+    AdminMetrics(scheduler)
+    server = ProxyServer(AdmissionGate(scheduler), BackendAddress("127.0.0.1", 5432))
+    conn = ClientConnection(server)
+    conn.transport = Discard()  # type: ignore[assignment]
+    conn.session.client_data(startup)  # → connect the backend: done by hand below
+    backend = Backend()
+    conn.backend = backend  # type: ignore[assignment]
+    conn._server_write = backend.transport.write  # what connecting does
+    conn.from_server(pg.ready_for_query())
+    parse = m(b"P", b"P0_1\0SELECT abalance FROM pgbench_accounts WHERE aid = $1\0\0\0")
+    conn.data_received(parse + m(b"S"))
+    conn.from_server(pg.ready_for_query())
+    if scheduler.stats.completed != 0 or conn.session.state.value != "ready":
+        raise RuntimeError("the measured session is not in its steady state")
+    return conn, statements, reply
+
+
+def on_event_loop(fn: Callable[[], float]) -> float:
+    """Run ``fn`` inside a running event loop (uvloop when installed), as the proxy does."""
+
     async def run() -> float:
-        scheduler = Scheduler(None, "min-q", Limits(mpl=16))
-        AdminMetrics(scheduler)
-        server = ProxyServer(AdmissionGate(scheduler), BackendAddress("127.0.0.1", 5432))
-        conn = ClientConnection(server)
-        conn.transport = Discard()  # type: ignore[assignment]
-        conn.session.client_data(startup)  # → connect the backend: done by hand below
-        conn.backend = Backend()  # type: ignore[assignment]
-        conn._server_write = conn.backend.transport.write  # what connecting does
-        conn.from_server(pg.ready_for_query())
-        conn.data_received(parse + m(b"S"))
-        conn.from_server(pg.ready_for_query())
-        if scheduler.stats.completed != 0 or conn.session.state.value != "ready":
-            raise RuntimeError("the measured session is not in its steady state")
-        start = time.perf_counter()
-        for _ in range(cycles):
-            conn.data_received(query)
-            conn.from_server(reply)
-        elapsed = time.perf_counter() - start
-        if scheduler.stats.completed != cycles or scheduler.in_service:
-            raise RuntimeError("the measured queries did not all pass the gate")
-        return elapsed / cycles * 1e6
+        return fn()
 
     try:
         import uvloop
     except ImportError:
         return asyncio.run(run())
     return uvloop.run(run())
+
+
+def logic_cost(mode: str = "prepared", cycles: int = 50_000) -> float:
+    """µs per query of this proxy's own work, hot, without sockets (see statement_cycle)."""
+
+    def measure() -> float:
+        conn, statements, reply = statement_cycle(mode, cycles)
+        scheduler = conn.server.gate.scheduler
+        start = time.perf_counter()
+        for statement in statements:
+            conn.data_received(statement)
+            conn.from_server(reply)
+        elapsed = time.perf_counter() - start
+        if scheduler.stats.completed != cycles or scheduler.in_service:
+            raise RuntimeError("the measured queries did not all pass the gate")
+        return elapsed / cycles * 1e6
+
+    return on_event_loop(measure)
 
 
 def cpu_seconds(pids: Sequence[int]) -> tuple[float, float]:
