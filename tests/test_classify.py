@@ -279,7 +279,10 @@ _KEY_STARTS = [
 _KEY_TEXT = st.text(alphabet='0123456789.$_eE+- \t\n\v\f\r\u00a0\u2003ta(),;"é€٣𝟙ſK', max_size=60)
 
 
-@pytest.mark.skipif(classify._c_literal is None, reason="the C literal key is not built")
+@pytest.mark.skipif(
+    classify._c_literal is None,
+    reason="the C literal key is not built, or ADMISSION_PURE_PYTHON is set",
+)
 @given(st.sampled_from(_KEY_STARTS), _KEY_TEXT, st.integers(min_value=0, max_value=3))
 @example("select ", "1", 0).via("the shortest number")
 @example("select ", "a1.5e+3 .5e 1.e5 1..2 5e-", 0).via("glued, exponents, dots")
