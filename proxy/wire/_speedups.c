@@ -62,6 +62,20 @@ get_or_empty(PyObject *mapping, PyObject *key)
     return PyObject_CallMethod(mapping, "get", "OO", key, EMPTY_STR);
 }
 
+/* session.<attr>.get(buf[start:end], "") as a new reference: a statement's or a portal's SQL */
+static PyObject *
+sql_named(PyObject *session, PyObject *attr, const char *buf, Py_ssize_t start, Py_ssize_t end)
+{
+    PyObject *mapping = PyObject_GetAttr(session, attr);
+    if (mapping == NULL)
+        return NULL;
+    PyObject *name = PyBytes_FromStringAndSize(buf + start, end - start);
+    PyObject *value = name == NULL ? NULL : get_or_empty(mapping, name);
+    Py_XDECREF(name);
+    Py_DECREF(mapping);
+    return value;
+}
+
 static Py_ssize_t
 find_nul(const char *buf, Py_ssize_t start, Py_ssize_t end)
 {
@@ -88,22 +102,8 @@ track(PyObject *session, char kind, const char *buf, Py_ssize_t start, Py_ssize_
     int rc = -1;
     if (name == NULL)
         goto done;
-    if (kind == 'P') {
-        value = PyUnicode_DecodeUTF8(buf + first + 1, second - first - 1, "replace");
-    }
-    else {
-        PyObject *statements = PyObject_GetAttr(session, s_statements);
-        if (statements == NULL)
-            goto done;
-        PyObject *statement = PyBytes_FromStringAndSize(buf + first + 1, second - first - 1);
-        if (statement == NULL) {
-            Py_DECREF(statements);
-            goto done;
-        }
-        value = get_or_empty(statements, statement);
-        Py_DECREF(statement);
-        Py_DECREF(statements);
-    }
+    value = kind == 'P' ? PyUnicode_DecodeUTF8(buf + first + 1, second - first - 1, "replace")
+                        : sql_named(session, s_statements, buf, first + 1, second);
     if (value == NULL)
         goto done;
     rc = PyObject_SetItem(names, name, value) < 0 ? -1 : 1;
@@ -212,17 +212,7 @@ fast_client(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t stop = find_nul(buf, execute_at + 5, execute_end);
         if (stop < 0)
             Py_RETURN_NONE;
-        PyObject *portals = PyObject_GetAttr(session, s_portals);
-        if (portals == NULL)
-            return NULL;
-        PyObject *portal = PyBytes_FromStringAndSize(buf + execute_at + 5, stop - execute_at - 5);
-        if (portal == NULL) {
-            Py_DECREF(portals);
-            return NULL;
-        }
-        sql = get_or_empty(portals, portal);
-        Py_DECREF(portal);
-        Py_DECREF(portals);
+        sql = sql_named(session, s_portals, buf, execute_at + 5, stop);
         if (sql == NULL)
             return NULL;
     }
