@@ -19,7 +19,6 @@ It listens on loopback by default; bound to any other address it requires a bear
 
 from __future__ import annotations
 
-import copy
 import secrets
 from bisect import bisect_left
 from collections import deque
@@ -53,7 +52,8 @@ _FIRST = _BUCKETS[0]
 
 
 class _Tally:
-    """One class's counts and latency histograms: plain numbers, updated on every event."""
+    """One class's counts and latency histograms as the admin API shows them (built from a
+    ``_Counts`` when asked, plus the statements still queued or in service)."""
 
     __slots__ = (
         "admitted",
@@ -75,12 +75,6 @@ class _Tally:
         self.wait_buckets = [0] * (len(_BUCKETS) + 1)  # the last one is +Inf
         self.response_buckets = [0] * (len(_BUCKETS) + 1)
 
-    def copy(self) -> _Tally:
-        other = copy.copy(self)
-        other.wait_buckets = list(self.wait_buckets)
-        other.response_buckets = list(self.response_buckets)
-        return other
-
     def counts(self) -> dict[str, int]:
         return {
             "submitted": self.submitted,
@@ -89,6 +83,45 @@ class _Tally:
             "cancelled": self.cancelled,
             "timed_out": self.timed_out,
         }
+
+
+class _Counts:
+    """One class's statements that left, as ``on_finish`` counts them: only what cannot be
+    derived. Completed = admitted + bypassed (every statement done was one or the other);
+    the first bucket of each histogram = completed − the buckets above it (most statements
+    fall there, so they cost no increment)."""
+
+    __slots__ = (
+        "admitted",
+        "bypassed",
+        "cancelled",
+        "response_over",
+        "response_sum",
+        "timed_out",
+        "wait_over",
+        "wait_sum",
+    )
+
+    def __init__(self) -> None:
+        self.admitted = self.bypassed = self.cancelled = self.timed_out = 0
+        self.wait_sum = self.response_sum = 0.0
+        self.wait_over = [0] * (len(_BUCKETS) + 1)  # [0] unused; the last one is +Inf
+        self.response_over = [0] * (len(_BUCKETS) + 1)
+
+    def tally(self) -> _Tally:
+        out = _Tally()
+        out.admitted, out.bypassed = self.admitted, self.bypassed
+        out.cancelled, out.timed_out = self.cancelled, self.timed_out
+        out.completed = completed = self.admitted + self.bypassed
+        out.submitted = completed + self.cancelled + self.timed_out
+        out.wait_sum, out.response_sum = self.wait_sum, self.response_sum
+        for over, buckets in (
+            (self.wait_over, out.wait_buckets),
+            (self.response_over, out.response_buckets),
+        ):
+            buckets[1:] = over[1:]
+            buckets[0] = completed - sum(over[1:])
+        return out
 
 
 class AdminMetrics:
@@ -103,44 +136,41 @@ class AdminMetrics:
         self.scheduler = scheduler
         if scheduler is not None:
             scheduler.on_finish = self.on_finish
-        self.per_class: dict[str, _Tally] = {}
+        self.per_class: dict[str, _Counts] = {}  # the statements that left, by class name
         self.recent: deque[tuple[float, str, float, float]] = deque(maxlen=500)
 
     def on_finish(self, job: Job, now: float) -> None:
         name = job.klass.name
-        tally = self.per_class.get(name)
-        if tally is None:
-            tally = self.per_class[name] = _Tally()
-        tally.submitted += 1
+        counts = self.per_class.get(name)
+        if counts is None:
+            counts = self.per_class[name] = _Counts()
         state = job.state
         if state is _DONE:
             arrival = job.arrival
-            admitted = job.admitted_at
-            wait = (arrival if admitted is None else admitted) - arrival
+            wait = job.admitted_at - arrival  # type: ignore[operator]  # (done: admitted)
             response = now - arrival
             if job.bypass:
-                tally.bypassed += 1
+                counts.bypassed += 1
             else:
-                tally.admitted += 1
-            tally.completed += 1
-            tally.wait_sum += wait
-            # most statements of a busy OLTP system fall in the first bucket: no bisect then
-            tally.wait_buckets[0 if wait <= _FIRST else bisect_left(_BUCKETS, wait)] += 1
-            tally.response_sum += response
-            tally.response_buckets[
-                0 if response <= _FIRST else bisect_left(_BUCKETS, response)
-            ] += 1
+                counts.admitted += 1
+            if wait:  # (0 when admitted on arrival, as most statements of a calm system are)
+                counts.wait_sum += wait
+                if wait > _FIRST:
+                    counts.wait_over[bisect_left(_BUCKETS, wait)] += 1
+            counts.response_sum += response
+            if response > _FIRST:
+                counts.response_over[bisect_left(_BUCKETS, response)] += 1
             self.recent.append((now, name, wait, response))
         elif state is _CANCELLED:
-            tally.cancelled += 1
+            counts.cancelled += 1
         else:
-            tally.timed_out += 1
+            counts.timed_out += 1
 
     def tallies(self) -> dict[str, _Tally]:
         """Per class: the statements that left, plus those still queued or in service."""
         out: dict[str, _Tally] = {}
         for name, done in self.per_class.items():
-            out[name] = done.copy()
+            out[name] = done.tally()
         live = self.scheduler.live_jobs() if self.scheduler is not None else []
         for job in live:
             tally = out.get(job.klass.name) or out.setdefault(job.klass.name, _Tally())

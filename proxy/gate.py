@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from admission.classify import QueryClass
-from admission.scheduler import Job, JobState, Scheduler
+from admission.scheduler import Job, JobState, Limits, Scheduler
 from proxy.wire import protocol as pg
 
 __all__ = ["AdmissionGate", "GateStats"]
@@ -54,6 +54,14 @@ class AdmissionGate:
         # the loop's clock; get_running_loop() checks the pid (a system call) every time, so
         # the first call looks the loop up and puts its clock here
         self._clock: Callable[[], float] = self._first_clock
+        # The scheduler's limits while the gate is calm — no aging or queue timeout configured,
+        # no timer armed — else None. Calm, a grant to the job just submitted and a release
+        # that admits nothing have nothing more to do (no deadline moves, nothing times out);
+        # ``s.limits is self._calm`` asks it in one test, twice per statement. Set by
+        # ``_arm_timer``, which ends every ``_after``; limits changed behind the gate's back
+        # are a new object, so the test fails and ``_after`` runs.
+        self._calm: Limits | None = None
+        self._arm_timer()
 
     @property
     def now(self) -> float:
@@ -94,7 +102,12 @@ class AdmissionGate:
             bypass=bypass,
             sample_sql=sql,
         )
-        if len(granted) == 1 and granted[0].id == job and self._quiet():
+        if (
+            len(granted) == 1
+            and granted[0].id == job
+            and s.limits is self._calm
+            and not self._delivering  # (inside a delivery the FIFO tells it: never nested)
+        ):
             return True  # the usual case: nothing waits, no timers, nothing else to tell
         self._after(granted)
         return False
@@ -102,8 +115,9 @@ class AdmissionGate:
     def release(self, job: int) -> None:
         """The statement ended (or its connection died): give its capacity back."""
         self._waiters.pop(job, None)
-        granted = self.scheduler.complete(job, self._clock())
-        if granted or not self._quiet():  # (else the usual release: nothing else to do)
+        s = self.scheduler
+        granted = s.complete(job, self._clock())
+        if granted or s.limits is not self._calm:  # (else the usual release: nothing to do)
             self._after(granted)
 
     def waiter(self, job: int) -> Waiter | None:
@@ -169,31 +183,17 @@ class AdmissionGate:
                 callback(*args)
         finally:
             self._delivering = False
-
-    def _quiet(self) -> bool:
-        """Nothing timed out or waiting to be told, no delivery under way, no timer needed
-        (``_timed``, written out: this is asked twice per statement)."""
-        s = self.scheduler
-        limits = s.limits
-        return not (
-            s.timed_out
-            or self._deliveries
-            or self._delivering
-            or self._timer is not None
-            or limits.max_wait is not None
-            or limits.queue_timeout is not None
-        )
-
-    def _timed(self) -> bool:
-        """Whether a timer is armed or the limits may need one (aging, queue timeouts)."""
-        limits = self.scheduler.limits
-        return not (
-            limits.max_wait is None and limits.queue_timeout is None and self._timer is None
-        )
+            if self._deliveries:  # a callback raised: the next admit or release delivers
+                self._calm = None
 
     def _arm_timer(self) -> None:
-        if not self._timed():
+        """Arm the timer at the scheduler's next deadline when aging or queue timeouts may
+        need one, and note whether the gate is calm (see ``__init__``)."""
+        limits = self.scheduler.limits
+        if limits.max_wait is None and limits.queue_timeout is None and self._timer is None:
+            self._calm = limits
             return
+        self._calm = None
         deadline = self.scheduler.next_deadline()
         if deadline == self._timer_at:
             return

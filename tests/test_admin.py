@@ -176,6 +176,8 @@ def test_metrics_count_every_statement_once_and_bucket_its_times() -> None:
     s.submit("gone", "fp:a", 5000.0, name="A")
     s.complete("gone", 5001.0)  # left the queue: cancelled
     s.submit("waiting", "fp:a", 5002.0, name="A")
+    s.submit("set", "fp:c", 5003.0, name="C", bypass=True)  # admitted past the queue
+    s.complete("set", 5003.0005)
     text = generate_latest(metrics.registry).decode()
 
     def value(line: str) -> float:
@@ -199,6 +201,18 @@ def test_metrics_count_every_statement_once_and_bucket_its_times() -> None:
     # the blocker: three done, one running now (counted as admitted while it runs)
     assert value('admission_admitted_total{query_class="B"}') == 4
     assert value('admission_completed_total{query_class="B"}') == 3
+    # the waits of those done: 0 (admitted on arrival), 0.002 and 0.2 s behind an A statement
+    assert value(f'{wait}_bucket{{le="0.001",query_class="B"}}') == 1
+    assert value(f'{wait}_bucket{{le="0.005",query_class="B"}}') == 2
+    assert value(f'{wait}_bucket{{le="0.1",query_class="B"}}') == 2
+    assert value(f'{wait}_bucket{{le="0.25",query_class="B"}}') == 3
+    assert value(f'{wait}_bucket{{le="+Inf",query_class="B"}}') == 3
+    assert value(f'{wait}_count{{query_class="B"}}') == 3
+    assert value(f'{wait}_sum{{query_class="B"}}') == pytest.approx(0.202)
+    assert value('admission_bypassed_total{query_class="C"}') == 1
+    assert value('admission_completed_total{query_class="C"}') == 1
+    assert value(f'{response}_bucket{{le="0.001",query_class="C"}}') == 1
+    assert value(f'{wait}_sum{{query_class="C"}}') == 0
     assert value("admission_in_service") == 1 and value("admission_queued") == 1
     assert metrics.tallies()["A"].submitted == 5  # 3 done, 1 cancelled, 1 waiting
-    assert [r[1] for r in metrics.recent] == ["B", "A", "B", "A", "B", "A"]
+    assert [r[1] for r in metrics.recent] == ["B", "A", "B", "A", "B", "A", "C"]
