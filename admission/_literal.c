@@ -1,4 +1,5 @@
-/* admission.classify.literal_key in C: the cache key of a text sent with its numbers inline.
+/* admission.classify.literal_key in C: the cache key of a text sent with its numbers inline;
+ * and classify_sql's cache hits, so that a statement whose class is known costs no Python call.
  *
  * Same result as the Python function in classify.py, which stays the reference and the
  * fallback when this module is not built; a property test holds the two to the same keys.
@@ -16,6 +17,11 @@
 #include <Python.h>
 
 static PyObject *HINT; /* "admission:class" */
+
+/* classify.py's caches, handed over by setup(): recent texts → class, literal key → (class,
+ * texts that agreed), how many must agree, and the Python function for everything else. */
+static PyObject *TEXTS, *BY_KEY, *MISSED;
+static Py_ssize_t CHECKS;
 
 static const char *const DML[] = {"select", "with", "insert", "update", "delete", "values", "table"};
 
@@ -141,13 +147,77 @@ literal_key(PyObject *module, PyObject *text)
     return key;
 }
 
+static PyObject *
+setup(PyObject *self, PyObject *args)
+{
+    PyObject *texts, *by_key, *missed;
+    Py_ssize_t checks;
+    if (!PyArg_ParseTuple(args, "O!O!nO:setup", &PyDict_Type, &texts, &PyDict_Type, &by_key,
+                          &checks, &missed))
+        return NULL;
+    if (!PyCallable_Check(missed)) {
+        PyErr_SetString(PyExc_TypeError, "setup: the fallback must be callable");
+        return NULL;
+    }
+    Py_XSETREF(TEXTS, Py_NewRef(texts));
+    Py_XSETREF(BY_KEY, Py_NewRef(by_key));
+    Py_XSETREF(MISSED, Py_NewRef(missed));
+    CHECKS = checks;
+    Py_RETURN_NONE;
+}
+
+/* classify.classify_sql: the class of a recent text, or of a text whose literal key enough
+ * texts agreed on; anything else goes to the Python fallback (missed(text, key)). */
+static PyObject *
+classify_sql(PyObject *self, PyObject *text)
+{
+    if (TEXTS == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "classify_sql: setup() was not called");
+        return NULL;
+    }
+    PyObject *found = PyDict_GetItemWithError(TEXTS, text); /* borrowed */
+    if (found != NULL)
+        return Py_NewRef(found);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *key = literal_key(self, text);
+    if (key == NULL)
+        return NULL;
+    if (key != Py_None) {
+        PyObject *entry = PyDict_GetItemWithError(BY_KEY, key); /* borrowed */
+        if (entry == NULL && PyErr_Occurred()) {
+            Py_DECREF(key);
+            return NULL;
+        }
+        if (entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 2 &&
+            PyTuple_GET_ITEM(entry, 0) != Py_None) {
+            Py_ssize_t agreed = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 1));
+            if (agreed == -1 && PyErr_Occurred()) {
+                Py_DECREF(key);
+                return NULL;
+            }
+            if (agreed >= CHECKS) {
+                found = Py_NewRef(PyTuple_GET_ITEM(entry, 0));
+                Py_DECREF(key);
+                return found;
+            }
+        }
+    }
+    found = PyObject_CallFunctionObjArgs(MISSED, text, key, NULL);
+    Py_DECREF(key);
+    return found;
+}
+
 static PyMethodDef methods[] = {
     {"literal_key", literal_key, METH_O, "admission.classify.literal_key(text), in C."},
+    {"setup", setup, METH_VARARGS, "setup(texts, by_key, checks, missed): classify.py's caches."},
+    {"classify_sql", classify_sql, METH_O,
+     "admission.classify.classify_sql(text), in C for cache hits (see classify.py)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "admission._literal", "literal_key in C (see classify.py).", -1,
+    PyModuleDef_HEAD_INIT, "admission._literal", "literal_key and classify_sql's cache hits in C (see classify.py).", -1,
     methods,
 };
 

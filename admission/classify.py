@@ -149,9 +149,11 @@ _NUMERIC_LITERAL = re.compile(
 )
 _CHECKS = 3  # texts classified in full before a key is trusted
 _BY_KEY: dict[str, tuple[QueryClass | None, int]] = {}  # key → (class, agreeing texts)
+_UNSEEN: tuple[QueryClass | None, int] = (None, 0)
 _BY_KEY_LIMIT = 65_536
 
 
+# (these caches are handed to the C module once: clear them, never rebind them)
 _TEXTS: dict[str, QueryClass] = {}  # recent texts (prepared statements repeat their text)
 _TEXTS_LIMIT = 8192
 
@@ -176,24 +178,40 @@ _literal_key: Callable[[str], str | None] = (
 
 
 def classify_sql(text: str) -> QueryClass:
-    """Return the class of one SQL text (possibly several statements). Never raises."""
+    """Return the class of one SQL text (possibly several statements). Never raises.
+
+    (When the C module is built, ``classify_sql`` is its version of this function: the same
+    cache hits in C, everything else through ``_classify_missed``.)"""
     found = _TEXTS.get(text)
     if found is not None:
         return found
     key = _literal_key(text)
+    if key is not None:
+        cached, agreed = _BY_KEY.get(key, _UNSEEN)
+        if cached is not None and agreed >= _CHECKS:
+            return cached
+    return _classify_missed(text, key)
+
+
+def _classify_missed(text: str, key: str | None) -> QueryClass:
+    """``classify_sql`` past its caches: classify the text in full, and count whether it
+    agrees with the class its literal key had."""
     if key is None:
         return _classify_cached(text)
-    cached, agreed = _BY_KEY.get(key, (None, 0))
-    if cached is not None and agreed >= _CHECKS:
-        return cached
+    cached, agreed = _BY_KEY.get(key, _UNSEEN)
     found = _classify_cached(text)
     if agreed == 0:
         if len(_BY_KEY) < _BY_KEY_LIMIT:
             _BY_KEY[key] = (found, 1)
     elif cached is not None:
-        # a shape whose numbers are not all constants (or a bug): never shortcut it
         _BY_KEY[key] = (cached, agreed + 1) if cached == found else (None, 1)
     return found
+
+
+classify_sql_py = classify_sql  # the reference, which the C version is tested against
+if _c_literal is not None:
+    _c_literal.setup(_TEXTS, _BY_KEY, _CHECKS, _classify_missed)
+    classify_sql = _c_literal.classify_sql
 
 
 def _classify_cached(text: str) -> QueryClass:

@@ -172,8 +172,8 @@ def _full_classifications(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return full(text)
 
     monkeypatch.setattr(classify, "_classify", spy)
-    monkeypatch.setattr(classify, "_BY_KEY", {})
-    monkeypatch.setattr(classify, "_TEXTS", {})
+    classify._BY_KEY.clear()  # emptied, not replaced: the C classifier holds these dicts
+    classify._TEXTS.clear()
     return seen
 
 
@@ -300,9 +300,82 @@ def test_the_c_literal_key_is_used_where_built() -> None:
         pytest.skip("no C compiler: the Python literal key is used")
     if os.environ.get("ADMISSION_PURE_PYTHON"):
         assert classify._literal_key is classify.literal_key
+        assert classify.classify_sql is classify.classify_sql_py
     else:
         assert classify._c_literal is not None
         assert classify._literal_key is classify._c_literal.literal_key
+        assert classify.classify_sql is classify._c_literal.classify_sql
+
+
+_CLASSIFY_TEMPLATES = [
+    "select a from t where b = {n}",
+    "SELECT a\nFROM t WHERE b = {n}",
+    "select {n}",
+    "select a from t where b = {n} and c = {n}.5",
+    "with x as (select {n}) select * from x",
+    "select 'x{n}' from t",  # a string: its own key for each text
+    'select "c{n}" from t',  # a quoted name: no key
+    "set work_mem = {n}",  # not DML: no key
+    "select {n}; select 2",  # several statements: no key
+    "/* admission:class=hinted */ select {n}",
+    "select a from t where b = {n} limit {n}",
+    "frobnicate {n}",  # not SQL pglast parses
+]
+
+
+def _classify_run(classify_sql: object, texts: list[str]) -> tuple[object, ...]:
+    classify._TEXTS.clear()
+    classify._BY_KEY.clear()
+    out = [classify_sql(t) for t in texts]  # type: ignore[operator]
+    return out, dict(classify._BY_KEY), dict(classify._TEXTS)
+
+
+@pytest.mark.skipif(
+    classify._c_literal is None,
+    reason="the C classifier cache is not built, or ADMISSION_PURE_PYTHON is set",
+)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_CLASSIFY_TEMPLATES), st.integers(min_value=0, max_value=4)),
+        max_size=40,
+    )
+)
+def test_the_c_classify_sql_is_the_python_one(texts: list[tuple[str, int]]) -> None:
+    """Same classes, and the same caches after, for any sequence of texts (the same literal
+    key seen 0, 1, 3 or more times, texts repeated, texts with no key)."""
+    assert classify._c_literal is not None
+    sequence = [template.format(n=n) for template, n in texts]
+    assert _classify_run(classify._c_literal.classify_sql, sequence) == _classify_run(
+        classify.classify_sql_py, sequence
+    )
+
+
+@pytest.mark.skipif(
+    classify._c_literal is None,
+    reason="the C classifier cache is not built, or ADMISSION_PURE_PYTHON is set",
+)
+def test_the_c_classify_sql_trusts_a_key_only_as_the_python_one_does() -> None:
+    assert classify._c_literal is not None
+    text = "select a from t where b = 7"
+    key = classify.literal_key(text)
+    assert key is not None
+    other = classify.QueryClass("pg:other", "other", False)
+    for entry, expected in (
+        ((other, classify._CHECKS), other),  # enough texts agreed: the key's class
+        ((other, classify._CHECKS - 1), None),  # not yet: classified in full
+        ((None, 5), None),  # the key was seen to join different classes: never trusted
+    ):
+        results = []
+        for version in (classify._c_literal.classify_sql, classify.classify_sql_py):
+            classify._TEXTS.clear()
+            classify._BY_KEY.clear()
+            classify._BY_KEY[key] = entry
+            results.append(version(text))
+        assert results[0] == results[1]
+        assert results[0] == (expected or classify._classify(text))
+    classify._BY_KEY.clear()
+    with pytest.raises(TypeError):
+        classify._c_literal.classify_sql(b"select 1")
 
 
 def test_the_literal_key_reads_keywords_and_blanks_as_the_lexer_does() -> None:
