@@ -176,7 +176,7 @@ class Scheduler:
         self._jobs: dict[Hashable, Job] = {}
         self._seq = 0
         self._now = _NEVER
-        self._running = 0  # jobs in service
+        self.running = 0  # jobs in service (read-only outside, like queued)
         self.queued = 0  # jobs waiting (read-only outside; an attribute: read per statement)
         self._held = 0  # n_fcr: budget units held
         self._n_total = 0
@@ -203,7 +203,7 @@ class Scheduler:
 
     @property
     def in_service(self) -> int:
-        return self._running
+        return self.running
 
     @property
     def threads_in_use(self) -> int:
@@ -279,7 +279,7 @@ class Scheduler:
         if not self._nonempty:
             limits = self.limits
             mpl, budget = limits.mpl, limits.threads
-            if (mpl is None or self._running < mpl) and (
+            if (mpl is None or self.running < mpl) and (
                 budget is None or min(job.fork, budget) <= budget - self._held
             ):
                 self._admit(job, now)  # nothing waits and it fits: the decision is trivial
@@ -315,7 +315,7 @@ class Scheduler:
                 self._rescore(st, -tasks)
         self._held -= job.held
         job.held = 0
-        self._running -= 1
+        self.running -= 1
         job.state = _DONE
         self.stats.completed += 1
         if self.listener is not None:
@@ -527,7 +527,7 @@ class Scheduler:
         budget = self.limits.threads
         held = job.held = fork if budget is None or fork <= budget else budget
         self._held += held
-        self._running += 1
+        self.running += 1
         st = job.klass  # _set_tasks(job, fork), written out
         st.tasks += fork
         self._tasks[st.index] = st.tasks
@@ -629,7 +629,7 @@ class Scheduler:
         mpl, budget = self.limits.mpl, self.limits.threads
         head_seq = self._head_seq
         self._blocked_until = _NEVER
-        while mpl is None or self._running < mpl:
+        while mpl is None or self.running < mpl:
             job = self._pick(now)
             if job is None or (budget is not None and min(job.fork, budget) > budget - self._held):
                 # head-of-line (faithful, or an aged job); backfill found nothing that fits

@@ -8,11 +8,17 @@ callback that releases a job (and so admits others) only appends to the FIFO.
 Every job submitted is eventually released exactly once — by ``release`` (its statement ended,
 its client or backend died), by a rejection (timeout, cancel, queue full; the scheduler already
 forgot it) — so capacity always comes back.
+
+The lane (``lane`` and ``calm``, read by the connection on every statement) says when a
+statement about to be submitted is certain to be admitted at once: nothing queued, room under
+the MPL, no thread budget, no timers. The connection then forwards it first and submits it
+after, so the database starts on it while the scheduler does its bookkeeping.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,10 +63,16 @@ class AdmissionGate:
         # The scheduler's limits while the gate is calm — no aging or queue timeout configured,
         # no timer armed — else None. Calm, a grant to the job just submitted and a release
         # that admits nothing have nothing more to do (no deadline moves, nothing times out);
-        # ``s.limits is self._calm`` asks it in one test, twice per statement. Set by
+        # ``s.limits is self.calm`` asks it in one test, twice per statement. Set by
         # ``_arm_timer``, which ends every ``_after``; limits changed behind the gate's back
-        # are a new object, so the test fails and ``_after`` runs.
-        self._calm: Limits | None = None
+        # are a new object, so the test fails and ``_after`` runs. (Read-only outside.)
+        self.calm: Limits | None = None
+        # The lane: while ``scheduler.limits is calm``, a statement submitted when nothing is
+        # queued and fewer than ``lane`` statements are in service is admitted at once —
+        # ``admit`` returns True — so a caller may forward it before asking (the connection
+        # does). -1 when there is no such promise: not calm, a thread budget (whether a job
+        # fits depends on its class's fork), a zero queue limit, or inside a delivery.
+        self.lane = -1
         self._arm_timer()
 
     @property
@@ -105,7 +117,7 @@ class AdmissionGate:
         if (
             len(granted) == 1
             and granted[0].id == job
-            and s.limits is self._calm
+            and s.limits is self.calm
             and not self._delivering  # (inside a delivery the FIFO tells it: never nested)
         ):
             return True  # the usual case: nothing waits, no timers, nothing else to tell
@@ -117,7 +129,7 @@ class AdmissionGate:
         self._waiters.pop(job, None)
         s = self.scheduler
         granted = s.complete(job, self._clock())
-        if granted or s.limits is not self._calm:  # (else the usual release: nothing to do)
+        if granted or s.limits is not self.calm:  # (else the usual release: nothing to do)
             self._after(granted)
 
     def waiter(self, job: int) -> Waiter | None:
@@ -177,6 +189,7 @@ class AdmissionGate:
         if self._delivering:
             return
         self._delivering = True
+        self.lane = -1
         try:
             while self._deliveries:
                 callback, args = self._deliveries.popleft()
@@ -184,16 +197,19 @@ class AdmissionGate:
         finally:
             self._delivering = False
             if self._deliveries:  # a callback raised: the next admit or release delivers
-                self._calm = None
+                self.calm = None
+            # (the lane stays shut until _arm_timer, which ends every _after, opens it)
 
     def _arm_timer(self) -> None:
         """Arm the timer at the scheduler's next deadline when aging or queue timeouts may
         need one, and note whether the gate is calm (see ``__init__``)."""
         limits = self.scheduler.limits
         if limits.max_wait is None and limits.queue_timeout is None and self._timer is None:
-            self._calm = limits
+            self.calm = limits
+            self._open_lane()
             return
-        self._calm = None
+        self.calm = None
+        self.lane = -1
         deadline = self.scheduler.next_deadline()
         if deadline == self._timer_at:
             return
@@ -205,6 +221,19 @@ class AdmissionGate:
             self.now  # noqa: B018 - makes sure the loop is known
             assert self._loop is not None
             self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _open_lane(self) -> None:
+        """Set ``lane`` (see ``__init__``) from the calm limits."""
+        limits = self.calm
+        if (
+            limits is None
+            or self._delivering
+            or limits.threads is not None
+            or (self.max_queue is not None and self.max_queue < 1)
+        ):
+            self.lane = -1
+        else:
+            self.lane = sys.maxsize if limits.mpl is None else limits.mpl
 
     def _on_timer(self) -> None:
         self._timer = None

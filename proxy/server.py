@@ -240,7 +240,17 @@ class ClientConnection(asyncio.Protocol):
             self._apply(session.client_data(data))
             return
         job, query_class, bypass, sql = submit
-        if self.server.gate.admit(job, query_class, bypass, sql, self):
+        gate = self.server.gate
+        s = gate.scheduler
+        if not s.queued and s.running < gate.lane and s.limits is gate.calm:
+            # Admitted at once for certain (AdmissionGate.lane): the database starts on it
+            # while the gate does its bookkeeping. At -c 1 this is 7-13 µs off each statement.
+            session.fast_sent = True
+            self._server_write(data)
+            if not gate.admit(job, query_class, bypass, sql, self):  # a broken promise:
+                log.warning("statement forwarded but not admitted at once; not counted")
+                gate.release(job)  # run it uncounted rather than twice
+        elif gate.admit(job, query_class, bypass, sql, self):
             session.fast_sent = True
             self._server_write(data)
         else:

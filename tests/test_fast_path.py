@@ -354,3 +354,41 @@ def test_a_message_over_the_size_limit_goes_to_the_general_path(impl: Impl) -> N
     session.server_data(AUTH_OK + RFQ)
     assert impl[0](session, m("Q", cstr("select " + "1" * 60))) is None
     assert impl[0](session, m("Q", cstr("select 1"))) is not None
+
+
+def test_a_statement_forwarded_ahead_of_admit_and_then_refused_runs_uncounted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The connection forwards a statement before ``admit`` only while the gate's lane
+    promises admission at once. Were the promise broken, the statement has already gone: it
+    runs outside the count (and a warning says so) rather than being queued and sent again."""
+
+    async def run() -> None:
+        scheduler = Scheduler(None, "fcfs", Limits(mpl=1))
+        gate = AdmissionGate(scheduler)
+        conn = ClientConnection(ProxyServer(gate, BackendAddress("127.0.0.1", 1)))
+        client = Recording()
+        conn.transport = client  # type: ignore[assignment]
+        conn.session.client_data(startup())
+        backend = FakeBackend()
+        conn.backend = backend  # type: ignore[assignment]
+        conn._server_write = backend.transport.write
+        conn.from_server(AUTH_OK + RFQ)
+        assert gate.admit(10**9, QueryClass("fp:b", "b"), False, "x", Waiter())  # MPL 1 used
+        gate.lane = 99  # a broken promise: the lane says yes, the MPL says no
+        query = m("Q", cstr("select 1"))
+        with caplog.at_level("WARNING", logger="admission.proxy"):
+            conn.data_received(query)
+        assert bytes(backend.transport.data) == query  # forwarded, once
+        assert "not admitted at once" in caplog.text
+        assert scheduler.running == 1 and scheduler.queued == 0  # not counted, not queued
+        conn.from_server(m("C", cstr("SELECT 1")) + RFQ)
+        assert bytes(client.data).endswith(RFQ) and not conn.session.statement_running
+        gate.release(10**9)
+        assert scheduler.running == 0 and scheduler.queued == 0
+        conn.data_received(query)  # and the next statement is counted as usual
+        assert scheduler.running == 1
+        conn.from_server(m("C", cstr("SELECT 1")) + RFQ)
+        assert scheduler.running == 0 and bytes(backend.transport.data) == query * 2
+
+    asyncio.run(run())

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from admission import Limits, Scheduler
+from admission import ClassProfile, EtaModel, Limits, Scheduler
 from admission.classify import QueryClass
 from proxy.gate import AdmissionGate
 
@@ -151,5 +153,120 @@ def test_deliveries_left_by_a_raising_callback_go_out_with_the_next_release() ->
         gate.release(2)  # admits nothing, but the refusal left in the FIFO goes out now
         assert calm.told == [("57014", 3)]
         assert gate.scheduler.in_service == 0 and gate.scheduler.queued == 0
+
+    asyncio.run(run())
+
+
+def _in_lane(gate: AdmissionGate) -> bool:
+    """What the connection asks before it forwards a statement ahead of ``admit``."""
+    s = gate.scheduler
+    return not s.queued and s.running < gate.lane and s.limits is gate.calm
+
+
+def test_the_lane_is_open_only_when_admission_is_certain() -> None:
+    async def run() -> None:
+        gate = AdmissionGate(Scheduler(None, "fcfs", Limits(mpl=2)))
+        assert gate.lane == 2 and _in_lane(gate)
+        assert gate.admit(1, A, False, "a", Recorder())
+        assert _in_lane(gate)
+        assert gate.admit(2, A, False, "a", Recorder())
+        assert not _in_lane(gate)  # the MPL is reached
+        gate.release(2)
+        assert _in_lane(gate)
+        gate.scheduler.set_limits(Limits(mpl=2), gate.now)  # behind the gate's back
+        assert not _in_lane(gate)  # until the gate has seen the new limits
+        gate.release(1)
+        assert _in_lane(gate)
+        for limits in (Limits(max_wait=1.0), Limits(mpl=2, threads=4), Limits(queue_timeout=1)):
+            gate.apply(lambda now, limits=limits: gate.scheduler.set_limits(limits, now))
+            assert gate.lane == -1 and not _in_lane(gate), limits
+        gate.apply(lambda now: gate.scheduler.set_limits(Limits(), now))
+        assert gate.lane > 1_000_000 and _in_lane(gate)  # no MPL
+        assert AdmissionGate(Scheduler(None, "fcfs", Limits()), max_queue=0).lane == -1
+
+    asyncio.run(run())
+
+
+def test_the_lane_is_shut_inside_a_delivery() -> None:
+    """A callback runs while the gate delivers: a statement it submits is told through the
+    FIFO, so it must not be forwarded ahead of ``admit`` either."""
+
+    async def run() -> None:
+        gate = AdmissionGate(Scheduler(None, "fcfs", Limits(mpl=3)))
+        seen: list[bool] = []
+
+        class Looking(Recorder):
+            def admitted(self, job: int) -> None:
+                gate.release(1)  # room again, nothing queued
+                seen.append(_in_lane(gate))
+                gate.wake()  # the gate runs its bookkeeping from inside the delivery
+                seen.append(_in_lane(gate))
+
+        for job in (1, 8, 9):
+            assert gate.admit(job, A, False, "a", Recorder())
+        assert not gate.admit(2, A, False, "a", Looking())
+        gate.release(9)  # admits 2: its callback looks
+        assert seen == [False, False]
+        assert _in_lane(gate)  # open again once the delivery is over
+        for job in (2, 8):
+            gate.release(job)
+        assert gate.scheduler.running == 0
+
+    asyncio.run(run())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["admit", "bypass", "release", "cancel", "limits", "behind"]),
+            st.integers(min_value=0, max_value=7),
+        ),
+        max_size=40,
+    )
+)
+def test_a_statement_in_the_lane_is_always_admitted_at_once(
+    steps: list[tuple[str, int]],
+) -> None:
+    """Whatever happened before (grants, releases, cancels, limits changed through the gate
+    or behind it, aging, timeouts, a thread budget), a statement submitted while the lane is
+    open is admitted at once: the connection has already forwarded it."""
+    limits_choices = [
+        Limits(mpl=1),
+        Limits(mpl=3),
+        Limits(),
+        Limits(mpl=2, threads=2),
+        Limits(mpl=2, max_wait=5.0),
+        Limits(mpl=2, queue_timeout=5.0),
+    ]
+
+    async def run() -> None:
+        model = EtaModel(
+            classes=(
+                ClassProfile(fingerprint="fp:a", name="A", D=1, f=1),
+                ClassProfile(fingerprint="fp:b", name="B", D=1, f=2),  # two threads
+            )
+        )
+        gate = AdmissionGate(Scheduler(model, "fcfs", Limits(mpl=2)), max_queue=4)
+        live: list[int] = []
+        classes = [A, B]
+        for n, (step, arg) in enumerate(steps, start=1):
+            if step in ("admit", "bypass"):
+                lane = _in_lane(gate)
+                admitted = gate.admit(n, classes[arg % 2], step == "bypass", "x", Recorder())
+                assert admitted or not lane, (n, step)
+                live.append(n)
+            elif step == "release" and live:
+                gate.release(live.pop(arg % len(live)))
+            elif step == "cancel" and live:
+                gate.cancel(live[arg % len(live)])
+            elif step == "limits":
+                limits = limits_choices[arg % len(limits_choices)]
+                gate.apply(lambda now, limits=limits: gate.scheduler.set_limits(limits, now))
+            elif step == "behind":
+                gate.scheduler.set_limits(limits_choices[arg % len(limits_choices)], gate.now)
+        for job in live:
+            gate.release(job)
+        assert gate.scheduler.running == 0
 
     asyncio.run(run())
