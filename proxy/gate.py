@@ -11,7 +11,7 @@ forgot it) — so capacity always comes back.
 
 The lane (``lane`` and ``calm``, read by the connection on every statement) says when a
 statement about to be submitted is certain to be admitted at once: nothing queued, room under
-the MPL, no thread budget, no timers. The connection then forwards it first and submits it
+the MPL, no thread budget, no timer armed. The connection then forwards it first and submits it
 after, so the database starts on it while the scheduler does its bookkeeping.
 """
 
@@ -60,9 +60,10 @@ class AdmissionGate:
         # the loop's clock; get_running_loop() checks the pid (a system call) every time, so
         # the first call looks the loop up and puts its clock here
         self._clock: Callable[[], float] = self._first_clock
-        # The scheduler's limits while the gate is calm — no aging or queue timeout configured,
-        # no timer armed — else None. Calm, a grant to the job just submitted and a release
-        # that admits nothing have nothing more to do (no deadline moves, nothing times out);
+        # The scheduler's limits while the gate is calm — no timer armed (aging and queue
+        # timeouts arm one only while a queued statement has a deadline) — else None. Calm, a
+        # grant to the job just submitted and a release that admits nothing have nothing more
+        # to do (no deadline moves, nothing times out);
         # ``s.limits is self.calm`` asks it in one test, twice per statement. Set by
         # ``_arm_timer``, which ends every ``_after``; limits changed behind the gate's back
         # are a new object, so the test fails and ``_after`` runs. (Read-only outside.)
@@ -204,23 +205,26 @@ class AdmissionGate:
         """Arm the timer at the scheduler's next deadline when aging or queue timeouts may
         need one, and note whether the gate is calm (see ``__init__``)."""
         limits = self.scheduler.limits
-        if limits.max_wait is None and limits.queue_timeout is None and self._timer is None:
-            self.calm = limits
-            self._open_lane()
-            return
-        self.calm = None
-        self.lane = -1
-        deadline = self.scheduler.next_deadline()
-        if deadline == self._timer_at:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = deadline
-        if deadline is not None:
-            self.now  # noqa: B018 - makes sure the loop is known
-            assert self._loop is not None
-            self._timer = self._loop.call_at(deadline, self._on_timer)
+        if (
+            limits.max_wait is not None
+            or limits.queue_timeout is not None
+            or self._timer is not None
+        ):
+            deadline = self.scheduler.next_deadline()
+            if deadline != self._timer_at:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                self._timer_at = deadline
+                if deadline is not None:
+                    self.now  # noqa: B018 - makes sure the loop is known
+                    assert self._loop is not None
+                    self._timer = self._loop.call_at(deadline, self._on_timer)
+        # No timer armed: no queued statement has a deadline (one that had would have armed
+        # it), so until a statement is queued — which takes the long way — nothing can time
+        # out and no deadline can move.
+        self.calm = limits if self._timer is None else None
+        self._open_lane()
 
     def _open_lane(self) -> None:
         """Set ``lane`` (see ``__init__``) from the calm limits."""

@@ -62,9 +62,10 @@ def test_with_a_queue_timeout_every_grant_goes_through_the_waiter() -> None:
     async def run() -> None:
         gate = AdmissionGate(Scheduler(None, "fcfs", Limits(mpl=1, queue_timeout=0.05)))
         first, second = Recorder(), Recorder()
-        assert not gate.admit(1, A, False, "a", first)  # a timer is armed: no shortcut
-        assert first.told == [("admitted", 1)]
+        assert gate.admit(1, A, False, "a", first)  # nothing queued, no timer: at once
+        assert first.told == []
         assert not gate.admit(2, A, False, "a", second)
+        assert gate._timer is not None and gate.calm is None  # 2's deadline
         await asyncio.sleep(0.2)
         assert second.told == [("57014", 2)]
         gate.release(1)
@@ -177,9 +178,18 @@ def test_the_lane_is_open_only_when_admission_is_certain() -> None:
         assert not _in_lane(gate)  # until the gate has seen the new limits
         gate.release(1)
         assert _in_lane(gate)
-        for limits in (Limits(max_wait=1.0), Limits(mpl=2, threads=4), Limits(queue_timeout=1)):
+        gate.apply(lambda now: gate.scheduler.set_limits(Limits(mpl=2, threads=4), now))
+        assert gate.lane == -1 and not _in_lane(gate)  # a thread budget
+        for limits in (Limits(mpl=1, max_wait=1.0), Limits(mpl=1, queue_timeout=1)):
             gate.apply(lambda now, limits=limits: gate.scheduler.set_limits(limits, now))
+            assert gate.lane == 1 and _in_lane(gate), limits  # no timer armed yet
+            assert gate.admit(3, A, False, "a", Recorder())
+            assert not gate.admit(4, A, False, "a", Recorder())  # queued: a timer is armed
             assert gate.lane == -1 and not _in_lane(gate), limits
+            gate.release(3)  # admits 4: nothing queued, the timer goes
+            assert gate.lane == 1 and not _in_lane(gate)  # (4 holds the MPL)
+            gate.release(4)
+            assert _in_lane(gate)
         gate.apply(lambda now: gate.scheduler.set_limits(Limits(), now))
         assert gate.lane > 1_000_000 and _in_lane(gate)  # no MPL
         assert AdmissionGate(Scheduler(None, "fcfs", Limits()), max_queue=0).lane == -1
