@@ -204,6 +204,7 @@ def _classify_missed(text: str, key: str | None) -> QueryClass:
         if len(_BY_KEY) < _BY_KEY_LIMIT:
             _BY_KEY[key] = (found, 1)
     elif cached is not None:
+        # a shape whose numbers are not all constants (or a bug): never shortcut it
         _BY_KEY[key] = (cached, agreed + 1) if cached == found else (None, 1)
     return found
 

@@ -262,10 +262,11 @@ class ProxySession:
 
     def fast_client(self, data: bytes) -> FastSubmit | None:
         """If ``data`` starts the usual cycle, the job to submit, as ``(job, query_class,
-        bypass, sql)``; else None (state untouched: call ``client_data``). Once the gate has
-        answered, the caller either forwards ``data`` and sets ``fast_sent = True`` (admitted
-        at once) or calls ``fast_wait()`` (the job waits, or was answered through ``granted``
-        or ``rejected``, and the general path takes over)."""
+        bypass, sql)``; else None (state untouched: call ``client_data``). The caller either
+        forwards ``data`` and sets ``fast_sent = True`` (admitted at once, or certain to be:
+        the gate's lane) or, when the gate says the job must wait, calls ``fast_wait()`` (the
+        job waits, or was answered through ``granted`` or ``rejected``, and the general path
+        takes over)."""
         if (
             self._fast_job is not None
             or self.state is not State.READY
