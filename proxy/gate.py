@@ -63,10 +63,10 @@ class AdmissionGate:
         # The scheduler's limits while the gate is calm — no timer armed (aging and queue
         # timeouts arm one only while a queued statement has a deadline) — else None. Calm, a
         # grant to the job just submitted and a release that admits nothing have nothing more
-        # to do (no deadline moves, nothing times out);
-        # ``s.limits is self.calm`` asks it in one test, twice per statement. Set by
-        # ``_arm_timer``, which ends every ``_after``; limits changed behind the gate's back
-        # are a new object, so the test fails and ``_after`` runs. (Read-only outside.)
+        # to do (no deadline moves, nothing times out); ``s.limits is self.calm`` asks it in
+        # one test, twice per statement. Set by ``_arm_timer``, which ends every ``_after``;
+        # limits changed behind the gate's back are a new object, so the test fails and
+        # ``_after`` runs. (Read-only outside.)
         self.calm: Limits | None = None
         # The lane: while ``scheduler.limits is calm``, a statement submitted when nothing is
         # queued and fewer than ``lane`` statements are in service is admitted at once —
