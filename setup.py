@@ -1,7 +1,7 @@
 """The one thing pyproject.toml cannot say without an experimental table: the C versions of
-the session's fast path and of the classifier's literal key. ``optional=True``: without a C
-compiler the install goes on and the same code runs in Python (proxy/wire/session.py,
-admission/classify.py; see admission/native.py)."""
+the session's fast path and of the classifier's literal key and cache hits. ``optional=True``:
+without a C compiler the install goes on and the same code runs in Python
+(proxy/wire/session.py, admission/classify.py; see admission/native.py)."""
 
 from setuptools import Extension, setup
 
