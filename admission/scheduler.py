@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import numpy as np
 
@@ -164,11 +165,11 @@ class Scheduler:
         self.model = model if model is not None else EtaModel()
         self.policy = policy if isinstance(policy, Policy) else policy_by_name(policy)
         self.limits = limits or Limits()
-        self.listener = listener  # every visible change, for logs, tests and the admin API
-        self.on_grant = on_grant  # (job, N) right after each admission: A^c_r sampling
-        # (job, now) once per job, when it leaves: done, cancelled or timed out (its state says
-        # which; arrival and admitted_at give its wait and response): one call per statement
-        self.on_finish = on_finish
+        # Observers (see ``observe``): None, or the one callable that tells all of them.
+        self._on_event: Callable[[Event], None] | None = None
+        self._on_grant: Callable[[Job, Sequence[int]], None] | None = None
+        self._on_finish: Callable[[Job, float], None] | None = None
+        self.observe(events=listener, grants=on_grant, finishes=on_finish)
         self.stats = SchedulerStats()
         self.timed_out: list[Job] = []  # filled by dispatch/tick; drivers drain it
         self._classes: list[_ClassState] = []
@@ -200,6 +201,25 @@ class Scheduler:
         self._compile()
 
     # -- observation -----------------------------------------------------------------------
+
+    def observe(
+        self,
+        *,
+        events: Callable[[Event], None] | None = None,
+        grants: Callable[[Job, Sequence[int]], None] | None = None,
+        finishes: Callable[[Job, float], None] | None = None,
+    ) -> None:
+        """Register observers; each is called after those registered before it.
+
+        ``events``: every visible change (``Event``), for logs, tests, training and the admin
+        API. ``grants``: (job, N) right after each admission (A^c_r sampling). ``finishes``:
+        (job, now) once per job when it leaves — done, cancelled or timed out (its state says
+        which; arrival and admitted_at give its wait and response). Observers only read: they
+        must not call back into the scheduler. One observer costs one call; more, one more.
+        """
+        self._on_event = _chain(self._on_event, events)
+        self._on_grant = _chain(self._on_grant, grants)
+        self._on_finish = _chain(self._on_finish, finishes)
 
     @property
     def in_service(self) -> int:
@@ -268,7 +288,7 @@ class Scheduler:
         self._seq += 1
         jobs[job_id] = job
         self.stats.submitted += 1
-        if self.listener is not None:
+        if self._on_event is not None:
             self._emit("submit", job)
         if bypass:
             job.bypass = True
@@ -318,10 +338,10 @@ class Scheduler:
         self.running -= 1
         job.state = _DONE
         self.stats.completed += 1
-        if self.listener is not None:
+        if self._on_event is not None:
             self._emit("release", job)
-        if self.on_finish is not None:
-            self.on_finish(job, now)
+        if self._on_finish is not None:
+            self._on_finish(job, now)
         if not self._nonempty:
             self._blocked_until = _NEVER
             return []  # nothing waits: nothing to admit or time out (as _dispatch would find)
@@ -417,8 +437,8 @@ class Scheduler:
         self._now = now
 
     def _emit(self, kind: str, job: Job, detail: str = "") -> None:
-        if self.listener is not None:
-            self.listener(Event(kind, self._now, job.id, job.klass.name, detail))
+        if self._on_event is not None:
+            self._on_event(Event(kind, self._now, job.id, job.klass.name, detail))
 
     def _add_class_state(self, fingerprint: str, name: str, fork: int) -> _ClassState:
         st = _ClassState(fingerprint, name, len(self._classes), fork)
@@ -536,10 +556,10 @@ class Scheduler:
             self._rescore(st, fork)
         if not job.bypass:
             self.stats.admitted += 1
-        if self.listener is not None:
+        if self._on_event is not None:
             self._emit("grant", job, "bypass" if job.bypass else ("aged" if job.aged else ""))
-        if self.on_grant is not None:
-            self.on_grant(job, self._tasks)
+        if self._on_grant is not None:
+            self._on_grant(job, self._tasks)
 
     def _cancel(self, job: Job, now: float) -> list[Job]:
         """Take a queued job out (cancelled, or its client went away)."""
@@ -551,10 +571,10 @@ class Scheduler:
         if st.queue[0] is job:
             self._settle(st)
         self.stats.cancelled += 1
-        if self.listener is not None:
+        if self._on_event is not None:
             self._emit("cancel", job)
-        if self.on_finish is not None:
-            self.on_finish(job, now)
+        if self._on_finish is not None:
+            self._on_finish(job, now)
         return self._dispatch(now)
 
     def _oldest(self) -> Job | None:
@@ -575,8 +595,8 @@ class Scheduler:
                 self.stats.timed_out += 1
                 self.timed_out.append(job)
                 self._emit("timeout", job, f"waited {now - job.arrival:g}s")
-                if self.on_finish is not None:
-                    self.on_finish(job, now)
+                if self._on_finish is not None:
+                    self._on_finish(job, now)
 
     def _fits(self, job: Job) -> bool:
         budget = self.limits.threads
@@ -648,3 +668,15 @@ class Scheduler:
             self._admit(job, now)
             granted.append(job)
         return granted
+
+
+def _chain(first: Callable[..., None] | None, then: Callable[..., None] | None) -> Any:
+    """One callable that calls ``first`` and then ``then`` (either may be None)."""
+    if first is None or then is None:
+        return first if then is None else then
+
+    def both(*args: Any) -> None:
+        first(*args)
+        then(*args)
+
+    return both

@@ -135,7 +135,7 @@ class AdminMetrics:
         self.registry.register(self)  # collect() below
         self.scheduler = scheduler
         if scheduler is not None:
-            scheduler.on_finish = self.on_finish
+            scheduler.observe(finishes=self.on_finish)
         self.per_class: dict[str, _Counts] = {}  # the statements that left, by class name
         self.recent: deque[tuple[float, str, float, float]] = deque(maxlen=500)
 
@@ -341,7 +341,7 @@ def create_app(
             raise HTTPException(
                 422, f"unknown policy {change.policy!r}; choose from {', '.join(POLICIES)}"
             )
-        gate.apply(lambda now: scheduler.set_policy(change.policy, now))
+        gate.set_policy(change.policy)
         return await status()
 
     @app.put("/limits", dependencies=guard)
@@ -354,7 +354,7 @@ def create_app(
             limits = Limits(**current)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
-        gate.apply(lambda now: scheduler.set_limits(limits, now))
+        gate.set_limits(limits)
         return await status()
 
     @app.post("/model/reload", dependencies=guard)
@@ -365,7 +365,7 @@ def create_app(
             model = EtaModel.load(model_path)
         except ModelError as e:
             raise HTTPException(422, f"the model was not reloaded: {e}") from None
-        gate.apply(lambda now: scheduler.set_model(model, now))
+        gate.set_model(model)
         return {"reloaded": str(model_path), "classes": len(model.classes)}
 
     @app.get("/metrics", dependencies=guard)

@@ -9,15 +9,20 @@ Every job submitted is eventually released exactly once — by ``release`` (its 
 its client or backend died), by a rejection (timeout, cancel, queue full; the scheduler already
 forgot it) — so capacity always comes back.
 
-The lane (``lane`` and ``calm``, read by the connection on every statement) says when a
-statement about to be submitted is certain to be admitted at once: nothing queued, room under
-the MPL, no thread budget, no timer armed. The connection then forwards it first and submits it
-after, so the database starts on it while the scheduler does its bookkeeping.
+The interface, in the vocabulary of CockroachDB's admission package: a requester ``admit``-s
+(or ``submit``-s) a job under an id from ``new_job``/``job_ids`` and is told through its
+``AdmissionClient`` interface; ``release`` gives the capacity back. ``admits_at_once()`` is the
+granter's side-effect-free "would it be granted now" for the fast path: nothing queued, room
+under the MPL, no thread budget, no timer armed; the connection then forwards the statement
+first and admits it after, so the database starts on it while the scheduler does its
+bookkeeping. Control changes are methods (``set_policy``, ``set_limits``, ``set_model``);
+whoever wants to watch registers an observer on the scheduler (``Scheduler.observe``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 from collections import deque
 from collections.abc import Callable
@@ -25,18 +30,26 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from admission.classify import QueryClass
+from admission.model import EtaModel
+from admission.policies import Policy
 from admission.scheduler import Job, JobState, Limits, Scheduler
 from proxy.wire import protocol as pg
 
-__all__ = ["AdmissionGate", "GateStats"]
+__all__ = ["AdmissionClient", "AdmissionGate", "GateStats"]
 
 
-class Waiter(Protocol):
-    """Whoever submitted a job: told once, either way."""
+class AdmissionClient(Protocol):
+    """Whoever submitted a job (a client connection): told once, either way."""
 
     def admitted(self, job: int) -> None: ...
 
     def refused(self, job: int, sqlstate: str, message: str) -> None: ...
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The database process that runs this client's statements, when there is one (the
+        training sampler attributes that process's threads to the job)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -51,7 +64,9 @@ class AdmissionGate:
         self.scheduler = scheduler
         self.max_queue = max_queue
         self.stats = GateStats()
-        self._waiters: dict[int, Waiter] = {}
+        # job ids: unique among everything this gate sees (sessions draw from it directly)
+        self.job_ids = itertools.count(1)
+        self._waiters: dict[int, AdmissionClient] = {}
         self._deliveries: deque[tuple[Callable[..., None], tuple[object, ...]]] = deque()
         self._delivering = False
         self._timer: asyncio.TimerHandle | None = None
@@ -63,17 +78,17 @@ class AdmissionGate:
         # The scheduler's limits while the gate is calm — no timer armed (aging and queue
         # timeouts arm one only while a queued statement has a deadline) — else None. Calm, a
         # grant to the job just submitted and a release that admits nothing have nothing more
-        # to do (no deadline moves, nothing times out); ``s.limits is self.calm`` asks it in
+        # to do (no deadline moves, nothing times out); ``s.limits is self._calm`` asks it in
         # one test, twice per statement. Set by ``_arm_timer``, which ends every ``_after``;
         # limits changed behind the gate's back are a new object, so the test fails and
-        # ``_after`` runs. (Read-only outside.)
-        self.calm: Limits | None = None
-        # The lane: while ``scheduler.limits is calm``, a statement submitted when nothing is
-        # queued and fewer than ``lane`` statements are in service is admitted at once —
-        # ``admit`` returns True — so a caller may forward it before asking (the connection
-        # does). -1 when there is no such promise: not calm, a thread budget (whether a job
-        # fits depends on its class's fork), a zero queue limit, or inside a delivery.
-        self.lane = -1
+        # ``_after`` runs.
+        self._calm: Limits | None = None
+        # The lane: while ``scheduler.limits is _calm``, a statement submitted when nothing is
+        # queued and fewer than ``_lane`` statements are in service is admitted at once
+        # (``admits_at_once``). -1 when there is no such promise: not calm, a thread budget
+        # (whether a job fits depends on its class's fork), a zero queue limit, or inside a
+        # delivery.
+        self._lane = -1
         self._arm_timer()
 
     @property
@@ -85,15 +100,26 @@ class AdmissionGate:
         self._clock = self._loop.time
         return self._clock()
 
+    def new_job(self) -> int:
+        """A fresh job id."""
+        return next(self.job_ids)
+
+    def admits_at_once(self) -> bool:
+        """Whether a statement ``admit``-ted now is certain to be admitted at once (True is a
+        promise; False promises nothing). No side effects: the fast path asks it first and
+        forwards the statement before admitting it."""
+        s = self.scheduler
+        return not s.queued and s.running < self._lane and s.limits is self._calm
+
     def submit(
-        self, job: int, query_class: QueryClass, bypass: bool, sql: str, waiter: Waiter
+        self, job: int, query_class: QueryClass, bypass: bool, sql: str, waiter: AdmissionClient
     ) -> None:
         """Queue a statement; ``waiter.admitted(job)`` or ``waiter.refused(job, …)`` follows."""
         if self.admit(job, query_class, bypass, sql, waiter):
             waiter.admitted(job)
 
     def admit(
-        self, job: int, query_class: QueryClass, bypass: bool, sql: str, waiter: Waiter
+        self, job: int, query_class: QueryClass, bypass: bool, sql: str, waiter: AdmissionClient
     ) -> bool:
         """``submit`` for a caller that goes on at once when it may: True means admitted now
         (``waiter`` is not told); False means ``waiter`` is told later, either way."""
@@ -118,7 +144,7 @@ class AdmissionGate:
         if (
             len(granted) == 1
             and granted[0].id == job
-            and s.limits is self.calm
+            and s.limits is self._calm
             and not self._delivering  # (inside a delivery the FIFO tells it: never nested)
         ):
             return True  # the usual case: nothing waits, no timers, nothing else to tell
@@ -130,10 +156,10 @@ class AdmissionGate:
         self._waiters.pop(job, None)
         s = self.scheduler
         granted = s.complete(job, self._clock())
-        if granted or s.limits is not self.calm:  # (else the usual release: nothing to do)
+        if granted or s.limits is not self._calm:  # (else the usual release: nothing to do)
             self._after(granted)
 
-    def waiter(self, job: int) -> Waiter | None:
+    def client(self, job: int) -> AdmissionClient | None:
         """Who submitted ``job`` (while it is queued or in service)."""
         return self._waiters.get(job)
 
@@ -157,10 +183,16 @@ class AdmissionGate:
         """Re-run the decision now."""
         self._after(self.scheduler.tick(self.now))
 
-    def apply(self, change: Callable[[float], list[Job]]) -> None:
-        """Change the scheduler (limits, policy, model) now; the jobs the change admits are
-        told, like any other grant. ``change`` receives the current time."""
-        self._after(change(self.now))
+    # -- control: the jobs a change admits are told, like any other grant ----------------
+
+    def set_policy(self, policy: str | Policy) -> None:
+        self._after(self.scheduler.set_policy(policy, self.now))
+
+    def set_limits(self, limits: Limits) -> None:
+        self._after(self.scheduler.set_limits(limits, self.now))
+
+    def set_model(self, model: EtaModel) -> None:
+        self._after(self.scheduler.set_model(model, self.now))
 
     # -- internals -------------------------------------------------------------------------
 
@@ -190,7 +222,7 @@ class AdmissionGate:
         if self._delivering:
             return
         self._delivering = True
-        self.lane = -1
+        self._lane = -1
         try:
             while self._deliveries:
                 callback, args = self._deliveries.popleft()
@@ -198,7 +230,7 @@ class AdmissionGate:
         finally:
             self._delivering = False
             if self._deliveries:  # a callback raised: the next admit or release delivers
-                self.calm = None
+                self._calm = None
             # (the lane stays shut until _arm_timer, which ends every _after, opens it)
 
     def _arm_timer(self) -> None:
@@ -223,21 +255,21 @@ class AdmissionGate:
         # No timer armed: no queued statement has a deadline (one that had would have armed
         # it), so until a statement is queued — which takes the long way — nothing can time
         # out and no deadline can move.
-        self.calm = limits if self._timer is None else None
+        self._calm = limits if self._timer is None else None
         self._open_lane()
 
     def _open_lane(self) -> None:
-        """Set ``lane`` (see ``__init__``) from the calm limits."""
-        limits = self.calm
+        """Set ``_lane`` (see ``__init__``) from the calm limits."""
+        limits = self._calm
         if (
             limits is None
             or self._delivering
             or limits.threads is not None
             or (self.max_queue is not None and self.max_queue < 1)
         ):
-            self.lane = -1
+            self._lane = -1
         else:
-            self.lane = sys.maxsize if limits.mpl is None else limits.mpl
+            self._lane = sys.maxsize if limits.mpl is None else limits.mpl
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -209,7 +209,9 @@ class ClientConnection(asyncio.Protocol):
     def __init__(self, server: ProxyServer) -> None:
         self.server = server
         self.session = ProxySession(
-            tls_available=server.tls is not None, max_message=server.max_message
+            tls_available=server.tls is not None,
+            max_message=server.max_message,
+            job_ids=server.gate.job_ids,
         )
         self.transport: asyncio.Transport | None = None
         self.backend: _Backend | None = None
@@ -241,9 +243,8 @@ class ClientConnection(asyncio.Protocol):
             return
         job, query_class, bypass, sql = submit
         gate = self.server.gate
-        s = gate.scheduler
-        if not s.queued and s.running < gate.lane and s.limits is gate.calm:
-            # Admitted at once for certain (AdmissionGate.lane): the database starts on it
+        if gate.admits_at_once():
+            # Admitted at once for certain: the database starts on it
             # while the gate does its bookkeeping (about 10 µs a statement at -c 1: README).
             session.fast_sent = True
             self._server_write(data)

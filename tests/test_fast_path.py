@@ -359,7 +359,7 @@ def test_a_message_over_the_size_limit_goes_to_the_general_path(impl: Impl) -> N
 def test_a_statement_forwarded_ahead_of_admit_and_then_refused_runs_uncounted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The connection forwards a statement before ``admit`` only while the gate's lane
+    """The connection forwards a statement before ``admit`` only while the gate
     promises admission at once. Were the promise broken, the statement has already gone: it
     runs outside the count (and a warning says so) rather than being queued and sent again."""
 
@@ -375,7 +375,7 @@ def test_a_statement_forwarded_ahead_of_admit_and_then_refused_runs_uncounted(
         conn._server_write = backend.transport.write
         conn.from_server(AUTH_OK + RFQ)
         assert gate.admit(10**9, QueryClass("fp:b", "b"), False, "x", Waiter())  # MPL 1 used
-        gate.lane = 99  # a broken promise: the lane says yes, the MPL says no
+        gate._lane = 99  # a broken promise: the lane says yes, the MPL says no
         query = m("Q", cstr("select 1"))
         with caplog.at_level("WARNING", logger="admission.proxy"):
             conn.data_received(query)
@@ -392,3 +392,29 @@ def test_a_statement_forwarded_ahead_of_admit_and_then_refused_runs_uncounted(
         assert scheduler.running == 0 and bytes(backend.transport.data) == query * 2
 
     asyncio.run(run())
+
+
+def test_the_c_fast_path_contract_names_attributes_a_session_has() -> None:
+    """``FAST_PATH_FIELDS`` is what the C module reads and writes by name: each is an
+    attribute of a fresh session (but ``buffer``, its scanner's, and ``control``, a class's)."""
+    from proxy.wire.session import FAST_PATH_FIELDS
+
+    session = ProxySession()
+    owners = {"buffer": session._client, "control": QueryClass("fp:x", "x")}
+    missing = [n for n in FAST_PATH_FIELDS if not hasattr(owners.get(n, session), n)]
+    assert not missing
+    assert len(set(FAST_PATH_FIELDS)) == len(FAST_PATH_FIELDS)
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS)
+def test_sessions_of_one_gate_draw_job_ids_from_it(impl: Impl) -> None:
+    gate = AdmissionGate(Scheduler(None, "fcfs", Limits()))
+    ids = []
+    for _ in range(2):
+        session = ProxySession(job_ids=gate.job_ids)
+        session.client_data(startup())
+        session.server_data(AUTH_OK + RFQ)
+        submit = impl[0](session, m("Q", cstr("select 1")))
+        assert submit is not None
+        ids.append(submit[0])
+    assert len(set(ids)) == 2 and gate.new_job() not in ids

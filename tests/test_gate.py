@@ -65,7 +65,7 @@ def test_with_a_queue_timeout_every_grant_goes_through_the_waiter() -> None:
         assert gate.admit(1, A, False, "a", first)  # nothing queued, no timer: at once
         assert first.told == []
         assert not gate.admit(2, A, False, "a", second)
-        assert gate._timer is not None and gate.calm is None  # 2's deadline
+        assert gate._timer is not None and gate._calm is None  # 2's deadline
         await asyncio.sleep(0.2)
         assert second.told == [("57014", 2)]
         gate.release(1)
@@ -158,41 +158,35 @@ def test_deliveries_left_by_a_raising_callback_go_out_with_the_next_release() ->
     asyncio.run(run())
 
 
-def _in_lane(gate: AdmissionGate) -> bool:
-    """What the connection asks before it forwards a statement ahead of ``admit``."""
-    s = gate.scheduler
-    return not s.queued and s.running < gate.lane and s.limits is gate.calm
-
-
 def test_the_lane_is_open_only_when_admission_is_certain() -> None:
     async def run() -> None:
         gate = AdmissionGate(Scheduler(None, "fcfs", Limits(mpl=2)))
-        assert gate.lane == 2 and _in_lane(gate)
+        assert gate._lane == 2 and gate.admits_at_once()
         assert gate.admit(1, A, False, "a", Recorder())
-        assert _in_lane(gate)
+        assert gate.admits_at_once()
         assert gate.admit(2, A, False, "a", Recorder())
-        assert not _in_lane(gate)  # the MPL is reached
+        assert not gate.admits_at_once()  # the MPL is reached
         gate.release(2)
-        assert _in_lane(gate)
+        assert gate.admits_at_once()
         gate.scheduler.set_limits(Limits(mpl=2), gate.now)  # behind the gate's back
-        assert not _in_lane(gate)  # until the gate has seen the new limits
+        assert not gate.admits_at_once()  # until the gate has seen the new limits
         gate.release(1)
-        assert _in_lane(gate)
-        gate.apply(lambda now: gate.scheduler.set_limits(Limits(mpl=2, threads=4), now))
-        assert gate.lane == -1 and not _in_lane(gate)  # a thread budget
+        assert gate.admits_at_once()
+        gate.set_limits(Limits(mpl=2, threads=4))
+        assert gate._lane == -1 and not gate.admits_at_once()  # a thread budget
         for limits in (Limits(mpl=1, max_wait=1.0), Limits(mpl=1, queue_timeout=1)):
-            gate.apply(lambda now, limits=limits: gate.scheduler.set_limits(limits, now))
-            assert gate.lane == 1 and _in_lane(gate), limits  # no timer armed yet
+            gate.set_limits(limits)
+            assert gate._lane == 1 and gate.admits_at_once(), limits  # no timer armed yet
             assert gate.admit(3, A, False, "a", Recorder())
             assert not gate.admit(4, A, False, "a", Recorder())  # queued: a timer is armed
-            assert gate.lane == -1 and not _in_lane(gate), limits
+            assert gate._lane == -1 and not gate.admits_at_once(), limits
             gate.release(3)  # admits 4: nothing queued, the timer goes
-            assert gate.lane == 1 and not _in_lane(gate)  # (4 holds the MPL)
+            assert gate._lane == 1 and not gate.admits_at_once()  # (4 holds the MPL)
             gate.release(4)
-            assert _in_lane(gate)
-        gate.apply(lambda now: gate.scheduler.set_limits(Limits(), now))
-        assert gate.lane > 1_000_000 and _in_lane(gate)  # no MPL
-        assert AdmissionGate(Scheduler(None, "fcfs", Limits()), max_queue=0).lane == -1
+            assert gate.admits_at_once()
+        gate.set_limits(Limits())
+        assert gate._lane > 1_000_000 and gate.admits_at_once()  # no MPL
+        assert AdmissionGate(Scheduler(None, "fcfs", Limits()), max_queue=0)._lane == -1
 
     asyncio.run(run())
 
@@ -208,16 +202,16 @@ def test_the_lane_is_shut_inside_a_delivery() -> None:
         class Looking(Recorder):
             def admitted(self, job: int) -> None:
                 gate.release(1)  # room again, nothing queued
-                seen.append(_in_lane(gate))
+                seen.append(gate.admits_at_once())
                 gate.wake()  # the gate runs its bookkeeping from inside the delivery
-                seen.append(_in_lane(gate))
+                seen.append(gate.admits_at_once())
 
         for job in (1, 8, 9):
             assert gate.admit(job, A, False, "a", Recorder())
         assert not gate.admit(2, A, False, "a", Looking())
         gate.release(9)  # admits 2: its callback looks
         assert seen == [False, False]
-        assert _in_lane(gate)  # open again once the delivery is over
+        assert gate.admits_at_once()  # open again once the delivery is over
         for job in (2, 8):
             gate.release(job)
         assert gate.scheduler.running == 0
@@ -262,7 +256,7 @@ def test_a_statement_in_the_lane_is_always_admitted_at_once(
         classes = [A, B]
         for n, (step, arg) in enumerate(steps, start=1):
             if step in ("admit", "bypass"):
-                lane = _in_lane(gate)
+                lane = gate.admits_at_once()
                 admitted = gate.admit(n, classes[arg % 2], step == "bypass", "x", Recorder())
                 assert admitted or not lane, (n, step)
                 live.append(n)
@@ -272,7 +266,7 @@ def test_a_statement_in_the_lane_is_always_admitted_at_once(
                 gate.cancel(live[arg % len(live)])
             elif step == "limits":
                 limits = limits_choices[arg % len(limits_choices)]
-                gate.apply(lambda now, limits=limits: gate.scheduler.set_limits(limits, now))
+                gate.set_limits(limits)
             elif step == "behind":
                 gate.scheduler.set_limits(limits_choices[arg % len(limits_choices)], gate.now)
         for job in live:

@@ -176,3 +176,21 @@ def test_capacity_never_exceeded_at_grant() -> None:
         s.submit(i, CLASSES[i % 3], float(i))
         assert s.in_service <= 4 and s.threads_in_use <= 7
     assert s.in_service + s.queued == 50
+
+
+def test_observers_are_registered_not_replaced() -> None:
+    """Two observers of each kind both hear every change, in the order registered."""
+    heard: list[tuple[str, object]] = []
+    s = Scheduler(None, "fcfs", Limits(mpl=1), listener=lambda e: heard.append(("e1", e.kind)))
+    s.observe(events=lambda e: heard.append(("e2", e.kind)))
+    s.observe(grants=lambda job, n: heard.append(("g1", job.id)))
+    s.observe(grants=lambda job, n: heard.append(("g2", job.id)))
+    s.observe(finishes=lambda job, now: heard.append(("f1", job.state.value)))
+    s.observe(finishes=lambda job, now: heard.append(("f2", job.state.value)))
+    s.submit(1, "fp:a", 0.0)
+    s.complete(1, 1.0)
+    kinds = [who for who, _ in heard]
+    assert kinds[:2] == ["e1", "e2"]  # submit
+    assert ["g1", "g2"] == [k for k in kinds if k.startswith("g")]
+    assert [("f1", "done"), ("f2", "done")] == [h for h in heard if h[0].startswith("f")]
+    assert kinds.count("e1") == kinds.count("e2") >= 3  # submit, grant, release

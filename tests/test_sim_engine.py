@@ -43,7 +43,7 @@ def test_thread_budget_and_mpl_are_never_exceeded() -> None:
             peaks["threads"] = max(peaks["threads"], engine.scheduler.threads_in_use)
             peaks["jobs"] = max(peaks["jobs"], engine.scheduler.in_service)
 
-    engine.scheduler.listener = watch
+    engine.scheduler.observe(events=watch)
     engine.run()
     assert 0 < peaks["threads"] <= 40 and peaks["jobs"] == 3
 

@@ -131,8 +131,8 @@ class _Target:
 
     def describe(self, job: Hashable) -> tuple[str, int | None]:
         record = self.proxy.gate.scheduler.job(job)
-        waiter = self.proxy.gate.waiter(job)  # type: ignore[arg-type]
-        pid = getattr(waiter, "backend_pid", None)
+        client = self.proxy.gate.client(job)  # type: ignore[arg-type]
+        pid = client.backend_pid if client is not None else None
         return (record.fingerprint if record is not None else "?"), pid
 
     def jobs(self, weights: dict[str, float], profile: bool = False) -> Jobs:
@@ -168,7 +168,7 @@ class _Target:
     def set_mpl(self, mpl: int | None) -> None:
         gate = self.proxy.gate
         limits = Limits(mpl=mpl)
-        self.proxy.call(lambda: gate.apply(lambda now: gate.scheduler.set_limits(limits, now)))
+        self.proxy.call(lambda: gate.set_limits(limits))
 
     def close(self) -> None:
         self.proxy.close()

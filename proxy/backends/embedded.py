@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
-import itertools
 import json
 import logging
 import re
@@ -48,7 +47,6 @@ from proxy.wire.framing import STARTUP, Frame, FrameScanner
 __all__ = ["DuckDBBackend", "EmbeddedServer", "Measurement"]
 
 log = logging.getLogger("admission.duckdb")
-_jobs = itertools.count(1)
 _INT16 = struct.Struct("!h")
 _INT32 = struct.Struct("!i")
 _PARAM = re.compile(r"\$(\d+)")
@@ -613,10 +611,16 @@ class EmbeddedConnection(asyncio.Protocol):
 
     # admission
 
+    @property
+    def backend_pid(self) -> int | None:
+        """None: no process of its own runs this client's statements (DuckDB's threads are
+        this process's; training samples them directly)."""
+        return None
+
     async def _admit(self, sql: str) -> None:
         if self.batch.job is not None:
             return
-        job = next(_jobs)
+        job = self.server.gate.new_job()
         query_class = classify_sql(sql)
         self.batch.class_name = query_class.name
         bypass = query_class.control or self.status != b"I"

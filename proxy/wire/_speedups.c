@@ -10,14 +10,22 @@
 #include <Python.h>
 #include <string.h>
 
-static PyObject *READY;   /* State.READY */
-static PyObject *JOB_IDS; /* the session module's job id counter */
+static PyObject *READY; /* State.READY */
 static PyObject *EMPTY_BYTES, *EMPTY_STR;
 
+/* The attribute names these functions use, interned by setup() from the session module's
+ * FAST_PATH_FIELDS (the contract lives there, in Python), in this order. */
 static PyObject *s_fast_job, *s_state, *s_jobs, *s_queue, *s_replies, *s_discard_to_sync,
     *s_client, *s_buffer, *s_fast_path, *s_max_message, *s_statements, *s_portals,
     *s_classify, *s_control, *s_transaction_status, *s_fast_data, *s_fast_sql, *s_fast_sent,
-    *s_server_buf;
+    *s_server_buf, *s_job_ids;
+static PyObject **const FIELDS[] = {
+    &s_fast_job, &s_state, &s_jobs, &s_queue, &s_replies, &s_discard_to_sync,
+    &s_client, &s_buffer, &s_fast_path, &s_max_message, &s_statements, &s_portals,
+    &s_classify, &s_control, &s_transaction_status, &s_fast_data, &s_fast_sql, &s_fast_sent,
+    &s_server_buf, &s_job_ids,
+};
+#define N_FIELDS ((Py_ssize_t)(sizeof(FIELDS) / sizeof(FIELDS[0])))
 
 static uint32_t
 be32(const unsigned char *p)
@@ -218,7 +226,7 @@ fast_client(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
 
     PyObject *classify = NULL, *query_class = NULL, *job = NULL, *status = NULL;
-    PyObject *result = NULL;
+    PyObject *job_ids = NULL, *result = NULL;
     int bypass;
     classify = PyObject_GetAttr(session, s_classify);
     if (classify == NULL)
@@ -226,7 +234,10 @@ fast_client(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     query_class = PyObject_CallOneArg(classify, sql);
     if (query_class == NULL)
         goto done;
-    job = PyIter_Next(JOB_IDS);
+    job_ids = PyObject_GetAttr(session, s_job_ids);
+    if (job_ids == NULL)
+        goto done;
+    job = PyIter_Next(job_ids);
     if (job == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_RuntimeError, "job ids ran out");
@@ -253,6 +264,7 @@ fast_client(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 done:
     Py_XDECREF(status);
     Py_XDECREF(job);
+    Py_XDECREF(job_ids);
     Py_XDECREF(query_class);
     Py_XDECREF(classify);
     Py_DECREF(sql);
@@ -312,11 +324,25 @@ fast_server(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *
 setup(PyObject *module, PyObject *args)
 {
-    PyObject *ready, *job_ids;
-    if (!PyArg_ParseTuple(args, "OO", &ready, &job_ids))
+    PyObject *ready, *names;
+    if (!PyArg_ParseTuple(args, "OO!", &ready, &PyTuple_Type, &names))
         return NULL;
+    if (PyTuple_GET_SIZE(names) != N_FIELDS) {
+        PyErr_Format(PyExc_ValueError, "setup() needs %zd field names, not %zd", N_FIELDS,
+                     PyTuple_GET_SIZE(names));
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < N_FIELDS; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_CheckExact(name)) {
+            PyErr_SetString(PyExc_TypeError, "setup() takes field names as str");
+            return NULL;
+        }
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        Py_XSETREF(*FIELDS[i], name);
+    }
     Py_XSETREF(READY, Py_NewRef(ready));
-    Py_XSETREF(JOB_IDS, Py_NewRef(job_ids));
     Py_RETURN_NONE;
 }
 
@@ -326,7 +352,7 @@ static PyMethodDef methods[] = {
     {"fast_server", (PyCFunction)(void (*)(void))fast_server, METH_FASTCALL,
      "ProxySession.fast_server(session, data), in C."},
     {"setup", setup, METH_VARARGS,
-     "setup(State.READY, job_ids): the session module's objects these use."},
+     "setup(State.READY, FAST_PATH_FIELDS): the state and attribute names these use."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -338,29 +364,6 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-#define NAME(var, text)                                \
-    if ((var = PyUnicode_InternFromString(text)) == NULL) \
-        return NULL;
-    NAME(s_fast_job, "_fast_job")
-    NAME(s_state, "state")
-    NAME(s_jobs, "_jobs")
-    NAME(s_queue, "_queue")
-    NAME(s_replies, "_replies")
-    NAME(s_discard_to_sync, "_discard_to_sync")
-    NAME(s_client, "_client")
-    NAME(s_buffer, "buffer")
-    NAME(s_fast_path, "fast_path")
-    NAME(s_max_message, "_max_message")
-    NAME(s_statements, "_statements")
-    NAME(s_portals, "_portals")
-    NAME(s_classify, "classify")
-    NAME(s_control, "control")
-    NAME(s_transaction_status, "transaction_status")
-    NAME(s_fast_data, "_fast_data")
-    NAME(s_fast_sql, "_fast_sql")
-    NAME(s_fast_sent, "fast_sent")
-    NAME(s_server_buf, "_server_buf")
-#undef NAME
     if ((EMPTY_BYTES = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
         return NULL;
     if ((EMPTY_STR = PyUnicode_FromStringAndSize(NULL, 0)) == NULL)

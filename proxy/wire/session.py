@@ -46,7 +46,7 @@ from __future__ import annotations
 import itertools
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -68,7 +68,6 @@ __all__ = [
     "Submit",
 ]
 
-_job_ids = itertools.count(1)
 _TYPED = struct.Struct("!BI")
 
 
@@ -198,8 +197,12 @@ class ProxySession:
         tls_available: bool = False,
         max_message: int = DEFAULT_MAX_MESSAGE,
         classify: Callable[[str], QueryClass] = classify_sql,
+        job_ids: Iterator[int] | None = None,
     ) -> None:
         self.state = State.STARTUP
+        # where job ids come from: the admission gate's (``AdmissionGate.job_ids``), so ids
+        # are unique among everything one gate sees; a session alone counts its own
+        self.job_ids = job_ids if job_ids is not None else itertools.count(1)
         self.tls_available = tls_available
         self.classify = classify
         self.backend_key: tuple[int, int] | None = None
@@ -325,7 +328,7 @@ class ProxySession:
                 return None  # the general path reports it
             sql = self._portals.get(portal, "")
         query_class = self.classify(sql)
-        job = next(_job_ids)
+        job = next(self.job_ids)
         self._fast_job = job
         self._fast_data = data
         self._fast_sql = sql
@@ -548,7 +551,7 @@ class ProxySession:
 
     def _submit(self, batch: _Batch) -> Submit:
         """Make ``batch`` a job for the scheduler, classified by its SQL."""
-        job = batch.job = next(_job_ids)
+        job = batch.job = next(self.job_ids)
         batch.submitted = True
         self._jobs[job] = batch
         sql = batch.sql or ""
@@ -753,6 +756,32 @@ def _startup_parameters(body: bytes) -> dict[str, str]:
 # ``fast_client(session, data)`` and ``fast_server(session, data)``: the methods above, or the
 # same in C (proxy/wire/_speedups.c, built by the install when a C compiler is there; set
 # ADMISSION_PURE_PYTHON=1 to use the Python methods anyway).
+
+# The C fast path's contract: the attributes it reads and writes, in the order its ``setup``
+# takes them (a session's, but ``buffer``, its client FrameScanner's, and ``control``, a
+# QueryClass's). Renaming one of them means renaming it here; a test holds a session to it.
+FAST_PATH_FIELDS = (
+    "_fast_job",
+    "state",
+    "_jobs",
+    "_queue",
+    "_replies",
+    "_discard_to_sync",
+    "_client",
+    "buffer",
+    "fast_path",
+    "_max_message",
+    "_statements",
+    "_portals",
+    "classify",
+    "control",
+    "transaction_status",
+    "_fast_data",
+    "_fast_sql",
+    "fast_sent",
+    "_server_buf",
+    "job_ids",
+)
 FastClient = Callable[[ProxySession, bytes], "FastSubmit | None"]
 FastServer = Callable[[ProxySession, bytes], "int | None"]
 
@@ -761,7 +790,7 @@ def _fast_functions() -> tuple[FastClient, FastServer, bool]:
     speedups = native("proxy.wire._speedups")
     if speedups is None:
         return ProxySession.fast_client, ProxySession.fast_server, False
-    speedups.setup(State.READY, _job_ids)
+    speedups.setup(State.READY, FAST_PATH_FIELDS)
     return speedups.fast_client, speedups.fast_server, True
 
 

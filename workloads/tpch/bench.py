@@ -161,8 +161,7 @@ def run_bench(
             order = list(config.policies)
             random.Random(config.seed * 7919 + rep).shuffle(order)
             for policy in order:
-                switch = _switch(gate.scheduler, policy, _limits(config, policy))
-                proxy.call(functools.partial(gate.apply, switch))
+                proxy.call(functools.partial(_switch, gate, policy, _limits(config, policy)))
                 before = (gate.scheduler.stats.aged, gate.stats.timed_out)
                 progress(f"repetition {rep + 1}/{config.repetitions}: {policy}")
                 load = run_closed(
@@ -192,14 +191,10 @@ def run_bench(
     return result
 
 
-def _switch(scheduler: Any, policy: str, limits: Limits) -> Callable[[float], list[Any]]:
-    """The scheduler change for one run: "none" is FCFS without limits."""
-
-    def change(now: float) -> list[Any]:
-        granted = list(scheduler.set_policy("fcfs" if policy == "none" else policy, now))
-        return granted + list(scheduler.set_limits(limits, now))
-
-    return change
+def _switch(gate: Any, policy: str, limits: Limits) -> None:
+    """The gate's settings for one run: "none" is FCFS without limits."""
+    gate.set_policy("fcfs" if policy == "none" else policy)
+    gate.set_limits(limits)
 
 
 def _demands(model: EtaModel, mix: Mix, dialect: Dialect, sf: float) -> dict[int, float]:
