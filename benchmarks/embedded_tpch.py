@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import psycopg
 
-from tests.pgcluster import connect_when_ready, free_port
+from testing.pgcluster import connect_when_ready, free_port
 from workloads.tpch import QUERY_NUMBERS, draw_parameters, render_query
 from workloads.tpch.data import generate, load_duckdb
 

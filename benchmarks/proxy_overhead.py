@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.pgcluster import Cluster, free_port, start_cluster
+from testing.pgcluster import Cluster, free_port, start_cluster
 
 RELAY = """
 import asyncio, sys

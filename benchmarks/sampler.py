@@ -18,7 +18,7 @@ import time
 import duckdb
 import psycopg
 
-from tests.pgcluster import start_cluster
+from testing.pgcluster import start_cluster
 from training.estimate import Estimator
 from training.proc import ThreadProbe
 from training.sampler import DuckDBJobs, Jobs, PostgresJobs, Recorder

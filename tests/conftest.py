@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.pgcluster import Cluster, start_cluster
-from tests.proxyharness import ProxyHarness
+from testing.pgcluster import Cluster, start_cluster
+from testing.proxyharness import ProxyHarness
 
 
 @pytest.fixture(scope="session")

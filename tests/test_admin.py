@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from admission import ClassProfile, EtaModel, Limits, classify_sql
-from tests.proxyharness import ProxyHarness
+from testing.proxyharness import ProxyHarness
 
 MakeProxy = Callable[..., ProxyHarness]
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from admission.scheduler import Limits
-from tests.pgcluster import Cluster
+from testing.pgcluster import Cluster
 from workloads.tpch.bench import BenchConfig, _limits
 from workloads.tpch.mixes import MIXES
 

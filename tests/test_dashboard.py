@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from admission import ClassProfile, EtaModel, Limits, classify_sql
-from tests.proxyharness import ProxyHarness
+from testing.proxyharness import ProxyHarness
 
 MakeProxy = Callable[..., ProxyHarness]
 FLAGS = [

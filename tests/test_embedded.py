@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 from admission import Limits
 from proxy.backends.embedded import Measurement
-from tests.embeddedharness import Embedded
+from testing.embeddedharness import Embedded
 
 
 def _items(con: duckdb.DuckDBPyConnection) -> None:

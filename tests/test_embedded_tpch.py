@@ -20,8 +20,8 @@ import pytest
 import sqlalchemy as sa
 
 from admission import Limits
-from tests.embeddedharness import Embedded
-from tests.pgcluster import connect_when_ready, free_port
+from testing.embeddedharness import Embedded
+from testing.pgcluster import connect_when_ready, free_port
 from workloads.tpch import QUERY_NUMBERS, draw_parameters, render_query
 from workloads.tpch.data import generate, load_duckdb
 

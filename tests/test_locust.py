@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from admission import Limits
-from tests.embeddedharness import Embedded
+from testing.embeddedharness import Embedded
 from workloads.tpch.data import generate, load_duckdb
 from workloads.tpch.mixes import MIXES
 

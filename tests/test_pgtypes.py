@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from proxy.backends.pgtypes import encode_binary, encode_text, pg_type
-from tests.pgcluster import Cluster
+from testing.pgcluster import Cluster
 
 CASES = [
     # (DuckDB expression, PostgreSQL expression, PostgreSQL type name)

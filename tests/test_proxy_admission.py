@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from admission import ClassProfile, EtaModel, Limits
-from tests.pgcluster import Cluster, free_port
-from tests.proxyharness import ProxyHarness
+from testing.pgcluster import Cluster, free_port
+from testing.proxyharness import ProxyHarness
 
 MakeProxy = Callable[..., ProxyHarness]
 

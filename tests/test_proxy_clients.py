@@ -20,8 +20,8 @@ import trustme
 from sqlalchemy import Integer, String, create_engine, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from tests.pgcluster import USERS, Cluster
-from tests.proxyharness import ProxyHarness
+from testing.pgcluster import USERS, Cluster
+from testing.proxyharness import ProxyHarness
 
 
 def connect(proxy: ProxyHarness, user: str = "postgres", **kw: object) -> psycopg.Connection:

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from admission import classify_sql
-from tests.pgcluster import Cluster
+from testing.pgcluster import Cluster
 from workloads.tpch import QUERY_NUMBERS, draw_parameters, render_query
 from workloads.tpch.data import generate, load_duckdb, load_postgres
 from workloads.tpch.mixes import MIXES, mix_by_name

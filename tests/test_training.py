@@ -20,7 +20,7 @@ import pytest
 
 from admission import EtaModel, Scheduler
 from admission.classify import classify_sql
-from tests.pgcluster import Cluster, connect_when_ready, free_port
+from testing.pgcluster import Cluster, connect_when_ready, free_port
 from training.estimate import Completed, Estimator, attribute, phases_of, pooled_phases
 from training.train import TrainConfig, TrainResult, train
 from workloads.tpch import draw_parameters, render_query

@@ -21,7 +21,7 @@ from proxy.admin import AdminMetrics, create_app
 from proxy.app import AdminServer
 from proxy.gate import AdmissionGate
 from proxy.server import BackendAddress, ProxyServer
-from tests.pgcluster import free_port
+from testing.pgcluster import free_port
 
 T = TypeVar("T")
 
