@@ -6,9 +6,11 @@ COPY admission admission
 COPY proxy proxy
 COPY training training
 COPY workloads workloads
+COPY lab lab
+COPY cli cli
 # a C compiler for the install only (the two C modules), removed in the same layer
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && pip install --no-cache-dir ".[load]" \
+    && pip install --no-cache-dir ".[all,load]" \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*
 ENV ADMISSION_DATA=/data
 EXPOSE 6432 6433

@@ -1,4 +1,8 @@
-"""Assemble and run the proxy from a configuration (what ``admission serve`` does)."""
+"""Assemble and run the proxy from a configuration (what ``admission serve`` does).
+
+The proxy knows no workload: data to load into the embedded DuckDB database comes as the
+configuration's ``prepare`` callback (the command line and the lab give one that loads TPC-H).
+"""
 
 from __future__ import annotations
 
@@ -11,15 +15,20 @@ import ssl
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from admission.model import EtaModel
-from admission.scheduler import Event, Limits, Scheduler
+from admission.scheduler import Limits, Scheduler
 from proxy.admin import AdminMetrics
 from proxy.gate import AdmissionGate
 from proxy.server import BackendAddress, Listener, ProxyServer
 
+if TYPE_CHECKING:
+    import duckdb
+
 Progress = Callable[[str], None]
+# Fills the embedded backend's DuckDB connection before the proxy accepts clients.
+Prepare = Callable[["duckdb.DuckDBPyConnection", Progress], None]
 
 
 def _quiet(_message: str) -> None:
@@ -46,22 +55,18 @@ class ProxyConfig:
     admin_port: int = 6433
     admin_token: str | None = None
     database: str = ":memory:"  # the embedded backend's DuckDB database
-    tpch: float | None = None  # TPC-H scale factor to generate and load into it
+    prepare: Prepare | None = None  # loads data into it before clients are accepted
+    dataset: str | None = None  # what ``prepare`` loads, for the log ("TPC-H SF 1")
     workers: int = 8  # the embedded backend's worker threads (statements running at once)
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
-def build(
-    config: ProxyConfig,
-    progress: Progress = _quiet,
-    listener: Callable[[Event], None] | None = None,
-) -> tuple[Listener, AdminMetrics]:
+def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, AdminMetrics]:
     """The front end, and the metrics its scheduler feeds (for the admin API).
-    With the embedded backend this opens the DuckDB database and loads TPC-H if asked.
-    ``listener`` receives every scheduler event (training records admissions)."""
-    scheduler = Scheduler(config.model, config.policy, config.limits, listener=listener)
+    With the embedded backend this opens the DuckDB database and runs ``config.prepare``."""
+    scheduler = Scheduler(config.model, config.policy, config.limits)
     metrics = AdminMetrics(scheduler)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
     if config.backend is None:
@@ -78,19 +83,16 @@ def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress
     from proxy.backends.embedded import DuckDBBackend, EmbeddedServer
 
     backend = DuckDBBackend(config.database, workers=config.workers)
-    if config.tpch is not None:
-        from workloads.tpch.data import generate, load_duckdb
-
-        data = generate(config.tpch, progress=progress)
-        load_duckdb(backend.connection, data, config.tpch, progress=progress)
+    if config.prepare is not None:
+        config.prepare(backend.connection, progress)
     return EmbeddedServer(gate, backend, max_message=config.max_message)
 
 
 def describe_backend(config: ProxyConfig) -> str:
     if config.backend is not None:
         return f"postgresql://{config.backend}"
-    tpch = f" TPC-H SF {config.tpch:g}" if config.tpch is not None else ""
-    return f"duckdb:{config.database}{tpch}"
+    dataset = f" {config.dataset}" if config.dataset is not None else ""
+    return f"duckdb:{config.database}{dataset}"
 
 
 async def serve(
@@ -194,12 +196,7 @@ class BackgroundProxy:
     """The proxy on an event loop of its own, in a thread of this process: for training and
     benchmarks, which drive it and read its scheduler while clients connect over TCP."""
 
-    def __init__(
-        self,
-        config: ProxyConfig,
-        progress: Progress = _quiet,
-        listener: Callable[[Event], None] | None = None,
-    ) -> None:
+    def __init__(self, config: ProxyConfig, progress: Progress = _quiet) -> None:
         import threading
 
         try:
@@ -208,7 +205,7 @@ class BackgroundProxy:
             self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
         except ImportError:
             self.loop = asyncio.new_event_loop()
-        self.server, self.metrics = build(config, progress, listener)
+        self.server, self.metrics = build(config, progress)
         self.gate = self.server.gate
         self.thread = threading.Thread(target=self.loop.run_forever, name="proxy", daemon=True)
         self.thread.start()

@@ -141,7 +141,7 @@ def test_reload_without_a_model_file(make_proxy: MakeProxy) -> None:
 def test_cli_refuses_an_unprotected_admin_api_beyond_loopback() -> None:
     from typer.testing import CliRunner
 
-    from admission.cli import app
+    from cli.app import app
 
     result = CliRunner().invoke(
         app, ["serve", "--backend", "postgresql://127.0.0.1:1", "--admin", "0.0.0.0:6433"]

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from admission.scheduler import Limits
+from lab.bench import BenchConfig, _limits
 from testing.pgcluster import Cluster
-from workloads.tpch.bench import BenchConfig, _limits
 from workloads.tpch.mixes import MIXES
 
 ADMISSION = str(Path(sys.executable).with_name("admission"))

@@ -20,9 +20,10 @@ import pytest
 
 from admission import EtaModel, Scheduler
 from admission.classify import classify_sql
+from lab.train import train
 from testing.pgcluster import Cluster, connect_when_ready, free_port
 from training.estimate import Completed, Estimator, attribute, phases_of, pooled_phases
-from training.train import TrainConfig, TrainResult, train
+from training.train import TrainConfig, TrainResult
 from workloads.tpch import draw_parameters, render_query
 
 ADMISSION = str(Path(sys.executable).with_name("admission"))
@@ -211,7 +212,7 @@ def test_train_against_a_server_without_proc_access(
     """A server on another machine: tasks from pg_stat_activity, CPU estimated, and said so."""
     import training.train as trainer
 
-    monkeypatch.setattr(trainer._Target, "_local_postmaster", lambda self: None)
+    monkeypatch.setattr(trainer._Probes, "_local_postmaster", lambda self: None)
     pg.psql("drop database if exists tpch_remote")
     pg.psql("create database tpch_remote")
     url = f"postgresql://postgres@127.0.0.1:{pg.port}/tpch_remote"

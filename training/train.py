@@ -10,6 +10,9 @@
    statement started finishes), so nothing straddles the window's ends.
 3. The model file is written atomically, with a per-class table and an η heat map.
 
+Both phases run through a proxy in this process in front of a database with TPC-H loaded, which
+the caller provides (``lab.train`` builds it); this module measures, it does not load data.
+
 Ctrl-C during the concurrent run stops the load and writes a model from what was measured if
 every class completed at least once (the notes say so); otherwise nothing is written. A model
 file is never left half-written.
@@ -31,12 +34,10 @@ import psycopg
 from admission.classify import classify_sql
 from admission.model import ClassProfile, EtaModel, Phase
 from admission.scheduler import Limits
-from proxy.app import BackgroundProxy, ProxyConfig
-from proxy.server import parse_backend, url_identity
+from proxy.app import BackgroundProxy
 from training.estimate import Estimator, pooled_phases
 from training.proc import ThreadProbe, process_tree_cpu, read_task
 from training.sampler import DuckDBJobs, Jobs, PostgresJobs, Recorder, RemotePostgresJobs
-from workloads.tpch.data import generate, load_postgres
 from workloads.tpch.load import LoadResult, run_closed
 from workloads.tpch.mixes import Mix
 from workloads.tpch.queries import Dialect, draw_parameters, render_query
@@ -95,34 +96,21 @@ class TrainResult:
     interrupted: bool = False
 
 
-class _Target:
-    """The proxy (in this process) in front of the backend, and how to sample it."""
+class _Probes:
+    """How to sample the database behind the proxy: its threads and CPU, and which statement
+    each admitted job is. Registers on the proxy's scheduler to hear admissions."""
 
-    def __init__(self, config: TrainConfig, progress: Progress) -> None:
+    def __init__(self, config: TrainConfig, proxy: BackgroundProxy) -> None:
         self.config = config
-        self.dialect: Dialect = "duckdb" if config.is_duckdb else "postgres"
+        self.proxy = proxy
         self.recorder: Recorder | None = None
-        listener = self._on_event
+        scheduler = proxy.gate.scheduler
+        proxy.call(lambda: scheduler.observe(events=self._on_event))
         if config.is_duckdb:
-            proxy_config = ProxyConfig(
-                backend=None, listen_port=0, tpch=config.tpch, limits=Limits(mpl=1)
-            )
-            self.proxy = BackgroundProxy(proxy_config, progress, listener)
-            self.conninfo = self.proxy.conninfo()
             self.thread_probe = ThreadProbe()
-            self.embedded: Any = self.proxy.server
+            self.embedded: Any = proxy.server
         else:
-            address = parse_backend(config.backend)
-            direct = config.backend
-            progress(f"loading TPC-H SF {config.tpch:g} into {address}")
-            data = generate(config.tpch, progress=progress)
-            with psycopg.connect(direct) as conn:
-                load_postgres(conn, data, config.tpch, progress=progress)
-            proxy_config = ProxyConfig(backend=address, listen_port=0, limits=Limits(mpl=1))
-            self.proxy = BackgroundProxy(proxy_config, progress, listener)
-            user, dbname = url_identity(config.backend)
-            self.conninfo = self.proxy.conninfo(user=user, dbname=dbname)
-            self.direct = direct
+            self.direct = config.backend
             self.postmaster = self._local_postmaster()
 
     def _on_event(self, event: Any) -> None:
@@ -145,6 +133,11 @@ class _Target:
         if self.postmaster is not None:
             return PostgresJobs()
         return RemotePostgresJobs(self.direct, self.config.cores, self.config.interval)
+
+    def record(self, estimator: Estimator, jobs: Jobs, interval: float) -> Recorder:
+        """A recorder of ``jobs`` into ``estimator`` that hears this proxy's admissions."""
+        self.recorder = Recorder(estimator, jobs, self.describe, interval)
+        return self.recorder
 
     def _local_postmaster(self) -> int | None:
         """The server's postmaster pid if it runs on this machine (its backend is visible in
@@ -170,9 +163,6 @@ class _Target:
         limits = Limits(mpl=mpl)
         self.proxy.call(lambda: gate.set_limits(limits))
 
-    def close(self) -> None:
-        self.proxy.close()
-
 
 def _fingerprints(classes: tuple[int, ...], dialect: Dialect, sf: float) -> dict[str, int]:
     rng = random.Random(0)
@@ -182,87 +172,148 @@ def _fingerprints(classes: tuple[int, ...], dialect: Dialect, sf: float) -> dict
     }
 
 
+Bar = Callable[[str, int], Callable[[int], None]]
+
+
+@dataclass
+class _Run:
+    """One training run's state between its steps."""
+
+    config: TrainConfig
+    probes: _Probes
+    conninfo: str
+    progress: Progress
+    bar: Bar | None
+    dialect: Dialect
+    rng: random.Random
+    query_of: dict[str, int]  # fingerprint → TPC-H query number
+
+    def query(self, q: int, rng: random.Random | None = None) -> str:
+        params = draw_parameters(q, rng if rng is not None else self.rng, self.config.tpch)
+        return render_query(q, params, self.dialect)
+
+
+@dataclass
+class _Concurrent:
+    """What the concurrent run measured."""
+
+    estimator: Estimator
+    recorder: Recorder
+    load: LoadResult
+    cpu: float | None  # the OS's CPU seconds for the database during the run
+    interrupted: bool
+
+
 def train(
     config: TrainConfig,
+    proxy: BackgroundProxy,
+    conninfo: str,
     progress: Progress = _quiet,
-    bar: Callable[[str, int], Callable[[int], None]] | None = None,
+    bar: Bar | None = None,
 ) -> TrainResult:
-    """Run both phases and return the model (the caller saves it)."""
+    """Run both phases through ``proxy`` (clients connect with ``conninfo``; it is in front of
+    a database with TPC-H loaded at ``config.tpch``) and return the model (the caller saves
+    it). The proxy's limits are the caller's to restore: this sets its MPL for the concurrent
+    run."""
     if not config.classes:
         raise ValueError("no classes to train")
-    target = _Target(config, progress)
-    try:
-        return _train(config, target, progress, bar)
-    finally:
-        target.close()
+    dialect: Dialect = "duckdb" if config.is_duckdb else "postgres"
+    run = _Run(
+        config=config,
+        probes=_Probes(config, proxy),
+        conninfo=conninfo,
+        progress=progress,
+        bar=bar,
+        dialect=dialect,
+        rng=random.Random(config.seed),
+        query_of=_fingerprints(config.classes, dialect, config.tpch),
+    )
+    profiles = _isolation(run)
+    measured = _concurrent(run, profiles)
+    estimates = measured.estimator.estimates()
+    missing = [run.query_of.get(f, f) for f in profiles if f not in estimates]
+    if missing:
+        what = "interrupted before" if measured.interrupted else "in the concurrent run,"
+        raise RuntimeError(
+            f"{what} classes {missing} never completed; no model written "
+            "(train longer or with more clients)"
+        )
+    model = _model(run, profiles, measured)
+    return TrainResult(model, _checks(run, measured), measured.load, measured.interrupted)
 
 
-def _train(
-    config: TrainConfig,
-    target: _Target,
-    progress: Progress,
-    bar: Callable[[str, int], Callable[[int], None]] | None,
-) -> TrainResult:
-    rng = random.Random(config.seed)
-    query_of = _fingerprints(config.classes, target.dialect, config.tpch)
-    sample_sql = {
-        f: render_query(q, draw_parameters(q, random.Random(q), config.tpch), target.dialect)
-        for f, q in query_of.items()
-    }
-
-    # 1. isolation
-    progress(f"isolation: {len(config.classes)} classes × {config.isolation_reps} runs, MPL 1")
+def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
+    """Phase 1: each class alone, ``isolation_reps`` times, at MPL 1; the profiles it gives."""
+    config = run.config
+    run.progress(f"isolation: {len(config.classes)} classes × {config.isolation_reps} runs, MPL 1")
     iso = Estimator(config.cores, keep_series=True)
-    iso_interval = min(config.interval / 5, 0.005)
-    iso_jobs = target.jobs({}, profile=True)
-    recorder = Recorder(iso, iso_jobs, target.describe, iso_interval)
-    target.recorder = recorder
-    tick = bar("isolation", len(config.classes) * config.isolation_reps) if bar else None
-    with psycopg.connect(target.conninfo, autocommit=True) as conn:
+    iso_jobs = run.probes.jobs({}, profile=True)
+    recorder = run.probes.record(iso, iso_jobs, min(config.interval / 5, 0.005))
+    tick = run.bar("isolation", len(config.classes) * config.isolation_reps) if run.bar else None
+    with psycopg.connect(run.conninfo, autocommit=True) as conn:
         for q in config.classes:  # warm caches and plans once, unrecorded
-            conn.execute(render_query(q, draw_parameters(q, rng, config.tpch), target.dialect))
+            conn.execute(run.query(q))
         recorder.start()
         try:
             done = 0
             for q in config.classes:
                 for _ in range(config.isolation_reps):
-                    sql = render_query(q, draw_parameters(q, rng, config.tpch), target.dialect)
-                    conn.execute(sql).fetchall()
+                    conn.execute(run.query(q)).fetchall()
                     done += 1
                     if tick:
                         tick(done)
         finally:
             recorder.stop()
     profiled = iso_jobs.profiled if isinstance(iso_jobs, DuckDBJobs) else {}
-    profiles = _isolation_profiles(iso, query_of, profiled)
-    weights = {f: p["parallelism"] for f, p in profiles.items()}
+    return _isolation_profiles(iso, run.query_of, profiled)
 
-    # 2. concurrent FCFS run
-    progress(
+
+def _concurrent(run: _Run, profiles: dict[str, dict[str, Any]]) -> _Concurrent:
+    """Phase 2: the closed-loop FCFS run, sampled every Δ; Ctrl-C stops it early."""
+    config = run.config
+    run.progress(
         f"concurrent: {config.concurrency} clients, FCFS, "
         f"MPL {config.mpl or 'unlimited'}, {config.duration:g} s, Δ = {config.interval:g} s"
     )
-    target.set_mpl(config.mpl)
+    run.probes.set_mpl(config.mpl)
     fork = {f: int(p["f"]) for f, p in profiles.items()}
     estimator = Estimator(config.cores, fork)
-    recorder = Recorder(estimator, target.jobs(weights), target.describe, config.interval)
-    target.recorder = recorder
+    weights = {f: p["parallelism"] for f, p in profiles.items()}
+    recorder = run.probes.record(estimator, run.probes.jobs(weights), config.interval)
+    cpu_before = run.probes.os_cpu()
+    recorder.start()
+    try:
+        load, interrupted = _closed_load(run)
+    finally:
+        recorder.stop()
+    if isinstance(recorder.jobs, PostgresJobs):
+        time.sleep(0.2)  # let the postmaster reap the last workers and backends
+        for klass, seconds in recorder.jobs.finish().items():
+            estimator.add_cpu(klass, seconds)
+    cpu_after = run.probes.os_cpu()
+    cpu = cpu_after - cpu_before if cpu_after is not None and cpu_before else None
+    return _Concurrent(estimator, recorder, load, cpu, interrupted)
+
+
+def _closed_load(run: _Run) -> tuple[LoadResult, bool]:
+    """The load generator on a thread of its own, so that Ctrl-C here stops it cleanly;
+    whether it was interrupted."""
+    config = run.config
     mix = Mix("training", {q: 1 / len(config.classes) for q in config.classes})
     stop = threading.Event()
     outcome: dict[str, LoadResult] = {}
-
     failure: list[BaseException] = []
     finished = threading.Event()  # not Thread.join: a join interrupted by Ctrl-C is unreliable
 
     def load() -> None:
         try:
             outcome["load"] = run_closed(
-                target.conninfo,
+                run.conninfo,
                 mix,
                 clients=config.concurrency,
                 duration=config.duration,
                 scale_factor=config.tpch,
-                dialect=target.dialect,
+                dialect=run.dialect,
                 seed=config.seed,
                 stop=stop,
             )
@@ -271,49 +322,38 @@ def _train(
         finally:
             finished.set()
 
-    cpu_before = target.os_cpu()
-    recorder.start()
     loader = threading.Thread(target=load, name="load", daemon=True)
     started = time.monotonic()
     loader.start()
     interrupted = False
-    tick = bar("concurrent", int(config.duration)) if bar else None
+    tick = run.bar("concurrent", int(config.duration)) if run.bar else None
     try:
         while not finished.wait(0.25):
             if tick:
                 tick(min(int(time.monotonic() - started), int(config.duration)))
     except KeyboardInterrupt:
         interrupted = True
-        progress("interrupted: stopping the load and waiting for statements in flight")
+        run.progress("interrupted: stopping the load and waiting for statements in flight")
         stop.set()
         finished.wait()
-    recorder.stop()
-    if isinstance(recorder.jobs, PostgresJobs):
-        time.sleep(0.2)  # let the postmaster reap the last workers and backends
-        for klass, seconds in recorder.jobs.finish().items():
-            estimator.add_cpu(klass, seconds)
-    cpu_after = target.os_cpu()
     if "load" not in outcome:
         raise RuntimeError(f"the load generator failed: {failure[0] if failure else '?'}")
-    result = outcome["load"]
-    estimates = estimator.estimates()
-    missing = [query_of.get(f, f) for f in profiles if f not in estimates]
-    if missing:
-        what = "interrupted before" if interrupted else "in the concurrent run,"
-        raise RuntimeError(
-            f"{what} classes {missing} never completed; no model written "
-            "(train longer or with more clients)"
-        )
+    return outcome["load"], interrupted
 
-    order = list(profiles)
+
+def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent) -> EtaModel:
+    """The η model from the isolation profiles and the concurrent run's estimates."""
+    config = run.config
+    estimates = measured.estimator.estimates()
     classes = []
-    for f in order:
-        p, e = profiles[f], estimates[f]
+    for f, p in profiles.items():
+        e = estimates[f]
+        q = run.query_of[f]
         classes.append(
             ClassProfile(
                 fingerprint=f,
-                name=f"Q{query_of[f]}",
-                sample_sql=sample_sql[f],
+                name=f"Q{q}",
+                sample_sql=run.query(q, random.Random(q)),
                 D=p["D"],
                 f=int(p["f"]),
                 phases=tuple(Phase(threads=n, duration=d) for n, d in p["phases"]),
@@ -323,47 +363,60 @@ def _train(
                 count=e.count,
             )
         )
-    window = estimator.window()
-    notes = [
-        f"trained on {config.concurrency} closed-loop clients for {window:.1f} s",
-        f"isolation runs per class: {config.isolation_reps}",
-    ]
-    if isinstance(recorder.jobs, RemotePostgresJobs):
-        notes.append(
-            "remote server: tasks counted from pg_stat_activity and CPU estimated as each "
-            "active process's share of the cores (no /proc)"
-        )
-    if isinstance(recorder.jobs, DuckDBJobs):
-        notes.append(
-            "DuckDB: threads in execution and their CPU from /proc, shared among the "
-            "statements in flight by each class's parallelism alone (DuckDB's profiler)"
-        )
-    if interrupted:
-        notes.append("interrupted: a partial run")
-    model = EtaModel(
+    return EtaModel(
         backend="duckdb" if config.is_duckdb else "postgresql",
         dataset=f"tpch sf {config.tpch:g}",
         cores=config.cores,
         mpl=config.mpl,
         sample_interval=config.interval,
-        notes="; ".join(notes),
+        notes="; ".join(_notes(run, measured)),
         classes=tuple(classes),
-        A_matrix=tuple(tuple(row) for row in estimator.a_matrix(order)),
+        A_matrix=tuple(tuple(row) for row in measured.estimator.a_matrix(list(profiles))),
     ).with_eta()
+
+
+def _notes(run: _Run, measured: _Concurrent) -> list[str]:
+    """The model file's notes: how it was trained and what its numbers rest on."""
+    notes = [
+        f"trained on {run.config.concurrency} closed-loop clients for "
+        f"{measured.estimator.window():.1f} s",
+        f"isolation runs per class: {run.config.isolation_reps}",
+    ]
+    if isinstance(measured.recorder.jobs, RemotePostgresJobs):
+        notes.append(
+            "remote server: tasks counted from pg_stat_activity and CPU estimated as each "
+            "active process's share of the cores (no /proc)"
+        )
+    if isinstance(measured.recorder.jobs, DuckDBJobs):
+        notes.append(
+            "DuckDB: threads in execution and their CPU from /proc, shared among the "
+            "statements in flight by each class's parallelism alone (DuckDB's profiler)"
+        )
+    if measured.interrupted:
+        notes.append("interrupted: a partial run")
+    return notes
+
+
+def _checks(run: _Run, measured: _Concurrent) -> Checks:
+    """The estimates against the OS's CPU count and Little's law."""
+    estimates = measured.estimator.estimates()
+    window = measured.estimator.window()
     little = {
-        f"Q{query_of[f]}": (estimates[f].Q, estimates[f].throughput * estimates[f].thread_seconds)
-        for f in order
+        f"Q{run.query_of[f]}": (
+            estimates[f].Q,
+            estimates[f].throughput * estimates[f].thread_seconds,
+        )
+        for f in run.query_of
     }
-    checks = Checks(
+    return Checks(
         window=window,
         u_sum=sum(e.U for e in estimates.values()),
-        os_cpu=cpu_after - cpu_before if cpu_after is not None and cpu_before else None,
-        model_cpu=sum(e.U for e in estimates.values()) * window * config.cores,
+        os_cpu=measured.cpu,
+        model_cpu=sum(e.U for e in estimates.values()) * window * run.config.cores,
         little=little,
-        sampler_cpu=recorder.sampler_cpu / window if window else 0.0,
-        samples=recorder.samples,
+        sampler_cpu=measured.recorder.sampler_cpu / window if window else 0.0,
+        samples=measured.recorder.samples,
     )
-    return TrainResult(model, checks, result, interrupted)
 
 
 def _isolation_profiles(

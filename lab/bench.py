@@ -11,6 +11,9 @@ statement a policy starves is counted in full); mean / p95 / p99 response time, 
 slowdown Σ_r X_r/X · R_r/D_r (D_r from the model's isolation runs), and per class; over
 repetitions, means with 95% confidence intervals. Aging and queue timeouts are counted from the
 scheduler.
+
+The bench sits in the lab, above training: the target it runs on is ``lab.target``'s, and
+without a model it trains a quick one first (``quick_model``).
 """
 
 from __future__ import annotations
@@ -24,15 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import psycopg
 
 from admission.classify import classify_sql
 from admission.model import EtaModel
 from admission.scheduler import Limits
 from admission.sim.study import Estimate, PolicySummary, ccdf
-from proxy.app import BackgroundProxy, ProxyConfig
-from proxy.server import parse_backend, url_identity
-from workloads.tpch.data import generate, load_postgres
+from lab.target import open_target
+from lab.train import train
+from training.train import TrainConfig
 from workloads.tpch.load import LoadResult, run_closed
 from workloads.tpch.mixes import Mix
 from workloads.tpch.queries import Dialect, draw_parameters, render_query
@@ -124,23 +126,6 @@ def _limits(config: BenchConfig, policy: str) -> Limits:
     return Limits() if policy == "none" else config.limits
 
 
-def _target(
-    config: BenchConfig, model: EtaModel, progress: Progress
-) -> tuple[BackgroundProxy, str]:
-    if config.backend == "duckdb":
-        proxy = BackgroundProxy(
-            ProxyConfig(backend=None, listen_port=0, tpch=config.tpch, model=model), progress
-        )
-        return proxy, proxy.conninfo()
-    address = parse_backend(config.backend)
-    data = generate(config.tpch, progress=progress)
-    with psycopg.connect(config.backend) as conn:
-        load_postgres(conn, data, config.tpch, progress=progress)
-    proxy = BackgroundProxy(ProxyConfig(backend=address, listen_port=0, model=model), progress)
-    user, dbname = url_identity(config.backend)
-    return proxy, proxy.conninfo(user=user, dbname=dbname)
-
-
 def run_bench(
     config: BenchConfig,
     model: EtaModel,
@@ -152,7 +137,8 @@ def run_bench(
         if policy not in ALL_POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(ALL_POLICIES)}")
     dialect: Dialect = "duckdb" if config.backend == "duckdb" else "postgres"
-    proxy, conninfo = _target(config, model, progress)
+    target = open_target(config.backend, config.tpch, model=model, progress=progress)
+    proxy, conninfo = target.proxy, target.conninfo
     result = BenchResult(config, model)
     try:
         gate = proxy.gate
@@ -182,7 +168,7 @@ def run_bench(
                 if tick:
                     tick(done)
     finally:
-        proxy.close()
+        target.close()
     demands = _demands(model, config.mix, dialect, config.tpch)
     for policy in config.policies:
         runs = [r for r in result.runs if r.policy == policy]
@@ -291,8 +277,6 @@ def quick_model(
     config: BenchConfig, progress: Progress = _quiet, path: Path | None = None
 ) -> EtaModel:
     """Train a short model over the mix's classes (when ``admission bench`` got no --model)."""
-    from training.train import TrainConfig, train
-
     progress("no --model: training a quick one over the mix's classes")
     trained = train(
         TrainConfig(

@@ -1,4 +1,9 @@
-"""Figures like the thesis' 5.7–5.13: bars per policy and the response-time CCDF."""
+"""Figures: bars per policy and the response-time CCDF like the thesis' 5.7–5.13 (for the
+simulator's study and the live bench alike), and the η heat map written beside a trained model.
+
+Drawing needs matplotlib, which the pure core does not depend on; the figures therefore live
+here, above everything whose results they show.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from admission.model import EtaModel
+from admission.policies import POLICIES
 from admission.sim.study import PolicySummary, StudyResult
 
-__all__ = ["policy_figures", "write_figures"]
+__all__ = ["eta_heatmap", "policy_figures", "write_figures"]
 
 _BARS = (
     ("throughput", "Throughput (jobs per unit time)"),
@@ -76,3 +83,30 @@ def policy_figures(
     plt.close(fig)
     written.append(path)
     return written
+
+
+_PANELS = ("min-q", "min-a", "max-u", "max-p")
+
+
+def eta_heatmap(model: EtaModel, path: str | Path) -> Path:
+    """A PNG of η_{r,c} for −Q_r, −A^c_r, U_r and P_{r,c} (row r: the class scored)."""
+    names = [c.name for c in model.classes]
+    k = len(names)
+    fig, axes = plt.subplots(2, 2, figsize=(4 + 0.45 * k, 3 + 0.45 * k), squeeze=False)
+    for ax, policy in zip(axes.flat, _PANELS, strict=True):
+        eta = POLICIES[policy].build(model).eta
+        limit = max((abs(v) for row in eta for v in row), default=1.0) or 1.0
+        image = ax.imshow(eta, cmap="RdBu", vmin=-limit, vmax=limit)
+        ax.set_title(f"{policy}  ({POLICIES[policy].symbol})", fontsize=10)
+        ax.set_xticks(range(k), names, rotation=90, fontsize=7)
+        ax.set_yticks(range(k), names, fontsize=7)
+        ax.set_xlabel("c (class in service)", fontsize=8)
+        ax.set_ylabel("r (class scored)", fontsize=8)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+    fig.suptitle(f"η — {model.backend} {model.dataset}, {model.cores} cores", fontsize=11)
+    fig.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    return target

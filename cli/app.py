@@ -1,0 +1,30 @@
+"""The ``admission`` typer app, assembled from one module per command.
+
+Commands import what they run (the proxy, training, the lab, the simulator) when they run, so
+``admission --help`` and ``admission classify`` start without loading the proxy or DuckDB.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from cli.bench import bench
+from cli.classify import classify
+from cli.model import model_app
+from cli.serve import serve
+from cli.simulate import simulate
+from cli.train import train
+
+app = typer.Typer(
+    name="admission",
+    help="Admission control for in-memory databases: decide which waiting query runs next.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(model_app, name="model")
+app.command()(simulate)
+app.command()(serve)
+app.command()(classify)
+app.command()(train)
+app.command()(bench)

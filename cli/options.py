@@ -1,0 +1,155 @@
+"""What every command of the command line shares: the consoles, option names read from
+``ADMISSION_…`` environment variables, the admission-limit options, parsing of lists and
+limits, and the one way an error ends a command (a one-line message, exit status 2).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from admission.model import EtaModel, ModelError
+from admission.policies import POLICIES
+from admission.scheduler import Limits
+
+# Piped output (files, CI logs) gets wide tables rather than rich's 80-column default.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)  # messages stay one line each in logs
+
+
+def env(name: str) -> str:
+    """The environment variable an option is also read from: ``max_wait`` → ADMISSION_MAX_WAIT."""
+    return f"ADMISSION_{name.upper().replace('-', '_')}"
+
+
+def fail(message: str) -> typer.Exit:
+    """Print ``message`` as the command's one error line; raise what this returns."""
+    err.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(2)
+
+
+def progress_printer() -> Callable[[str], None]:
+    """Progress lines on standard error, each with the seconds since the first."""
+    started = time.monotonic()
+
+    def show(message: str) -> None:
+        err.print(f"[dim]{time.monotonic() - started:7.1f}s[/] {message}")
+
+    return show
+
+
+def limits(
+    mpl: int, threads: int, backfill: bool, max_wait: float | None, queue_timeout: float | None
+) -> Limits:
+    """The admission limits the options of serve and bench describe (0 means unlimited)."""
+    return Limits(
+        mpl=mpl or None,
+        threads=threads or None,
+        backfill=backfill,
+        max_wait=max_wait,
+        queue_timeout=queue_timeout,
+    )
+
+
+def load_model(path: Path) -> EtaModel:
+    """A model file, or the command ends with what is wrong with it."""
+    try:
+        return EtaModel.load(path)
+    except ModelError as e:
+        raise fail(str(e)) from None
+
+
+def policy_list(text: str) -> list[str]:
+    """Comma-separated policy names, each one the scheduler knows."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in names if p not in POLICIES]
+    if unknown or not names:
+        raise typer.BadParameter(
+            f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICIES)}"
+        )
+    return names
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    """Comma-separated shares: non-negative, not all zero."""
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated numbers, got {text!r}") from None
+    if any(v < 0 for v in values) or sum(values) <= 0:
+        raise typer.BadParameter("shares must be non-negative and not all zero")
+    return values
+
+
+def check_backend(backend: str) -> None:
+    """``duckdb`` or a postgresql:// address (ValueError with what is wrong otherwise)."""
+    if backend != "duckdb":
+        from proxy.server import parse_backend
+
+        parse_backend(backend)
+
+
+def class_table(m: EtaModel, title: str) -> Table:
+    """A model's class profiles, as ``admission train`` and ``admission model show`` print them."""
+    table = Table(title=title)
+    for col in ("class", "D_r", "f_r", "U_r", "Q_r", "A_r", "count", "fingerprint"):
+        table.add_column(col, justify="right")
+    for c in m.classes:
+        table.add_row(
+            c.name,
+            f"{c.D:.4g}",
+            str(c.f),
+            f"{c.U:.3g}",
+            f"{c.Q:.3g}",
+            f"{c.A:.3g}",
+            str(c.count),
+            c.fingerprint,
+        )
+    return table
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+# Admission limits, shared by every command that runs the scheduler (serve, bench, simulate).
+ThreadsOption = Annotated[
+    int,
+    typer.Option(
+        help="Thread budget N_fcr: sum of nominal fork sizes in service (0 = unlimited).",
+        envvar=env("threads"),
+        min=0,
+    ),
+]
+BackfillOption = Annotated[
+    bool,
+    typer.Option(
+        help="Admit the best statement that fits instead of blocking at the head of the line.",
+        envvar=env("backfill"),
+    ),
+]
+MaxWaitOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Aging: a statement queued this many seconds is admitted next.",
+        envvar=env("max_wait"),
+        min=0,
+    ),
+]
+QueueTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Fail a statement still queued after this many seconds (SQLSTATE 57014).",
+        envvar=env("queue_timeout"),
+        min=0,
+    ),
+]

@@ -1,0 +1,232 @@
+"""``admission serve``: the proxy in front of a database (or of the embedded DuckDB it hosts),
+built from options and environment variables and run until SIGINT or SIGTERM.
+
+This module only turns options into a ``proxy.app.ProxyConfig``; ``--tpch`` becomes the
+configuration's ``prepare`` step (the lab's TPC-H loader), so the proxy itself knows no
+workload.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from admission.model import EtaModel, ModelError
+from admission.policies import POLICIES
+from cli.options import (
+    BackfillOption,
+    MaxWaitOption,
+    QueueTimeoutOption,
+    ThreadsOption,
+    env,
+    fail,
+    limits,
+    progress_printer,
+)
+
+if TYPE_CHECKING:
+    from proxy.app import Prepare, ProxyConfig
+
+
+def serve(
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            help="The database: postgresql://HOST:PORT (database and user come from each client)."
+            " Without it the proxy hosts an in-memory DuckDB database itself.",
+            envvar=env("backend"),
+        ),
+    ] = None,
+    tpch: Annotated[
+        float | None,
+        typer.Option(
+            help="Embedded DuckDB only: generate TPC-H at this scale factor (cached) and load it.",
+            envvar=env("tpch"),
+            min=0.001,
+        ),
+    ] = None,
+    database: Annotated[
+        str,
+        typer.Option(
+            help="Embedded DuckDB only: a database file to open instead of memory.",
+            envvar=env("database"),
+        ),
+    ] = ":memory:",
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Embedded DuckDB only: worker threads, the most statements DuckDB runs at once.",
+            envvar=env("workers"),
+            min=1,
+        ),
+    ] = 8,
+    listen: Annotated[
+        str, typer.Option(help="Address to accept clients on, HOST:PORT.", envvar=env("listen"))
+    ] = "127.0.0.1:6432",
+    policy: Annotated[
+        str, typer.Option(help=f"Admission policy: {', '.join(POLICIES)}.", envvar=env("policy"))
+    ] = "fcfs",
+    model: Annotated[
+        Path | None,
+        typer.Option(help="η model file written by `admission train`.", envvar=env("model")),
+    ] = None,
+    mpl: Annotated[
+        int,
+        typer.Option(
+            help="Multiprogramming limit: statements in service at once (0 = unlimited).",
+            envvar=env("mpl"),
+            min=0,
+        ),
+    ] = 0,
+    threads: ThreadsOption = 0,
+    backfill: BackfillOption = False,
+    max_wait: MaxWaitOption = None,
+    queue_timeout: QueueTimeoutOption = None,
+    max_queue: Annotated[
+        int,
+        typer.Option(
+            help="Statements allowed to wait; more are refused with SQLSTATE 53300.",
+            envvar=env("max_queue"),
+            min=1,
+        ),
+    ] = 10_000,
+    max_message: Annotated[
+        int,
+        typer.Option(
+            help="Largest protocol message accepted from a client, in bytes.",
+            envvar=env("max_message"),
+            min=1024,
+        ),
+    ] = 256 * 1024 * 1024,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(
+            help="Certificate for TLS with clients (with --tls-key).", envvar=env("tls_cert")
+        ),
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(help="Private key for --tls-cert.", envvar=env("tls_key"))
+    ] = None,
+    admin: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve the admin API (status, classes, η, policy, limits, metrics) on HOST:PORT;"
+            " off unless given.",
+            envvar=env("admin"),
+        ),
+    ] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(
+            help="Bearer token the admin API requires (needed when it listens beyond loopback).",
+            envvar=env("admin_token"),
+        ),
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option(help="debug, info, warning or error.", envvar=env("log_level"))
+    ] = "info",
+) -> None:
+    """Run the admission-control proxy in front of a database.
+
+    By default the proxy hosts an in-memory DuckDB database and answers the PostgreSQL protocol
+    for it (--tpch SF loads TPC-H into it); with --backend it sits in front of a PostgreSQL
+    server. Clients connect here instead of to the database. Every statement is classified by
+    its SQL skeleton and waits in the admission queue until the policy admits it under the MPL
+    and the thread budget; session control and statements inside a transaction block pass at
+    once.
+    """
+    import logging
+
+    from proxy.app import ProxyConfig
+    from proxy.server import parse_backend
+
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    _check_combinations(backend, tpch, database, policy, tls_cert, tls_key)
+    try:
+        address = parse_backend(backend) if backend is not None else None
+        host, _, port = listen.rpartition(":")
+        admin_host, admin_port = _admin_address(admin, admin_token)
+        admission_limits = limits(mpl, threads, backfill, max_wait, queue_timeout)
+        loaded = EtaModel.load(model) if model is not None else None
+        prepare, dataset = _tpch(tpch)
+        config = ProxyConfig(
+            backend=address,
+            listen_host=host or "127.0.0.1",
+            listen_port=int(port),
+            policy=policy,
+            model=loaded,
+            model_path=model,
+            limits=admission_limits,
+            max_queue=max_queue,
+            max_message=max_message,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            admin_host=admin_host,
+            admin_port=admin_port,
+            admin_token=admin_token,
+            database=database,
+            prepare=prepare,
+            dataset=dataset,
+            workers=workers,
+        )
+    except (ValueError, ModelError) as e:
+        raise fail(str(e)) from None
+    _run(config, listen)
+
+
+def _check_combinations(
+    backend: str | None,
+    tpch: float | None,
+    database: str,
+    policy: str,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+) -> None:
+    """Options that are wrong together, or a policy the scheduler does not know."""
+    if backend is not None and (tpch is not None or database != ":memory:"):
+        raise fail("--tpch and --database belong to the embedded DuckDB backend, not --backend")
+    if policy not in POLICIES:
+        raise fail(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
+    if (tls_cert is None) != (tls_key is None):
+        raise fail("--tls-cert and --tls-key go together")
+
+
+def _admin_address(admin: str | None, token: str | None) -> tuple[str | None, int]:
+    """Where the admin API listens (no host: it is off); beyond loopback only with a token."""
+    from proxy.app import LOOPBACK
+
+    if admin is None:
+        return None, 6433
+    host, _, port = admin.rpartition(":")
+    host, number = host or "127.0.0.1", int(port)
+    if host not in LOOPBACK and not token:
+        raise ValueError(
+            f"the admin API on {host} needs --admin-token: it can change the policy and the limits"
+        )
+    return host, number
+
+
+def _tpch(scale_factor: float | None) -> tuple[Prepare | None, str | None]:
+    """``--tpch``: the embedded database is filled with TPC-H at this scale factor."""
+    if scale_factor is None:
+        return None, None
+    from lab.target import tpch_prepare
+
+    return tpch_prepare(scale_factor), f"TPC-H SF {scale_factor:g}"
+
+
+def _run(config: ProxyConfig, listen: str) -> None:
+    """Serve until a signal; a failure to start is one line, not a traceback."""
+    from proxy.app import run
+
+    try:
+        run(config, progress=progress_printer())
+    except (ValueError, RuntimeError, subprocess.CalledProcessError) as e:
+        raise fail(str(e)) from None
+    except OSError as e:
+        raise fail(f"cannot listen on {listen}: {e.strerror or e}") from None

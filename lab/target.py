@@ -1,0 +1,77 @@
+"""The database an experiment measures: the proxy, in this process, in front of the embedded
+DuckDB or a PostgreSQL server, with TPC-H loaded.
+
+Training and the bench both drive such a target (clients over TCP through the proxy, the
+scheduler read and steered in between), so there is one builder for both; ``admission serve
+--tpch`` loads the embedded database with the same ``tpch_prepare``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from admission.model import EtaModel
+from admission.scheduler import Limits
+from proxy.app import BackgroundProxy, Prepare, Progress, ProxyConfig
+from proxy.server import parse_backend, url_identity
+from workloads.tpch.data import generate, load_duckdb, load_postgres
+
+__all__ = ["Target", "open_target", "tpch_prepare"]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+def tpch_prepare(scale_factor: float) -> Prepare:
+    """Generate TPC-H at ``scale_factor`` (cached) and load it into the embedded DuckDB."""
+
+    def prepare(connection: object, progress: Progress) -> None:
+        data = generate(scale_factor, progress=progress)
+        load_duckdb(connection, data, scale_factor, progress=progress)
+
+    return prepare
+
+
+@dataclass
+class Target:
+    """A running proxy in front of the database, and how clients reach it through it."""
+
+    proxy: BackgroundProxy
+    conninfo: str
+
+    def close(self) -> None:
+        self.proxy.close()
+
+
+def open_target(
+    backend: str,
+    scale_factor: float,
+    *,
+    model: EtaModel | None = None,
+    limits: Limits | None = None,
+    progress: Progress = _quiet,
+) -> Target:
+    """``backend``: "duckdb" (embedded, in memory) or postgresql://HOST:PORT/DB, into which
+    TPC-H is loaded first (loading is idempotent)."""
+    if backend == "duckdb":
+        config = ProxyConfig(
+            backend=None,
+            listen_port=0,
+            prepare=tpch_prepare(scale_factor),
+            dataset=f"TPC-H SF {scale_factor:g}",
+            model=model,
+            limits=limits or Limits(),
+        )
+        proxy = BackgroundProxy(config, progress)
+        return Target(proxy, proxy.conninfo())
+    address = parse_backend(backend)
+    data = generate(scale_factor, progress=progress)
+    with psycopg.connect(backend) as conn:
+        load_postgres(conn, data, scale_factor, progress=progress)
+    config = ProxyConfig(backend=address, listen_port=0, model=model, limits=limits or Limits())
+    proxy = BackgroundProxy(config, progress)
+    user, dbname = url_identity(backend)
+    return Target(proxy, proxy.conninfo(user=user, dbname=dbname))
