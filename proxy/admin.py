@@ -22,7 +22,7 @@ from __future__ import annotations
 import secrets
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import accumulate
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,7 +38,7 @@ from prometheus_client.core import (
 )
 from pydantic import BaseModel, Field
 
-from admission.model import EtaModel, ModelError
+from admission.model import ClassProfile, EtaModel, ModelError
 from admission.policies import POLICIES
 from admission.scheduler import Job, JobState, Limits, Scheduler
 from proxy.gate import AdmissionGate
@@ -246,7 +246,19 @@ def create_app(
     token: str | None = None,
 ) -> FastAPI:
     app = FastAPI(title="admission", version="1", summary="Admission control for the proxy")
-    scheduler = gate.scheduler
+    guard = [Depends(_authorizer(token))]
+    _add_views(app, gate, metrics, guard)
+    _add_controls(app, gate, guard, model_path)
+
+    @app.get("/metrics", dependencies=guard)
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _authorizer(token: str | None) -> Callable[[Request], None]:
+    """The check every route but the dashboard page depends on: the bearer token, if any."""
 
     def authorize(request: Request) -> None:
         if token is None:
@@ -255,60 +267,74 @@ def create_app(
         if not secrets.compare_digest(supplied, f"Bearer {token}"):
             raise HTTPException(401, "a bearer token is required", {"WWW-Authenticate": "Bearer"})
 
-    guard = [Depends(authorize)]
+    return authorize
 
-    def limits_json(limits: Limits) -> dict[str, Any]:
-        return {
-            "mpl": limits.mpl,
-            "threads": limits.threads,
-            "backfill": limits.backfill,
-            "max_wait": limits.max_wait,
-            "queue_timeout": limits.queue_timeout,
-        }
+
+def _limits_json(limits: Limits) -> dict[str, Any]:
+    return {
+        "mpl": limits.mpl,
+        "threads": limits.threads,
+        "backfill": limits.backfill,
+        "max_wait": limits.max_wait,
+        "queue_timeout": limits.queue_timeout,
+    }
+
+
+def _status(gate: AdmissionGate) -> dict[str, Any]:
+    """``GET /status``, also the answer to a change of policy or limits."""
+    scheduler = gate.scheduler
+    return {
+        "policy": scheduler.policy.name,
+        "limits": _limits_json(scheduler.limits),
+        "in_service": scheduler.in_service,
+        "threads_in_use": scheduler.threads_in_use,
+        "queued": scheduler.queued,
+        "queue_by_class": scheduler.queue_by_class(),
+        "classes": len(scheduler.fingerprints),
+        "refused_queue_full": gate.stats.queue_full,
+        "timed_out": gate.stats.timed_out,
+        "cancelled": gate.stats.cancelled,
+        "aged": scheduler.stats.aged,
+    }
+
+
+def _class_view(profile: ClassProfile, tally: _Tally) -> dict[str, Any]:
+    """One class in ``GET /classes``: its counts and mean times, and the model's profile."""
+    done = tally.completed
+    admitted = tally.admitted + tally.bypassed
+    return {
+        "fingerprint": profile.fingerprint,
+        "name": profile.name,
+        "sample_sql": profile.sample_sql,
+        "counts": tally.counts(),
+        "mean_queue_wait": tally.wait_sum / admitted if admitted else None,
+        "mean_response": tally.response_sum / done if done else None,
+        "profile": {
+            "D": profile.D,
+            "f": profile.f,
+            "U": profile.U,
+            "Q": profile.Q,
+            "A": profile.A,
+            "count": profile.count,
+        },
+    }
+
+
+def _add_views(app: FastAPI, gate: AdmissionGate, metrics: AdminMetrics, guard: list[Any]) -> None:
+    """The routes that only read: status, classes, recent statements, the dashboard, η."""
+    scheduler = gate.scheduler
 
     @app.get("/status", dependencies=guard)
     async def status() -> dict[str, Any]:
-        return {
-            "policy": scheduler.policy.name,
-            "limits": limits_json(scheduler.limits),
-            "in_service": scheduler.in_service,
-            "threads_in_use": scheduler.threads_in_use,
-            "queued": scheduler.queued,
-            "queue_by_class": scheduler.queue_by_class(),
-            "classes": len(scheduler.fingerprints),
-            "refused_queue_full": gate.stats.queue_full,
-            "timed_out": gate.stats.timed_out,
-            "cancelled": gate.stats.cancelled,
-            "aged": scheduler.stats.aged,
-        }
+        return _status(gate)
 
     @app.get("/classes", dependencies=guard)
     async def classes() -> list[dict[str, Any]]:
-        out = []
         tallies = metrics.tallies()
-        for profile in scheduler.model.classes:
-            tally = tallies.get(profile.name) or _Tally()
-            done = tally.completed
-            admitted = tally.admitted + tally.bypassed
-            out.append(
-                {
-                    "fingerprint": profile.fingerprint,
-                    "name": profile.name,
-                    "sample_sql": profile.sample_sql,
-                    "counts": tally.counts(),
-                    "mean_queue_wait": tally.wait_sum / admitted if admitted else None,
-                    "mean_response": tally.response_sum / done if done else None,
-                    "profile": {
-                        "D": profile.D,
-                        "f": profile.f,
-                        "U": profile.U,
-                        "Q": profile.Q,
-                        "A": profile.A,
-                        "count": profile.count,
-                    },
-                }
-            )
-        return out
+        return [
+            _class_view(profile, tallies.get(profile.name) or _Tally())
+            for profile in scheduler.model.classes
+        ]
 
     @app.get("/recent", dependencies=guard)
     async def recent() -> list[dict[str, Any]]:
@@ -335,6 +361,12 @@ def create_app(
             "bias": list(prio.bias),
         }
 
+
+def _add_controls(
+    app: FastAPI, gate: AdmissionGate, guard: list[Any], model_path: Path | None
+) -> None:
+    """The routes that steer the running proxy: policy, limits, model reload."""
+
     @app.put("/policy", dependencies=guard)
     async def set_policy(change: PolicyChange) -> dict[str, Any]:
         if change.policy not in POLICIES:
@@ -342,11 +374,11 @@ def create_app(
                 422, f"unknown policy {change.policy!r}; choose from {', '.join(POLICIES)}"
             )
         gate.set_policy(change.policy)
-        return await status()
+        return _status(gate)
 
     @app.put("/limits", dependencies=guard)
     async def set_limits(change: LimitsChange) -> dict[str, Any]:
-        current = limits_json(scheduler.limits)
+        current = _limits_json(gate.scheduler.limits)
         for key in change.model_fields_set:
             value = getattr(change, key)
             current[key] = (value or None) if key in ("mpl", "threads") else value
@@ -355,7 +387,7 @@ def create_app(
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         gate.set_limits(limits)
-        return await status()
+        return _status(gate)
 
     @app.post("/model/reload", dependencies=guard)
     async def reload_model() -> dict[str, Any]:
@@ -367,9 +399,3 @@ def create_app(
             raise HTTPException(422, f"the model was not reloaded: {e}") from None
         gate.set_model(model)
         return {"reloaded": str(model_path), "classes": len(model.classes)}
-
-    @app.get("/metrics", dependencies=guard)
-    async def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    return app
