@@ -15,9 +15,11 @@ pydantic alone (the last test imports it with the optional dependencies made uni
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,6 +160,14 @@ def test_the_check_itself_detects_a_forbidden_import(tmp_path: Path) -> None:
     bad.write_text("import time\nfrom asyncio import sleep\n\ndef f():\n    import matplotlib\n")
     assert _imports(bad, "admission") & FORBIDDEN_IN_CORE == {"time", "asyncio"}
     assert _imports(bad, "admission") - set(sys.stdlib_module_names) == {"matplotlib"}
+
+
+def test_the_core_install_asks_for_its_three_packages_and_the_extra_for_the_rest() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[\s<>=!~;\[]", d, maxsplit=1)[0] for d in project["dependencies"]}
+    assert names == CORE_THIRD_PARTY
+    assert "admission[all]" in project["optional-dependencies"]["dev"]
+    assert project["scripts"]["admission"] == "cli:main"
 
 
 _BLOCK = f"""
