@@ -396,11 +396,16 @@ def test_a_statement_forwarded_ahead_of_admit_and_then_refused_runs_uncounted(
 
 def test_the_c_fast_path_contract_names_attributes_a_session_has() -> None:
     """``FAST_PATH_FIELDS`` is what the C module reads and writes by name: each is an
-    attribute of a fresh session (but ``buffer``, its scanner's, and ``control``, a class's)."""
+    attribute of a fresh session (but ``discarding`` and ``buffer``, its FrontendCore's, and
+    ``control``, a class's)."""
     from proxy.wire.session import FAST_PATH_FIELDS
 
     session = ProxySession()
-    owners = {"buffer": session._client, "control": QueryClass("fp:x", "x")}
+    owners = {
+        "discarding": session._client,
+        "buffer": session._client,
+        "control": QueryClass("fp:x", "x"),
+    }
     missing = [n for n in FAST_PATH_FIELDS if not hasattr(owners.get(n, session), n)]
     assert not missing
     assert len(set(FAST_PATH_FIELDS)) == len(FAST_PATH_FIELDS)

@@ -15,13 +15,13 @@ static PyObject *EMPTY_BYTES, *EMPTY_STR;
 
 /* The attribute names these functions use, interned by setup() from the session module's
  * FAST_PATH_FIELDS (the contract lives there, in Python), in this order. */
-static PyObject *s_fast_job, *s_state, *s_jobs, *s_queue, *s_replies, *s_discard_to_sync,
-    *s_client, *s_buffer, *s_fast_path, *s_max_message, *s_statements, *s_portals,
+static PyObject *s_fast_job, *s_state, *s_jobs, *s_queue, *s_replies, *s_client,
+    *s_discarding, *s_buffer, *s_fast_path, *s_max_message, *s_statements, *s_portals,
     *s_classify, *s_control, *s_transaction_status, *s_fast_data, *s_fast_sql, *s_fast_sent,
     *s_server_buf, *s_job_ids;
 static PyObject **const FIELDS[] = {
-    &s_fast_job, &s_state, &s_jobs, &s_queue, &s_replies, &s_discard_to_sync,
-    &s_client, &s_buffer, &s_fast_path, &s_max_message, &s_statements, &s_portals,
+    &s_fast_job, &s_state, &s_jobs, &s_queue, &s_replies, &s_client,
+    &s_discarding, &s_buffer, &s_fast_path, &s_max_message, &s_statements, &s_portals,
     &s_classify, &s_control, &s_transaction_status, &s_fast_data, &s_fast_sql, &s_fast_sent,
     &s_server_buf, &s_job_ids,
 };
@@ -136,14 +136,14 @@ fast_client(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if ((r = attr_is(session, s_state, READY)) != 1)
         return r < 0 ? NULL : Py_NewRef(Py_None);
     if ((r = attr_true(session, s_jobs)) != 0 || (r = attr_true(session, s_queue)) != 0 ||
-        (r = attr_true(session, s_replies)) != 0 ||
-        (r = attr_true(session, s_discard_to_sync)) != 0)
+        (r = attr_true(session, s_replies)) != 0)
         return r < 0 ? NULL : Py_NewRef(Py_None);
-    PyObject *scanner = PyObject_GetAttr(session, s_client);
-    if (scanner == NULL)
+    PyObject *client = PyObject_GetAttr(session, s_client); /* its FrontendCore */
+    if (client == NULL)
         return NULL;
-    r = attr_true(scanner, s_buffer);
-    Py_DECREF(scanner);
+    if ((r = attr_true(client, s_discarding)) == 0)
+        r = attr_true(client, s_buffer);
+    Py_DECREF(client);
     if (r != 0)
         return r < 0 ? NULL : Py_NewRef(Py_None);
     if ((r = attr_true(session, s_fast_path)) != 1)

@@ -8,7 +8,10 @@ either way, a backend to connect, a job to submit to or release from the admissi
 a cancel to forward, a connection to close.
 
 States: STARTUP (SSL/GSSENC negotiation, cancel requests, the startup packet) → AUTH (messages
-relayed untouched both ways until the server's first ReadyForQuery) → READY → CLOSED.
+relayed untouched both ways until the server's first ReadyForQuery) → READY → CLOSED. The
+client's bytes are read by ``FrontendCore`` (proxy.wire.frontend), which the embedded server
+drives too: it answers the startup phase's packets and groups messages into batches; this
+module adds what relaying them takes.
 
 In READY the client's messages are grouped into *batches*: a simple Query is one batch; an
 extended-protocol sequence is one batch up to and including its Sync. A batch containing an
@@ -53,7 +56,15 @@ from enum import Enum
 from admission.classify import QueryClass, classify_sql
 from admission.native import native
 from proxy.wire import protocol as pg
-from proxy.wire.framing import DEFAULT_MAX_MESSAGE, STARTUP, Frame, FrameScanner
+from proxy.wire.framing import DEFAULT_MAX_MESSAGE, Frame
+from proxy.wire.frontend import (
+    Batch,
+    CancelRequest,
+    EncryptionRequest,
+    Event,
+    FrontendCore,
+    StartupMessage,
+)
 
 __all__ = [
     "Action",
@@ -152,32 +163,17 @@ Action = (
 # -- batches -------------------------------------------------------------------------------
 
 
-class _Batch:
-    """Client messages that form one unit of admission (see the module docstring)."""
+class _Batch(Batch):
+    """A batch (see proxy.wire.frontend) and what relaying it takes."""
 
-    __slots__ = (
-        "complete",
-        "executes",
-        "forwarded",
-        "held",
-        "job",
-        "outstanding",
-        "ready",
-        "sql",
-        "submitted",
-        "syncs",
-    )
+    __slots__ = ("held", "outstanding", "submitted")
 
-    def __init__(self, held: list[bytes], ready: bool = False, syncs: int = 0) -> None:
-        self.held = held  # raw messages not yet forwarded
-        self.sql: str | None = None  # what decides the class: the first executed statement
-        self.executes = False
-        self.ready = ready  # Sync, Query or Flush seen: the admission decision can be made
-        self.complete = ready and syncs > 0  # its last Sync (or the Query) seen
-        self.job: int | None = None
+    def __init__(
+        self, held: list[bytes] | None = None, ready: bool = False, syncs: int = 0
+    ) -> None:
+        super().__init__(ready, syncs)
+        self.held = [] if held is None else held  # raw messages not yet forwarded
         self.submitted = False
-        self.forwarded = False
-        self.syncs = syncs  # Sync/Query messages in the batch
         self.outstanding = 0  # ReadyForQuery still expected from the server
 
 
@@ -203,20 +199,24 @@ class ProxySession:
         # where job ids come from: the admission gate's (``AdmissionGate.job_ids``), so ids
         # are unique among everything one gate sees; a session alone counts its own
         self.job_ids = job_ids if job_ids is not None else itertools.count(1)
-        self.tls_available = tls_available
         self.classify = classify
         self.backend_key: tuple[int, int] | None = None
         self.transaction_status = b"I"
-        self._client = FrameScanner(startup=True, max_message=max_message)
+        # the client's stream: startup, messages, batches (the fast path reads its buffer)
+        self._client = FrontendCore(
+            _Batch,
+            tls_available=tls_available,
+            max_message=max_message,
+            job_ids=self.job_ids,
+            classify=classify,
+        )
         self._max_message = max_message
         self._server_buf = bytearray()
         self._server_need = 0  # bytes the buffered message needs before anything goes on
         self._statements: dict[bytes, str] = {}  # prepared statement name → SQL
         self._portals: dict[bytes, str] = {}  # portal name → SQL (of its statement)
         self._queue: deque[_Batch] = deque()  # batches not yet (fully) forwarded, in order
-        self._tail: _Batch | None = None  # the batch still receiving messages
         self._replies: deque[_Batch | _Synthetic] = deque()  # what each ReadyForQuery closes
-        self._discard_to_sync = False
         self._jobs: dict[int, _Batch] = {}
         self.fast_path = True  # False: every event takes the general path (for comparison)
         self._fast_job: int | None = None  # the fast path's statement (see fast_client)
@@ -248,15 +248,13 @@ class ProxySession:
     def client_data(self, data: bytes) -> list[Action]:
         self._leave_fast()
         actions: list[Action] = []
+        client = self._client
         try:
-            frames = self._client.feed(data)
-            while frames:
-                for frame in frames:
-                    self._client_frame(frame, actions)
-                    if self.state is State.CLOSED:
-                        return actions
-                # a startup frame stops the scanner until the state says what comes next
-                frames = self._client.feed(b"") if self._client.buffered else []
+            client.receive_data(data)
+            while (event := client.next_event()) is not None:
+                self._client_event(event, actions)
+                if self.state is State.CLOSED:
+                    return actions
         except pg.ProtocolViolation as e:
             actions.extend(self._violation(str(e)))
         return actions
@@ -276,7 +274,7 @@ class ProxySession:
             or self._jobs
             or self._queue
             or self._replies
-            or self._discard_to_sync
+            or self._client.discarding
             or self._client.buffer
             or not self.fast_path
         ):
@@ -390,51 +388,33 @@ class ProxySession:
         )
         return [SendToClient(error), *self._release_all(), Close(f"protocol violation: {why}")]
 
-    def _client_frame(self, frame: Frame, out: list[Action]) -> None:
-        if self.state is State.STARTUP:
-            self._startup_frame(frame, out)
-        elif self.state is State.AUTH:
-            if frame.type == pg.TERMINATE:
-                self.state = State.CLOSED
-                out.append(Close("client terminated during authentication"))
-            elif frame.type != pg.PASSWORD:
-                raise pg.ProtocolViolation(
-                    f"unexpected message {frame.name!r} during authentication"
-                )
-            else:
-                out.append(SendToServer(frame.raw))
-        elif self.state is State.READY:
-            self._ready_frame(frame, out)
-
-    def _startup_frame(self, frame: Frame, out: list[Action]) -> None:
-        if frame.type != STARTUP:
-            raise pg.ProtocolViolation("expected a startup packet")
-        code = pg.int32(frame.body)
-        if code == pg.SSL_REQUEST_CODE:
-            if self.tls_available:
-                out.extend((SendToClient(b"S"), StartTLS()))
-            else:
-                out.append(SendToClient(b"N"))
-            self._client.expect_startup()
-        elif code == pg.GSSENC_REQUEST_CODE:
-            out.append(SendToClient(b"N"))
-            self._client.expect_startup()
-        elif code == pg.CANCEL_REQUEST_CODE:
-            if len(frame.body) < 12:
-                raise pg.ProtocolViolation("short CancelRequest")
-            pid, secret = struct.unpack_from("!II", frame.body, 4)
-            self.state = State.CLOSED
-            out.extend((ForwardCancel(pid, secret), Close("cancel request handled")))
-        elif code >> 16 == 3:
-            params = _startup_parameters(frame.body[4:])
-            if "user" not in params:
+    def _client_event(self, event: Event, out: list[Action]) -> None:
+        if isinstance(event, Frame):
+            if self.state is State.AUTH:
+                self._auth_frame(event, out)
+            elif self.state is State.READY:
+                self._ready_frame(event, out)
+        elif isinstance(event, StartupMessage):
+            if "user" not in event.parameters:
                 raise pg.ProtocolViolation("the startup packet names no user")
             self.state = State.AUTH
-            out.append(ConnectServer(frame.raw, params))
+            out.append(ConnectServer(event.raw, event.parameters))
+        elif isinstance(event, EncryptionRequest):
+            out.append(SendToClient(event.answer))
+            if event.start_tls:
+                out.append(StartTLS())
+        elif isinstance(event, CancelRequest):
+            self.state = State.CLOSED
+            out.extend((ForwardCancel(event.pid, event.secret), Close("cancel request handled")))
+
+    def _auth_frame(self, frame: Frame, out: list[Action]) -> None:
+        if frame.type == pg.TERMINATE:
+            self.state = State.CLOSED
+            out.append(Close("client terminated during authentication"))
+        elif frame.type != pg.PASSWORD:
+            raise pg.ProtocolViolation(f"unexpected message {frame.name!r} during authentication")
         else:
-            raise pg.ProtocolViolation(
-                f"unsupported protocol version {code >> 16}.{code & 0xFFFF} (this proxy speaks 3.x)"
-            )
+            out.append(SendToServer(frame.raw))
 
     def _ready_frame(self, frame: Frame, out: list[Action]) -> None:
         kind = frame.type
@@ -453,54 +433,38 @@ class ProxySession:
             else:
                 out.append(SendToServer(frame.raw))
             return
-        if self._discard_to_sync:
+        batch = self._join(kind)
+        if batch is None:  # skipped up to the Sync of a batch the proxy failed
             if kind == pg.SYNC:
-                self._discard_to_sync = False
                 self._reply_synthetic(pg.ready_for_query(self.transaction_status), out)
-            return
-        if kind == pg.QUERY:
-            text = frame.body[:-1].decode("utf-8", "replace")
-            query = self._tail if self._tail is not None else self._new_batch()
-            self._add(query, frame.raw, out)
-            if query.sql is None:
-                query.sql = text
-            query.executes = True
-            query.syncs += 1
-            query.ready = query.complete = True
-            self._tail = None
-            self._pump(out)
             return
         if kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
             self._track_names(kind, frame.raw, 5, len(frame.raw))
-        executes = kind == pg.EXECUTE or kind == pg.FUNCTION_CALL
-        tail = self._tail
-        if executes and tail is not None and tail.forwarded and tail.job is None:
-            tail.complete = True  # went through unadmitted: this Execute starts anew
-            self._queue_done(tail)
-            tail = None
-        batch = tail if tail is not None else self._new_batch()
         self._add(batch, frame.raw, out)
-        if executes and not batch.executes:
+        if kind == pg.QUERY:
+            if batch.sql is None:
+                batch.sql = frame.body[:-1].decode("utf-8", "replace")
+            batch.executes = True
+        elif (kind == pg.EXECUTE or kind == pg.FUNCTION_CALL) and not batch.executes:
             batch.executes = True
             if batch.sql is None:
                 raw = frame.raw
                 portal = _portal(raw, 0, len(raw)) if kind == pg.EXECUTE else None
                 batch.sql = "fastpath" if portal is None else self._portals.get(portal, "")
-        if kind == pg.SYNC:
-            batch.syncs += 1
-            if batch.forwarded:
-                batch.outstanding += 1
-                self._replies.append(batch)
-            batch.ready = batch.complete = True
-            self._tail = None
-        elif kind == pg.FLUSH:
-            batch.ready = True
+        elif kind == pg.SYNC and batch.forwarded:
+            batch.outstanding += 1
+            self._replies.append(batch)
         self._pump(out)
 
-    def _new_batch(self) -> _Batch:
-        batch = _Batch([])
-        self._tail = batch
-        self._queue.append(batch)
+    def _join(self, kind: int) -> _Batch | None:
+        """The batch of a client message (see ``FrontendCore.join``), queued when new."""
+        client = self._client
+        tail = client.open
+        batch = client.join(kind)
+        if batch is not None and batch is not tail:
+            if tail is not None:  # it went through unadmitted and took no Execute
+                self._queue_done(tail)
+            self._queue.append(batch)
         return batch
 
     def _add(self, batch: _Batch, raw: bytes, out: list[Action]) -> None:
@@ -551,12 +515,10 @@ class ProxySession:
 
     def _submit(self, batch: _Batch) -> Submit:
         """Make ``batch`` a job for the scheduler, classified by its SQL."""
-        job = batch.job = next(self.job_ids)
+        sql = batch.sql or ""
+        job, query_class, bypass = self._client.new_job(batch, sql, self.transaction_status)
         batch.submitted = True
         self._jobs[job] = batch
-        sql = batch.sql or ""
-        query_class = self.classify(sql)
-        bypass = query_class.control or self.transaction_status != b"I"
         return Submit(job, query_class, bypass, sql)
 
     def _forward(self, batch: _Batch, out: list[Action]) -> None:
@@ -573,8 +535,6 @@ class ProxySession:
     def _queue_done(self, batch: _Batch) -> None:
         if self._queue and self._queue[0] is batch:
             self._queue.popleft()
-        if self._tail is batch:
-            self._tail = None
 
     def granted(self, job: int) -> list[Action]:
         """The scheduler admitted ``job``: forward its batch (and whatever can follow)."""
@@ -605,9 +565,7 @@ class ProxySession:
         error = pg.error_response(sqlstate, text)
         syncs = batch.syncs
         if not batch.complete:
-            self._discard_to_sync = True  # the rest up to its Sync is dropped; Sync → Z
-            if self._tail is batch:
-                self._tail = None
+            self._client.fail(batch)  # the rest up to its Sync is dropped; Sync → Z
         replies = error + pg.ready_for_query(self.transaction_status) * syncs
         self._reply_synthetic(replies, out)
         self._pump(out)
@@ -742,32 +700,23 @@ def _portal(data: bytes, execute_at: int, end: int) -> bytes:
     return data[execute_at + 5 : stop]
 
 
-def _startup_parameters(body: bytes) -> dict[str, str]:
-    parts = body.split(b"\0")
-    params: dict[str, str] = {}
-    for i in range(0, len(parts) - 1, 2):
-        if not parts[i]:
-            break
-        params[parts[i].decode("utf-8", "replace")] = parts[i + 1].decode("utf-8", "replace")
-    return params
-
-
 # -- the fast path in C ----------------------------------------------------------------------
 # ``fast_client(session, data)`` and ``fast_server(session, data)``: the methods above, or the
 # same in C (proxy/wire/_speedups.c, built by the install when a C compiler is there; set
 # ADMISSION_PURE_PYTHON=1 to use the Python methods anyway).
 
 # The C fast path's contract: the attributes it reads and writes, in the order its ``setup``
-# takes them (a session's, but ``buffer``, its client FrameScanner's, and ``control``, a
-# QueryClass's). Renaming one of them means renaming it here; a test holds a session to it.
+# takes them (a session's, but ``discarding`` and ``buffer``, its client FrontendCore's, and
+# ``control``, a QueryClass's). Renaming one of them means renaming it here; a test holds a
+# session to it.
 FAST_PATH_FIELDS = (
     "_fast_job",
     "state",
     "_jobs",
     "_queue",
     "_replies",
-    "_discard_to_sync",
     "_client",
+    "discarding",
     "buffer",
     "fast_path",
     "_max_message",
