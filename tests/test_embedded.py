@@ -3,13 +3,16 @@
 Real clients (psql, psycopg, asyncpg, SQLAlchemy) over real sockets: parameters and types both
 ways in text and binary, SQLSTATEs, transactions and savepoints, what drivers send on connect,
 cancel of a running DuckDB query, the admission gate in front of DuckDB (measured inside DuckDB
-by a UDF), and the profiler's per-statement measurements.
+by a UDF), and the profiler's per-statement measurements. Raw byte streams for what no driver
+sends: negotiation, malformed packets, batches that end early.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import socket
+import struct
 import subprocess
 import threading
 import time
@@ -25,6 +28,7 @@ import sqlalchemy as sa
 
 from admission import Limits
 from proxy.backends.embedded import Measurement
+from proxy.wire import protocol as pg
 from testing.embeddedharness import Embedded
 
 
@@ -292,6 +296,86 @@ def test_profiler_measures_each_statement(embedded: Embedded) -> None:
     assert measured.cpu_time is not None and measured.cpu_time > 0
     assert 0.01 < measured.latency < 60
     assert measured.parallelism is not None and measured.parallelism > 0.5
+
+
+def _raw(embedded: Embedded, data: bytes) -> bytes:
+    """Send ``data`` on a connection of its own; everything the server says until it closes
+    (end ``data`` with a Terminate unless the server is to close it)."""
+    with socket.create_connection(("127.0.0.1", embedded.port), timeout=30) as sock:
+        sock.sendall(data)
+        reply = bytearray()
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return bytes(reply)
+
+
+def _untyped(code: int, body: bytes = b"") -> bytes:
+    return struct.pack("!II", len(body) + 8, code) + body
+
+
+STARTUP = _untyped(pg.PROTOCOL_3_0, b"user\0app\0database\0app\0\0")
+TERMINATE = pg.message(b"X")
+
+
+def _query(sql: str) -> bytes:
+    return pg.message(b"Q", sql.encode() + b"\0")
+
+
+def _extended(sql: str) -> bytes:
+    """Parse, Bind and Execute of ``sql`` (unnamed statement and portal), no Sync."""
+    parse = pg.message(b"P", b"\0" + sql.encode() + b"\0" + b"\0\0")
+    bind = pg.message(b"B", b"\0\0" + b"\0\0" * 3)
+    return parse + bind + pg.message(b"E", b"\0" + b"\0\0\0\0")
+
+
+def test_encryption_requests_are_declined_then_the_startup_proceeds(embedded: Embedded) -> None:
+    ssl = _untyped(pg.SSL_REQUEST_CODE)
+    gssenc = _untyped(pg.GSSENC_REQUEST_CODE)
+    reply = _raw(embedded, gssenc + ssl + STARTUP + _query("select 41 + 1") + TERMINATE)
+    assert reply.startswith(b"NNR\0\0\0\x08\0\0\0\0")  # two declines, AuthenticationOk
+    assert b"D\0\0\0\x0c\0\x01\0\0\0\x0242" in reply and reply.endswith(b"Z\0\0\0\x05I")
+
+
+@pytest.mark.parametrize(
+    ("packet", "message"),
+    [
+        (_untyped(2 << 16, b"user\0app\0\0"), b"unsupported protocol version 2.0"),
+        (_untyped(pg.CANCEL_REQUEST_CODE, b"\0\0\0\x01"), b"short CancelRequest"),
+        (STARTUP + b"Q\0\0\0\x02", b"message 'Q' has invalid length 2"),
+    ],
+)
+def test_malformed_packets_close_the_client_with_08p01(
+    embedded: Embedded, packet: bytes, message: bytes
+) -> None:
+    reply = _raw(embedded, packet)
+    error = reply[reply.rindex(b"E") :]
+    assert b"SFATAL\0" in error and b"C08P01\0" in error and message in error
+
+
+def test_a_cancel_request_for_an_unknown_key_is_closed_quietly(embedded: Embedded) -> None:
+    assert _raw(embedded, _untyped(pg.CANCEL_REQUEST_CODE, struct.pack("!II", 1, 2))) == b""
+
+
+def test_a_batch_gives_its_capacity_back_however_it_ends(embedded: Embedded) -> None:
+    """A Query before the Sync of an executed batch joins that batch and ends it; one that
+    comes while the server skips to a Sync after an error is answered and ends the failed batch.
+    Either way the batch's job is released and nothing is left in service."""
+    sync = pg.message(b"S")
+    reply = _raw(
+        embedded,
+        STARTUP
+        + _extended("select 1")
+        + _query("select 5")
+        + sync
+        + _extended("select * from nope")
+        + _query("select 6")
+        + sync
+        + TERMINATE,
+    )
+    assert reply.count(b"42P01") == 1  # the failed Execute
+    assert b"\x015" in reply and b"\x016" in reply  # both Queries answered
+    assert reply.count(b"Z\0\0\0\x05I") == 5  # startup, each Query, each Sync
+    assert embedded.call(lambda: embedded.scheduler.in_service) == 0
 
 
 class Probe:

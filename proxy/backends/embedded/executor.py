@@ -1,0 +1,267 @@
+"""Statements on DuckDB: the database, its worker threads, and results in PostgreSQL's form.
+
+``DuckDBBackend`` is one database (in memory by default) and the pool of threads statements run
+in, off the event loop. ``execute`` runs one statement on a client's cursor in such a thread
+and returns a ``Result`` whose rows are already DataRow messages (text, or binary where the
+client asked for it), with PostgreSQL's type OIDs and command tag; ``describe`` gives a
+SELECT's columns without running it. DuckDB errors become ``QueryError`` with PostgreSQL's
+SQLSTATE (``proxy.backends.errors``). With ``profile`` on, DuckDB's profiler gives each
+statement's wall time and CPU time (``Measurement``, what training needs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import struct
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from proxy.backends.embedded import compat
+from proxy.backends.errors import sqlstate_for
+from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type
+from proxy.wire import protocol as pg
+
+__all__ = [
+    "DuckDBBackend",
+    "Measurement",
+    "QueryError",
+    "Refused",
+    "Result",
+    "answered",
+    "column_formats",
+    "command_tag",
+    "data_rows",
+    "describe",
+    "execute",
+    "first_line",
+    "row_description",
+]
+
+_INT16 = struct.Struct("!h")
+_INT32 = struct.Struct("!i")
+SERVER_VERSION = "15.0"
+TEXT_OID = 25
+
+
+class DuckDBBackend:
+    """One DuckDB database and the worker threads that run statements on it."""
+
+    def __init__(
+        self, database: str = ":memory:", workers: int = 8, *, profile: bool = True
+    ) -> None:
+        self.database = database
+        try:
+            self.connection = duckdb.connect(database)
+        except duckdb.Error as e:
+            raise ValueError(f"cannot open the DuckDB database {database}: {first_line(e)}") from e
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="duckdb")
+        self.version = duckdb.__version__
+        self.profile = profile
+        self.server_version = f"{SERVER_VERSION} (admission, DuckDB {self.version})"
+        self.version_string = f"PostgreSQL {self.server_version}"
+
+    def cursor(self, user: str = "duckdb") -> duckdb.DuckDBPyConnection:
+        cursor = self.connection.cursor()
+        cursor.execute("SET TimeZone = 'UTC'")
+        for macro in compat.session_macros(user):
+            cursor.execute(macro)
+        if self.profile:
+            cursor.execute("PRAGMA enable_profiling = 'no_output'")
+        return cursor
+
+    def close(self) -> None:
+        """Stop: statements not started are dropped, running ones (interrupted by their
+        clients' departure) are waited for, then the database is closed."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        with contextlib.suppress(duckdb.Error):
+            self.connection.close()
+
+
+class QueryError(Exception):
+    """A statement failed; the client gets an ErrorResponse with ``sqlstate``."""
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class Refused(QueryError):
+    """The gate turned the statement away (queue full, timeout, cancel)."""
+
+
+@dataclass(slots=True)
+class Result:
+    columns: list[tuple[str, PgType]]
+    rows: list[bytes]  # DataRow messages, encoded in the worker thread
+    tag: str
+    formats: list[int]  # per column: 0 text, 1 binary
+    latency: float = 0.0  # DuckDB's own wall time for the statement, seconds
+    cpu_time: float | None = None  # summed over DuckDB's threads (profiler), seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One statement as DuckDB ran it: the class, the time it took and the CPU it used.
+    ``parallelism`` is CPU time over wall time: the mean number of threads busy."""
+
+    class_name: str
+    latency: float
+    cpu_time: float | None
+    job: int | None = None  # the admission job the statement ran under
+
+    @property
+    def parallelism(self) -> float | None:
+        if self.cpu_time is None or self.latency <= 0:
+            return None
+        return self.cpu_time / self.latency
+
+
+# -- encoding ------------------------------------------------------------------------------
+
+
+def row_description(columns: Sequence[tuple[str, PgType]], formats: Sequence[int] = ()) -> bytes:
+    body = bytearray(_INT16.pack(len(columns)))
+    for i, (name, t) in enumerate(columns):
+        body += name.encode() + b"\0"
+        body += struct.pack("!ihihih", 0, 0, t.oid, t.size, t.typmod, formats[i] if formats else 0)
+    return pg.message(b"T", bytes(body))
+
+
+def column_formats(codes: Sequence[int], count: int) -> list[int]:
+    """Bind's result format codes for ``count`` columns: none (all text), one for all, or one
+    per column."""
+    if not codes:
+        return [0] * count
+    if len(codes) == 1:
+        return [codes[0]] * count
+    if len(codes) != count:
+        raise QueryError(
+            pg.SQLSTATE_PROTOCOL_VIOLATION,
+            f"bind message has {len(codes)} result formats but query has {count} columns",
+        )
+    if any(code not in (0, 1) for code in codes):
+        raise QueryError(pg.SQLSTATE_PROTOCOL_VIOLATION, f"unsupported format code in {codes}")
+    return list(codes)
+
+
+def _encoder(t: PgType, binary: int) -> Callable[[Any], bytes]:
+    """One column's value → bytes function (NULLs are handled by the caller)."""
+    if binary:
+        return lambda v: encode_binary(v, t) or b""
+    if t.element is None and t.oid in (20, 21, 23):
+        return lambda v: b"%d" % v
+    if t.element is None and t.oid == TEXT_OID:
+        return lambda v: v.encode() if type(v) is str else encode_text(v, t) or b""
+    return lambda v: encode_text(v, t) or b""
+
+
+def data_rows(rows: list[tuple[Any, ...]], types: list[PgType], formats: list[int]) -> list[bytes]:
+    """DataRow messages; the per-value work is one call of a per-column encoder."""
+    out = []
+    count = _INT16.pack(len(types))
+    encoders = [_encoder(t, f) for t, f in zip(types, formats, strict=True)]
+    pack = _INT32.pack
+    null = b"\xff\xff\xff\xff"
+    for row in rows:
+        parts = [count]
+        for value, encode in zip(row, encoders, strict=True):
+            if value is None:
+                parts.append(null)
+            else:
+                encoded = encode(value)
+                parts.append(pack(len(encoded)))
+                parts.append(encoded)
+        body = b"".join(parts)
+        out.append(b"D" + pack(len(body) + 4) + body)
+    return out
+
+
+def command_tag(kind: str, query: str, rows: list[tuple[Any, ...]], has_columns: bool) -> str:
+    words = query.strip().rstrip(";").split()
+    verb = words[0].upper() if words else ""
+    count = rows[0][0] if rows and rows[0] and isinstance(rows[0][0], int) else 0
+    if kind == "SELECT" or (has_columns and verb in ("SELECT", "WITH", "VALUES", "SHOW", "FROM")):
+        return f"SELECT {len(rows)}"
+    if kind == "INSERT":
+        return f"INSERT 0 {count}"
+    if kind in ("UPDATE", "DELETE"):
+        return f"{kind} {count}"
+    if kind == "TRANSACTION":
+        return {"START": "BEGIN", "END": "COMMIT", "ABORT": "ROLLBACK"}.get(verb, verb)
+    if verb in ("CREATE", "DROP", "ALTER") and len(words) > 1:
+        noun = words[1].upper()
+        if noun in ("OR", "TEMP", "TEMPORARY", "UNIQUE") and len(words) > 2:
+            noun = words[2].upper() if words[2].upper() != "REPLACE" else words[3].upper()
+        return f"{verb} {noun}"
+    return verb or "SELECT 0"
+
+
+def answered(answer: compat.LocalAnswer, format_codes: Sequence[int] = ()) -> Result:
+    """A statement answered by the proxy itself, as a Result."""
+    types = [t for _, t in answer.columns]
+    formats = column_formats(format_codes, len(types))
+    return Result(answer.columns, data_rows(answer.rows, types, formats), answer.tag, formats)
+
+
+# -- execution (worker threads) ------------------------------------------------------------
+
+
+def execute(
+    cursor: duckdb.DuckDBPyConnection,
+    query: str,
+    params: Sequence[object],
+    kind: str,
+    format_codes: Sequence[int] = (),
+    profile: bool = False,
+) -> Result:
+    started = time.perf_counter()
+    try:
+        relation = cursor.execute(query, list(params) if params else None)
+        description = relation.description
+        rows = relation.fetchall() if description else []
+    except duckdb.Error as e:
+        raise QueryError(sqlstate_for(e), first_line(e)) from None
+    latency = time.perf_counter() - started
+    cpu_time = None
+    if profile:
+        latency, cpu_time = _profiled(cursor, latency)
+    columns = [(d[0], pg_type(str(d[1]))) for d in description or []]
+    is_count = kind in ("INSERT", "UPDATE", "DELETE") and [c[0] for c in columns] == ["Count"]
+    tag = command_tag(kind, query, rows, bool(columns) and not is_count)
+    if is_count:
+        return Result([], [], tag, [], latency, cpu_time)
+    formats = column_formats(format_codes, len(columns))
+    encoded = data_rows(rows, [t for _, t in columns], formats)
+    return Result(columns, encoded, tag, formats, latency, cpu_time)
+
+
+def _profiled(cursor: duckdb.DuckDBPyConnection, latency: float) -> tuple[float, float | None]:
+    """DuckDB's wall time and CPU time (summed over its threads) for the last statement."""
+    try:
+        info = json.loads(cursor.get_profiling_information(format="json"))
+        query = info.get("query", {})
+        return float(query.get("total_time", latency)), float(query["cpu_time"])
+    except (duckdb.Error, ValueError, KeyError, TypeError):
+        return latency, None  # statements the profiler does not cover (SET, BEGIN …)
+
+
+def describe(
+    cursor: duckdb.DuckDBPyConnection, query: str, nparams: int
+) -> list[tuple[str, PgType]]:
+    """The result columns of a SELECT without running it (NULL for every parameter)."""
+    body = query.strip().rstrip(";")
+    try:
+        relation = cursor.execute(f"select * from ({body}) limit 0", [None] * nparams or None)
+    except duckdb.Error as e:
+        raise QueryError(sqlstate_for(e), first_line(e)) from None
+    return [(d[0], pg_type(str(d[1]))) for d in relation.description or []]
+
+
+def first_line(error: BaseException) -> str:
+    return str(error).split("\n", 1)[0]

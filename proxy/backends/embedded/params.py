@@ -1,0 +1,145 @@
+"""Bind parameters from PostgreSQL's wire formats to the Python values DuckDB takes.
+
+A client sends each parameter in text or in binary (asyncpg sends binary), typed by the OID
+the statement's Parse declared or this server inferred (``compat.infer_parameter_types``).
+``decode_param`` reads one; arrays are one-dimensional, as drivers send them. A value that
+does not read raises ``ValueError`` or ``struct.error`` (the caller answers 22P02), a type whose
+binary form is not read here ``QueryError`` 0A000.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+import uuid
+from collections.abc import Callable
+from decimal import Decimal
+
+from proxy.backends.embedded.executor import QueryError
+from proxy.backends.pgtypes import ARRAY_ELEMENT
+
+__all__ = ["decode_param"]
+
+
+def decode_param(raw: bytes | None, oid: int, binary: bool) -> object:
+    if raw is None:
+        return None
+    if oid in ARRAY_ELEMENT:
+        element = ARRAY_ELEMENT[oid]
+        if binary:
+            return _binary_array(raw, element)
+        return [
+            None if item is None else decode_param(item.encode(), element, False)
+            for item in _text_array(raw.decode())
+        ]
+    if binary:
+        decoder = _BINARY_PARAMS.get(oid)
+        if decoder is None:
+            raise QueryError("0A000", f"binary parameters of type {oid} are not supported")
+        return decoder(raw)
+    text = raw.decode()
+    if oid in (20, 21, 23, 26):
+        return int(text)
+    if oid in (700, 701):
+        return float(text)
+    if oid == 1700:
+        return Decimal(text)
+    if oid == 16:
+        return text.lower() in ("t", "true", "1", "on", "yes", "y")
+    if oid == 1082:
+        return datetime.date.fromisoformat(text)
+    if oid == 17 and text.startswith("\\x"):
+        return bytes.fromhex(text[2:])
+    return text
+
+
+def _text_array(text: str) -> list[str | None]:
+    """The items of a one-dimensional array literal, ``{1,NULL,"a b"}``."""
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError(f"malformed array literal: {text!r}")
+    items: list[str | None] = []
+    body, i = text[1:-1], 0
+    while i < len(body):
+        if body[i] == '"':
+            i += 1
+            chars = []
+            while body[i] != '"':
+                if body[i] == "\\":
+                    i += 1
+                chars.append(body[i])
+                i += 1
+            items.append("".join(chars))
+            i += 1
+        else:
+            end = body.find(",", i)
+            end = len(body) if end < 0 else end
+            item = body[i:end].strip()
+            if item.startswith("{"):
+                raise ValueError("multidimensional array parameters are not supported")
+            items.append(None if item.upper() == "NULL" else item)
+            i = end
+        i += 1  # the comma
+    return items
+
+
+def _binary_array(raw: bytes, element: int) -> list[object]:
+    ndim, _, _ = struct.unpack_from("!iii", raw)
+    if ndim == 0:
+        return []
+    if ndim != 1:
+        raise ValueError("multidimensional array parameters are not supported")
+    (count,) = struct.unpack_from("!i", raw, 12)
+    pos, items = 20, []
+    for _ in range(count):
+        (length,) = struct.unpack_from("!i", raw, pos)
+        pos += 4
+        items.append(None if length < 0 else decode_param(raw[pos : pos + length], element, True))
+        pos += max(length, 0)
+    return items
+
+
+_PG_EPOCH = datetime.datetime(2000, 1, 1)
+
+
+def _numeric_param(raw: bytes) -> Decimal:
+    ndigits, weight, sign, dscale = struct.unpack_from("!hhHh", raw)
+    if sign == 0xC000:
+        return Decimal("NaN")
+    if sign in (0xD000, 0xF000):
+        return Decimal("Infinity" if sign == 0xD000 else "-Infinity")
+    digits = struct.unpack_from(f"!{ndigits}h", raw, 8)
+    value = sum(Decimal(d) * Decimal(10000) ** (weight - i) for i, d in enumerate(digits))
+    value = value.quantize(Decimal(1).scaleb(-dscale)) if digits else Decimal(0).scaleb(-dscale)
+    return -value if sign == 0x4000 else value
+
+
+def _micro(raw: bytes, offset: int = 0) -> datetime.timedelta:
+    return datetime.timedelta(microseconds=struct.unpack_from("!q", raw, offset)[0])
+
+
+def _interval_param(raw: bytes) -> datetime.timedelta:
+    _, days, months = struct.unpack("!qii", raw)
+    return _micro(raw) + datetime.timedelta(days=days + 30 * months)
+
+
+_BINARY_PARAMS: dict[int, Callable[[bytes], object]] = {
+    16: lambda raw: raw != b"\0",
+    17: bytes,
+    20: lambda raw: struct.unpack("!q", raw)[0],
+    21: lambda raw: struct.unpack("!h", raw)[0],
+    23: lambda raw: struct.unpack("!i", raw)[0],
+    26: lambda raw: struct.unpack("!I", raw)[0],
+    25: lambda raw: raw.decode(),
+    700: lambda raw: struct.unpack("!f", raw)[0],
+    701: lambda raw: struct.unpack("!d", raw)[0],
+    1043: lambda raw: raw.decode(),
+    705: lambda raw: raw.decode(),
+    0: lambda raw: raw.decode(),
+    1700: _numeric_param,
+    1082: lambda raw: datetime.date(2000, 1, 1) + datetime.timedelta(struct.unpack("!i", raw)[0]),
+    1083: lambda raw: (datetime.datetime.min + _micro(raw)).time(),
+    1114: lambda raw: _PG_EPOCH + _micro(raw),
+    1184: lambda raw: (_PG_EPOCH + _micro(raw)).replace(tzinfo=datetime.UTC),
+    1186: _interval_param,
+    2950: lambda raw: uuid.UUID(bytes=raw),
+}

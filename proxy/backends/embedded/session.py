@@ -1,0 +1,397 @@
+"""One client's session on DuckDB: what its Query, Parse, Bind, Describe and Execute say.
+
+``DuckDBSession`` holds a client's DuckDB cursor (its own transaction), its transaction status
+as PostgreSQL reports it, the PostgreSQL parameters it SET, its prepared statements and
+portals, and writes the replies to each message into the connection's output buffer. It knows
+nothing of sockets or of batches: the connection (``proxy.backends.embedded.server``) hands it
+messages one at a time and gives it admission when a statement is about to run (``admit``).
+
+Statements PostgreSQL clients send that DuckDB does not understand are answered here or
+rewritten (``compat``); a multi-statement Query is split first with DuckDB's parser, then with
+PostgreSQL's where DuckDB's fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import duckdb
+import pglast
+
+from proxy.backends.embedded import compat
+from proxy.backends.embedded.executor import (
+    TEXT_OID,
+    DuckDBBackend,
+    Measurement,
+    QueryError,
+    Result,
+    answered,
+    describe,
+    execute,
+    first_line,
+    row_description,
+)
+from proxy.backends.embedded.params import decode_param
+from proxy.backends.errors import sqlstate_for
+from proxy.backends.pgtypes import pg_type
+from proxy.wire import protocol as pg
+from proxy.wire.frontend import Batch
+
+__all__ = ["Admission", "DuckDBSession", "Portal", "Prepared"]
+
+_INT16 = struct.Struct("!h")
+_INT32 = struct.Struct("!i")
+_PARAM = re.compile(r"\$(\d+)")
+_LOCAL_HEAD = re.compile(r"\s*(?:show|set|savepoint|release|rollback)\b", re.I)
+_DRIVER = "DRIVER:"  # statement kind of a driver's catalog query answered here
+
+
+class Admission(Protocol):
+    """What a session asks of its connection: admission for the batch it is running."""
+
+    @property
+    def batch(self) -> Batch | None: ...
+
+    async def admit(self, sql: str) -> None: ...
+
+
+@dataclass(slots=True)
+class Prepared:
+    query: str
+    param_types: list[int]
+    kind: str
+
+
+@dataclass(slots=True)
+class Portal:
+    statement: Prepared
+    params: list[object]
+    formats: tuple[int, ...] = ()  # result format codes from Bind
+    result: Result | None = None
+    sent: int = 0
+
+
+_KINDS = {
+    "select": "SELECT",
+    "with": "SELECT",
+    "from": "SELECT",
+    "values": "SELECT",
+    "table": "SELECT",
+    "insert": "INSERT",
+    "update": "UPDATE",
+    "delete": "DELETE",
+}
+_FIRST_WORD = re.compile(r"\s*\(*\s*([A-Za-z]+)")
+
+
+def _single_statement(text: str) -> tuple[str, str] | None:
+    """A lone SELECT/INSERT/UPDATE/DELETE and its kind, recognised without DuckDB's parser
+    (which costs about a millisecond on a TPC-H query); None when not sure."""
+    body = text.rstrip().rstrip(";")
+    if ";" in body or "--" in body or "/*" in body:
+        return None
+    match = _FIRST_WORD.match(body)
+    kind = _KINDS.get(match.group(1).lower()) if match else None
+    return (body, kind) if kind else None
+
+
+class DuckDBSession:
+    """One client's statements on its own DuckDB cursor (see the module docstring)."""
+
+    def __init__(
+        self,
+        connection: Admission,
+        backend: DuckDBBackend,
+        cursor: duckdb.DuckDBPyConnection,
+        out: bytearray,
+        observers: list[Callable[[Measurement], None]],
+    ) -> None:
+        self.connection = connection
+        self.backend = backend
+        self.cursor = cursor
+        self.out = out  # replies not yet written (the connection's buffer)
+        self.observers = observers  # the server's: one Measurement per statement run
+        self.status = b"I"  # transaction status, as ReadyForQuery reports it
+        self.settings: dict[str, str] = {}  # PostgreSQL-only parameters SET in this session
+        self.statements: dict[str, Prepared] = {}
+        self.portals: dict[str, Portal] = {}
+        self.running = False  # a statement is running in a worker thread
+
+    def interrupt(self) -> None:
+        """Stop the statement running now, if any (it fails with 57014)."""
+        if self.running:
+            self.cursor.interrupt()
+
+    def close(self, body: bytes) -> None:
+        """A Close message: forget a prepared statement or a portal."""
+        target, name = body[:1], pg.read_cstring(body, 1)[0]
+        (self.statements if target == b"S" else self.portals).pop(name, None)
+        self.out += pg.message(b"3")
+
+    async def run(
+        self, query: str, params: Sequence[object], kind: str, formats: Sequence[int] = ()
+    ) -> Result:
+        """One statement: answered here, or run on DuckDB in a worker thread."""
+        if self.status == b"E" and kind != "TRANSACTION":
+            raise QueryError(
+                "25P02",
+                "current transaction is aborted, commands ignored until end of transaction block",
+            )
+        if kind.startswith(_DRIVER):
+            return answered(compat.driver_answer(kind[len(_DRIVER) :], list(params)), formats)
+        local = self._local(query) or self._transaction_warning(query, kind)
+        if local is not None:
+            return local
+        loop = asyncio.get_running_loop()
+        backend = self.backend
+        query = compat.rewrite(query, backend.version_string)
+        self.running = True
+        try:
+            result = await loop.run_in_executor(
+                backend.pool,
+                execute,
+                self.cursor,
+                query,
+                params,
+                kind,
+                formats,
+                backend.profile and bool(self.observers),
+            )
+        finally:
+            self.running = False
+        self._track_transaction(result.tag)
+        if self.observers:
+            batch = self.connection.batch
+            query_class = batch.query_class if batch is not None else None
+            measured = Measurement(
+                query_class.name if query_class is not None else "",
+                result.latency,
+                result.cpu_time,
+                batch.job if batch is not None else None,
+            )
+            for observer in self.observers:
+                observer(measured)
+        return result
+
+    def _local(self, sql: str) -> Result | None:
+        """A PostgreSQL-only statement answered here (SHOW, SET, SAVEPOINT …), or None."""
+        try:
+            answer = compat.local_statement(sql, self.settings)
+        except compat.Unsupported as e:
+            raise QueryError("0A000", str(e)) from None
+        return None if answer is None else answered(answer)
+
+    def _transaction_warning(self, query: str, kind: str) -> Result | None:
+        """PostgreSQL warns, where DuckDB fails, on BEGIN inside a transaction block and on
+        COMMIT or ROLLBACK outside one."""
+        if kind != "TRANSACTION":
+            return None
+        verb = query.lstrip()[:5].upper()
+        if self.status == b"T" and verb in ("BEGIN", "START"):
+            message, sqlstate, tag = "there is already a transaction in progress", "25001", "BEGIN"
+        elif self.status == b"I" and verb in ("COMMI", "END", "ROLLB", "ABORT"):
+            message, sqlstate = "there is no transaction in progress", "25P01"
+            tag = "ROLLBACK" if verb in ("ROLLB", "ABORT") else "COMMIT"
+        else:
+            return None
+        self.out += pg.error_response(sqlstate, message, severity="WARNING", kind=b"N")
+        return Result([], [], tag, [])
+
+    def _track_transaction(self, tag: str) -> None:
+        if tag == "BEGIN":
+            self.status = b"T"
+        elif tag in ("COMMIT", "ROLLBACK"):
+            self.status = b"I"
+
+    # simple protocol
+
+    async def query(self, text: str) -> None:
+        """A Query message's replies, up to (not including) its ReadyForQuery."""
+        local = self._local(text)
+        if local is not None:
+            self._send_result(local)
+            return
+        statements = self._statements(text)
+        if not statements:
+            self.out += pg.message(b"I")
+            return
+        await self.connection.admit(text)
+        for query, kind in statements:
+            self._send_result(await self.run(query, (), kind))
+
+    def _statements(self, text: str) -> list[tuple[str, str]]:
+        """The statements of a Query message and their kinds. When DuckDB's parser fails on
+        the whole text it is split with PostgreSQL's (pglast) to find the statements answered
+        here (``BEGIN; SAVEPOINT x``); a piece DuckDB cannot parse keeps DuckDB's error."""
+        single = _single_statement(text)
+        if single is not None:
+            return [single]
+        try:
+            return [(st.query, st.type.name) for st in self.cursor.extract_statements(text)]
+        except duckdb.Error as e:
+            error = QueryError(sqlstate_for(e), first_line(e))
+        try:
+            pieces = pglast.split(text)
+        except Exception:  # pglast's parse errors: DuckDB's error is the one to report
+            raise error from None
+        if len(pieces) < 2:
+            if pieces and self._local_parse(pieces[0]):
+                return [(pieces[0], "LOCAL")]
+            if pieces and compat.begin_statement(pieces[0]):
+                return [("BEGIN", "TRANSACTION")]
+            raise error
+        out: list[tuple[str, str]] = []
+        for piece in pieces:
+            out.extend(self._statements(piece))
+        return out
+
+    def _send_result(self, result: Result) -> None:
+        if result.columns:
+            self.out += row_description(result.columns)
+            self.out += b"".join(result.rows)
+        self.out += pg.message(b"C", result.tag.encode() + b"\0")
+
+    # extended protocol
+
+    def parse(self, body: bytes) -> None:
+        name, pos = pg.read_cstring(body, 0)
+        query, pos = pg.read_cstring(body, pos)
+        (count,) = struct.unpack_from("!h", body, pos)
+        types = list(struct.unpack_from(f"!{count}i", body, pos + 2)) if count else []
+        nparams = max((int(n) for n in _PARAM.findall(query)), default=0)
+        types += [0] * (nparams - len(types))
+        driver = compat.driver_statement(query)
+        if driver is not None:
+            kind = _DRIVER + driver  # answered at Execute
+            types = [1028] if driver == "typeinfo" else []
+        elif _LOCAL_HEAD.match(query) and self._local_parse(query):
+            kind = "LOCAL"  # answered at Execute
+        else:
+            statements = self._statements(query) if query.strip() else []
+            if len(statements) > 1:
+                raise QueryError(
+                    "42601", "cannot insert multiple commands into a prepared statement"
+                )
+            query, kind = statements[0] if statements else (query, "EMPTY")
+        if kind not in ("LOCAL", "EMPTY") and driver is None:
+            query = compat.rewrite(query, self.backend.version_string)
+        if 0 in types:
+            inferred = compat.infer_parameter_types(query, len(types), self._catalog())
+            types = [
+                oid or (pg_type(guess).oid if guess else TEXT_OID)
+                for oid, guess in zip(types, inferred, strict=True)
+            ]
+        self.statements[name] = Prepared(query, types, kind)
+        self.out += pg.message(b"1")
+
+    def _catalog(self) -> dict[str, list[tuple[str, str]]]:
+        """Every table's columns and their DuckDB types, for parameter type inference."""
+        tables: dict[str, list[tuple[str, str]]] = {}
+        rows = self.cursor.execute(
+            "select lower(table_name), lower(column_name), data_type from duckdb_columns() "
+            "order by table_name, column_index"
+        ).fetchall()
+        for table, column, kind in rows:
+            tables.setdefault(table, []).append((column, kind))
+        return tables
+
+    def _local_parse(self, query: str) -> bool:
+        """Whether ``query`` is answered here; a SET is applied at Execute, not now."""
+        try:
+            return compat.local_statement(query, dict(self.settings)) is not None
+        except compat.Unsupported:
+            return True  # fails at Execute, as PostgreSQL fails it there
+
+    def bind(self, body: bytes) -> None:
+        portal, pos = pg.read_cstring(body, 0)
+        name, pos = pg.read_cstring(body, pos)
+        statement = self.statements.get(name)
+        if statement is None:
+            raise QueryError("26000", f'prepared statement "{name}" does not exist')
+        (nformats,) = struct.unpack_from("!h", body, pos)
+        formats = list(struct.unpack_from(f"!{nformats}h", body, pos + 2))
+        pos += 2 + 2 * nformats
+        (nvalues,) = struct.unpack_from("!h", body, pos)
+        pos += 2
+        params: list[object] = []
+        for i in range(nvalues):
+            (length,) = _INT32.unpack_from(body, pos)
+            pos += 4
+            raw = None if length < 0 else body[pos : pos + length]
+            pos += max(length, 0)
+            binary = (formats[i] if nformats > 1 else formats[0] if nformats else 0) == 1
+            oid = statement.param_types[i] if i < len(statement.param_types) else 0
+            try:
+                params.append(decode_param(raw, oid, binary))
+            except (ValueError, struct.error) as e:
+                raise QueryError("22P02", f"invalid value for parameter ${i + 1}: {e}") from None
+        (nresults,) = struct.unpack_from("!h", body, pos)
+        results = struct.unpack_from(f"!{nresults}h", body, pos + 2)
+        self.portals[portal] = Portal(statement, params, results)
+        self.out += pg.message(b"2")
+
+    async def describe(self, body: bytes) -> None:
+        target, name = body[:1], pg.read_cstring(body, 1)[0]
+        if target == b"S":
+            statement = self.statements.get(name)
+            if statement is None:
+                raise QueryError("26000", f'prepared statement "{name}" does not exist')
+            oids = statement.param_types
+            self.out += pg.message(
+                b"t", _INT16.pack(len(oids)) + b"".join(_INT32.pack(o) for o in oids)
+            )
+            if statement.kind.startswith(_DRIVER):
+                columns = compat.driver_answer(statement.kind[len(_DRIVER) :], []).columns
+                self.out += row_description(columns)
+            elif statement.kind == "LOCAL":
+                local = self._local(statement.query)
+                columns = local.columns if local is not None else []
+                self.out += row_description(columns) if columns else pg.message(b"n")
+            elif statement.kind == "SELECT":
+                columns = describe(self.cursor, statement.query, len(oids))
+                self.out += row_description(columns) if columns else pg.message(b"n")
+            else:
+                self.out += pg.message(b"n")
+            return
+        portal = self.portals.get(name)
+        if portal is None:
+            raise QueryError("34000", f'portal "{name}" does not exist')
+        result = await self._portal_result(portal)
+        if result.columns:
+            self.out += row_description(result.columns, result.formats)
+        else:
+            self.out += pg.message(b"n")
+
+    async def _portal_result(self, portal: Portal) -> Result:
+        if portal.result is None:
+            statement = portal.statement
+            await self.connection.admit(statement.query)
+            portal.result = await self.run(
+                statement.query, portal.params, statement.kind, portal.formats
+            )
+        return portal.result
+
+    async def execute(self, body: bytes) -> None:
+        name, pos = pg.read_cstring(body, 0)
+        (limit,) = _INT32.unpack_from(body, pos)
+        portal = self.portals.get(name)
+        if portal is None:
+            raise QueryError("34000", f'portal "{name}" does not exist')
+        if portal.statement.kind == "EMPTY":
+            self.out += pg.message(b"I")
+            return
+        result = await self._portal_result(portal)
+        rows = result.rows[portal.sent :]
+        if limit > 0 and len(rows) > limit:
+            self.out += b"".join(rows[:limit])
+            portal.sent += limit
+            self.out += pg.message(b"s")  # PortalSuspended
+            return
+        self.out += b"".join(rows)
+        portal.sent = len(result.rows)
+        self.out += pg.message(b"C", result.tag.encode() + b"\0")
