@@ -17,8 +17,9 @@ import asyncio
 import logging
 import ssl
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 from proxy.gate import AdmissionGate
@@ -89,11 +90,20 @@ def _drop(data: bytes) -> None:
     pass
 
 
+class CancelTarget(Protocol):
+    """A client connection a CancelRequest can name (by the backend key it was given)."""
+
+    def cancel(self) -> None:
+        """Withdraw the queued statement, or stop the running one."""
+
+
 class Listener:
-    """What every front end shares: a listening socket and its clients' protocol factory."""
+    """What every front end shares: a listening socket, its clients' protocol factory, and its
+    clients by the backend key each was given, which a CancelRequest names."""
 
     _server: asyncio.Server | None = None
     gate: AdmissionGate
+    by_key: Mapping[tuple[int, int], CancelTarget]
 
     def protocol(self) -> asyncio.Protocol:
         raise NotImplementedError
@@ -111,6 +121,14 @@ class Listener:
         assert self._server is not None
         port: int = self._server.sockets[0].getsockname()[1]
         return port
+
+    def cancel(self, pid: int, secret: int) -> None:
+        """A CancelRequest (``proxy.wire.frontend.CancelRequest``) for the client given this key."""
+        target = self.by_key.get((pid, secret))
+        if target is None:
+            log.info("cancel request for an unknown key ignored")
+            return
+        target.cancel()
 
 
 class ProxyServer(Listener):
@@ -156,17 +174,6 @@ class ProxyServer(Listener):
             coro = loop.create_connection(protocol_factory, b.host, b.port)
         transport, _ = await asyncio.wait_for(coro, self.connect_timeout)
         return transport
-
-    def cancel(self, pid: int, secret: int) -> None:
-        target = self.by_key.get((pid, secret))
-        if target is None:
-            log.info("cancel request for an unknown key ignored")
-            return
-        for job in target.session.active_jobs:
-            if self.gate.cancel(job):
-                log.info("cancelled queued statement job=%s", job)
-                return
-        asyncio.get_running_loop().create_task(self._forward_cancel(pid, secret))
 
     async def _forward_cancel(self, pid: int, secret: int) -> None:
         packet = struct.pack("!IIII", 16, pg.CANCEL_REQUEST_CODE, pid, secret)
@@ -364,6 +371,17 @@ class ClientConnection(asyncio.Protocol):
                     self.transport.close()
                 self._close_backend()
                 self._teardown()
+
+    def cancel(self) -> None:
+        """A CancelRequest named this client: withdraw its queued statement, or have the server
+        stop the running one (with the key the server gave it, which the client was given)."""
+        gate = self.server.gate
+        for job in self.session.active_jobs:
+            if gate.cancel(job):
+                log.info("cancelled queued statement job=%s", job)
+                return
+        if self._key is not None:
+            asyncio.get_running_loop().create_task(self.server._forward_cancel(*self._key))
 
     # -- the gate's answers ------------------------------------------------------------------
 

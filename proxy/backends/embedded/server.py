@@ -266,6 +266,8 @@ class EmbeddedConnection(asyncio.Protocol):
             self.transport.close()
 
     def cancel(self) -> None:
+        """A CancelRequest named this client: withdraw its queued statement, or interrupt the
+        running one."""
         for job in list(self.waiting):
             if self.server.gate.cancel(job):
                 return
@@ -291,11 +293,6 @@ class EmbeddedServer(Listener):
 
     def protocol(self) -> EmbeddedConnection:
         return EmbeddedConnection(self)
-
-    def cancel(self, pid: int, secret: int) -> None:
-        target = self.by_key.get((pid, secret))
-        if target is not None:
-            target.cancel()
 
     async def close(self) -> None:
         if self._server is not None:
