@@ -133,7 +133,7 @@ class DuckDBSession:
         (self.statements if target == b"S" else self.portals).pop(name, None)
         self.out += pg.message(b"3")
 
-    async def run(
+    async def _run(
         self, query: str, params: Sequence[object], kind: str, formats: Sequence[int] = ()
     ) -> Result:
         """One statement: answered here, or run on DuckDB in a worker thread."""
@@ -222,7 +222,7 @@ class DuckDBSession:
             return
         await self.connection.admit(text)
         for query, kind in statements:
-            self._send_result(await self.run(query, (), kind))
+            self._send_result(await self._run(query, (), kind))
 
     def _statements(self, text: str) -> list[tuple[str, str]]:
         """The statements of a Query message and their kinds. When DuckDB's parser fails on
@@ -371,7 +371,7 @@ class DuckDBSession:
         if portal.result is None:
             statement = portal.statement
             await self.connection.admit(statement.query)
-            portal.result = await self.run(
+            portal.result = await self._run(
                 statement.query, portal.params, statement.kind, portal.formats
             )
         return portal.result
