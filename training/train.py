@@ -142,14 +142,14 @@ class _Probes:
     def _local_postmaster(self) -> int | None:
         """The server's postmaster pid if it runs on this machine (its backend is visible in
         /proc as a postgres process), else None."""
-        with psycopg.connect(self.direct) as conn:
+        with psycopg.connect(self.direct) as conn:  # read while the backend is alive
             pid = conn.info.backend_pid
-        reading = read_task(f"/proc/{pid}")
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                is_postgres = b"postgres" in f.read()
-        except OSError:
-            return None
+            reading = read_task(f"/proc/{pid}")
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    is_postgres = b"postgres" in f.read()
+            except OSError:
+                return None
         return reading.ppid if reading is not None and is_postgres else None
 
     def os_cpu(self) -> float | None:

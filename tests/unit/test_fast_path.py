@@ -34,7 +34,7 @@ from proxy.wire.session import (
     fast_client,
     fast_server,
 )
-from tests.test_wire import (
+from tests.unit.test_wire import (
     AUTH_OK,
     RFQ,
     _split,

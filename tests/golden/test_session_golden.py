@@ -1,4 +1,4 @@
-"""Golden-script tests of the session state machine: see tests/session_golden_driver.py.
+"""Golden-script tests of the session state machine: see tests/golden/session_driver.py.
 
 Each script pins what ``ProxySession`` does with one kind of traffic: the bytes it forwards each
 way, the jobs it submits and releases, the replies it makes up. Regenerate the expected output
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.session_golden_driver import run_script
+from tests.golden.session_driver import run_script
 
-SCRIPTS = sorted((Path(__file__).parent / "golden" / "session").glob("*.txt"))
+SCRIPTS = sorted((Path(__file__).parent / "session").glob("*.txt"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])

@@ -1,4 +1,4 @@
-"""Golden-script tests of the scheduler: see tests/golden_driver.py for the format.
+"""Golden-script tests of the scheduler: see tests/golden/scheduler_driver.py for the format.
 
 Regenerate the expected output after an intended change with ``GOLDEN_REWRITE=1``, then read
 the diff: every changed line is a changed decision.
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.golden_driver import run_script
+from tests.golden.scheduler_driver import run_script
 
-SCRIPTS = sorted((Path(__file__).parent / "golden").glob("*.txt"))
+SCRIPTS = sorted((Path(__file__).parent / "scheduler").glob("*.txt"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])

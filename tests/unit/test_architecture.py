@@ -22,7 +22,7 @@ import textwrap
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 OURS = {
     "admission",
     "workloads",

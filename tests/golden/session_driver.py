@@ -1,8 +1,9 @@
 """Golden scripts for the session state machine (``proxy.wire.session.ProxySession``).
 
-The format is the scheduler's (tests/golden_driver.py): a command, ``----``, the lines it must
-print; ``#`` lines are comments; ``GOLDEN_REWRITE=1`` rewrites the expected output. A command
-that sends several messages in one read lists them on indented lines before ``----``::
+The format is the scheduler's (tests/golden/scheduler_driver.py): a command, ``----``, the
+lines it must print; ``#`` lines are comments; ``GOLDEN_REWRITE=1`` rewrites the expected
+output. A command that sends several messages in one read lists them on indented lines
+before ``----``::
 
     client
       P s1 "select $1::int"
@@ -71,7 +72,7 @@ from proxy.wire.session import (
     StartTLS,
     Submit,
 )
-from tests.golden_driver import Case, parse, render
+from tests.golden.scheduler_driver import Case, parse, render
 
 # what one step of a script does to a session: its actions, or a marker line (the fast path)
 Event = object

@@ -14,7 +14,7 @@ from workloads.tpch.data import generate, load_duckdb
 from workloads.tpch.mixes import MIXES
 
 LOCUST = str(Path(sys.executable).with_name("locust"))
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_headless_locust_run_reports_each_class(tmp_path: Path) -> None:
