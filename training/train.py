@@ -104,6 +104,7 @@ class _Probes:
         self.config = config
         self.proxy = proxy
         self.recorder: Recorder | None = None
+        self._stop_profiling: Callable[[], None] = lambda: None
         scheduler = proxy.gate.scheduler
         proxy.call(lambda: scheduler.observe(events=self._on_event))
         if config.is_duckdb:
@@ -127,8 +128,11 @@ class _Probes:
         """The probe for this backend; ``profile``: also collect DuckDB's profiler CPU."""
         if self.config.is_duckdb:
             jobs = DuckDBJobs(self.thread_probe, weights)
-            observers = [lambda m: jobs.measured(m.job, m.cpu_time)] if profile else []
-            self.embedded.observers[:] = observers
+            self._stop_profiling()
+            if profile:
+                self._stop_profiling = self.embedded.observe(
+                    lambda m: jobs.measured(m.job, m.cpu_time)
+                )
             return jobs
         if self.postmaster is not None:
             return PostgresJobs()

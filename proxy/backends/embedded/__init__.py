@@ -11,7 +11,8 @@ Results travel in text format with PostgreSQL's type OIDs and text output
 carry PostgreSQL SQLSTATEs (``proxy.backends.errors``).
 
 With ``profile`` on, each statement's CPU time and wall time come from DuckDB's profiler, and
-``EmbeddedServer.observers`` receive one ``Measurement`` per statement (what training needs).
+observers registered with ``EmbeddedServer.observe`` receive one ``Measurement`` per statement
+(what training needs).
 
 The modules, from the socket inwards:
 

@@ -289,7 +289,14 @@ class EmbeddedServer(Listener):
         self.max_message = max_message
         self.connections: set[EmbeddedConnection] = set()
         self.by_key: dict[tuple[int, int], EmbeddedConnection] = {}
+        # sessions read this list; only ``observe`` and what it returns change it
         self.observers: list[Callable[[Measurement], None]] = []
+
+    def observe(self, observer: Callable[[Measurement], None]) -> Callable[[], None]:
+        """Register ``observer`` for one ``Measurement`` per statement run (DuckDB's profiler
+        is on while anyone listens); returns what unregisters it."""
+        self.observers.append(observer)
+        return lambda: self.observers.remove(observer)
 
     def protocol(self) -> EmbeddedConnection:
         return EmbeddedConnection(self)
