@@ -23,9 +23,10 @@ next event, or None when more bytes are needed. A connection opens with untyped 
 
 (``PHASE_AFTER`` is this table.) An SSLRequest is answered 'S' when the front end can do TLS
 (the front end writes the answer and starts TLS), 'N' otherwise; GSSAPI encryption is always
-declined. A CancelRequest comes on a connection of its own and nothing else follows it. In
-MESSAGES every typed message is an event of its own, a ``Frame`` (type and raw bytes, to
-forward untouched or to answer). Malformed input — a length out of range, a short
+declined; bytes that came after an SSLRequest answered 'S' and before the handshake are a
+protocol violation (they were never encrypted). A CancelRequest comes on a connection of its
+own and nothing else follows it. In MESSAGES every typed message is an event of its own, a
+``Frame`` (type and raw bytes, to forward untouched or to answer). Malformed input — a length out of range, a short
 CancelRequest, a protocol version other than 3 — raises ``ProtocolViolation`` and nothing else;
 the front end answers FATAL 08P01 and closes. Feeding a stream whole, byte by byte or cut
 anywhere gives the same events.
@@ -208,6 +209,11 @@ class FrontendCore(Generic[B]):
         if frame.type != STARTUP:
             return frame
         event = self._startup(frame.raw, frame.body)
+        if isinstance(event, EncryptionRequest) and event.start_tls and (frames or self.buffer):
+            # Bytes sent after an SSLRequest but before the handshake were never encrypted:
+            # taking them as the startup would let a man in the middle inject one
+            # (PostgreSQL refuses them too, since CVE-2021-23214).
+            raise pg.ProtocolViolation("received unencrypted data after SSL request")
         self.phase = PHASE_AFTER[type(event)]
         if self.phase is Phase.STARTUP:
             self._scanner.expect_startup()
