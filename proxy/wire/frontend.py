@@ -26,10 +26,10 @@ next event, or None when more bytes are needed. A connection opens with untyped 
 declined; bytes that came after an SSLRequest answered 'S' and before the handshake are a
 protocol violation (they were never encrypted). A CancelRequest comes on a connection of its
 own and nothing else follows it. In MESSAGES every typed message is an event of its own, a
-``Frame`` (type and raw bytes, to forward untouched or to answer). Malformed input — a length out of range, a short
-CancelRequest, a protocol version other than 3 — raises ``ProtocolViolation`` and nothing else;
-the front end answers FATAL 08P01 and closes. Feeding a stream whole, byte by byte or cut
-anywhere gives the same events.
+``Frame`` (type and raw bytes, to forward untouched or to answer). Malformed input — a length
+out of range, a short CancelRequest, a protocol version other than 3 — raises
+``ProtocolViolation`` and nothing else; the front end answers FATAL 08P01 and closes. Feeding a
+stream whole, byte by byte or cut anywhere gives the same events.
 
 **Batches.** Admission works on *batches*: a simple Query is one; extended-protocol messages up
 to and including their Sync are one. A front end calls ``join(kind)`` for each message when it
