@@ -3,8 +3,11 @@
 One versioned JSON file (SPEC §5) holds what training measured: per class the service demand
 D_r, the nominal fork size f_r, the fork profile (phases), U_r, Q_r, A_r and counts, plus the
 K×K matrix ``A[r][c] = A^c_r`` (mean class-r tasks in execution seen when a class-c job is
-admitted). The η matrix of every policy is derived from those numbers (``admission.policies``)
-and written beside them for people to read; on load it is recomputed and checked, so a file
+admitted). How sure training was rides along: D_r's 95 % interval and the isolation runs behind
+it, the fork sizes those runs showed, whether the interval converged, and the machine's speed
+before and after training. These fields are optional, so files written before them still load.
+The η matrix of every policy is derived from those numbers (``admission.policies``) and
+written beside them for people to read; on load it is recomputed and checked, so a file
 whose η disagrees with its own profiles is rejected rather than silently half-used.
 
 Classes the model has not seen get ``default`` (configurable; by default the median of the
@@ -31,6 +34,7 @@ __all__ = [
     "ModelError",
     "Phase",
     "Profile",
+    "Speed",
 ]
 
 FORMAT = "admission-eta-model"
@@ -70,6 +74,15 @@ class ClassProfile(Profile):
     sample_sql: str = ""
     phases: tuple[Phase, ...] = ()
     count: int = Field(default=0, ge=0, description="executions measured")
+    D_low: float | None = Field(default=None, ge=0, description="95 % interval of D: low end")
+    D_high: float | None = Field(default=None, ge=0, description="95 % interval of D: high end")
+    D_runs: int = Field(default=0, ge=0, description="isolation runs D was measured from")
+    f_runs: dict[int, int] = Field(
+        default_factory=dict, description="fork size → isolation runs that showed it"
+    )
+    converged: bool | None = Field(
+        default=None, description="whether D's interval got within ±5 % (None: not known)"
+    )
 
     @model_validator(mode="after")
     def _phases_match_fork_size(self) -> ClassProfile:
@@ -78,6 +91,40 @@ class ClassProfile(Profile):
                 f"f is {self.f} but the first phase has {self.phases[0].threads} threads"
             )
         return self
+
+    @model_validator(mode="after")
+    def _interval_holds_estimate(self) -> ClassProfile:
+        if self.D_low is not None and self.D_low > self.D:
+            raise ValueError(f"D_low {self.D_low} is above D {self.D}")
+        if self.D_high is not None and self.D_high < self.D:
+            raise ValueError(f"D_high {self.D_high} is below D {self.D}")
+        if any(size < 1 or runs < 1 for size, runs in self.f_runs.items()):
+            raise ValueError("f_runs maps fork sizes ≥ 1 to run counts ≥ 1")
+        if self.f_runs and self.f not in self.f_runs:
+            raise ValueError(f"f is {self.f} but no isolation run in f_runs showed it")
+        if self.f_runs and self.D_runs and sum(self.f_runs.values()) != self.D_runs:
+            raise ValueError(
+                f"f_runs counts {sum(self.f_runs.values())} runs but D_runs is {self.D_runs}"
+            )
+        return self
+
+    @property
+    def f_varies(self) -> bool:
+        """Whether the isolation runs showed more than one fork size."""
+        return len(self.f_runs) > 1
+
+
+class Speed(_Frozen):
+    """The machine-speed reference taken before and after training (``training.speed``)."""
+
+    before: float = Field(gt=0)
+    after: float = Field(gt=0)
+    unit: str = Field(min_length=1)
+
+    @property
+    def change(self) -> float:
+        """The relative change from before to after (0.1: 10 % faster afterwards)."""
+        return self.after / self.before - 1
 
 
 class EtaModel(_Frozen):
@@ -92,6 +139,7 @@ class EtaModel(_Frozen):
     fcr: int | None = Field(default=None, ge=1)
     sample_interval: float = Field(default=0.05, gt=0)
     notes: str = ""
+    speed: Speed | None = None
     default: Profile | None = None
     classes: tuple[ClassProfile, ...] = ()
     A_matrix: tuple[tuple[float, ...], ...] = ()

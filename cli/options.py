@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from admission.model import EtaModel, ModelError
+from admission.model import ClassProfile, EtaModel, ModelError
 from admission.policies import POLICIES
 from admission.scheduler import Limits
 
@@ -98,22 +98,52 @@ def check_backend(backend: str) -> None:
 
 
 def class_table(m: EtaModel, title: str) -> Table:
-    """A model's class profiles, as ``admission train`` and ``admission model show`` print them."""
+    """A model's class profiles, as ``admission train`` and ``admission model show`` print them:
+    D_r as "estimate [95 % interval] (runs)", f_r with its runs per fork size when it varied."""
     table = Table(title=title)
-    for col in ("class", "D_r", "f_r", "U_r", "Q_r", "A_r", "count", "fingerprint"):
+    for col in ("class", "D_r [95%] (runs)", "f_r", "U_r", "Q_r", "A_r", "count", "fingerprint"):
         table.add_column(col, justify="right")
     for c in m.classes:
         table.add_row(
             c.name,
-            f"{c.D:.4g}",
-            str(c.f),
+            d_text(c),
+            f_text(c),
             f"{c.U:.3g}",
             f"{c.Q:.3g}",
             f"{c.A:.3g}",
             str(c.count),
             c.fingerprint,
         )
+    caption = []
+    if any(c.converged is False for c in m.classes):
+        caption.append("~: D_r's 95% interval did not get within ±5%")
+    if m.speed is not None:
+        caption.append(
+            f"machine speed {m.speed.before:,.0f} before, {m.speed.after:,.0f} after "
+            f"({m.speed.change:+.0%}) {m.speed.unit}"
+        )
+    table.caption = "\n".join(caption) or None
     return table
+
+
+def d_text(c: ClassProfile) -> str:
+    """D_r as "0.0412 [0.0405, 0.0420] (24)", with a mark when it did not converge."""
+    text = f"{c.D:.4g}"
+    if c.D_low is not None and c.D_high is not None:
+        text += f" [{c.D_low:.4g}, {c.D_high:.4g}]"
+    if c.D_runs:
+        text += f" ({c.D_runs})"
+    if c.converged is False:
+        text += " ~"
+    return text
+
+
+def f_text(c: ClassProfile) -> str:
+    """f_r, and when the runs disagreed its distribution: "2 (2: 9, 1: 3)"."""
+    if not c.f_varies:
+        return str(c.f)
+    runs = sorted(c.f_runs.items(), key=lambda kv: (-kv[1], -kv[0]))
+    return f"{c.f} (" + ", ".join(f"{size}: {n}" for size, n in runs) + ")"
 
 
 class OutputFormat(StrEnum):

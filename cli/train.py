@@ -34,8 +34,19 @@ def train(
         str, typer.Option(help="TPC-H queries to train: 'all' or a list such as 1,4,9,16,18,21.")
     ] = "all",
     isolation_reps: Annotated[
-        int, typer.Option(help="Runs of each class alone (D_r, phases, fork size).", min=1)
+        int,
+        typer.Option(
+            help="Least runs of each class alone (D_r, phases, fork size); more are made "
+            "until D_r's 95% interval is within ±5% or --isolation-seconds pass.",
+            min=1,
+        ),
     ] = 3,
+    isolation_seconds: Annotated[
+        float,
+        typer.Option(
+            help="Time cap of the isolation runs, all classes together (seconds).", min=0.0
+        ),
+    ] = 40.0,
     concurrency: Annotated[
         int, typer.Option(help="Closed-loop clients in the concurrent FCFS run.", min=1)
     ] = 8,
@@ -57,7 +68,8 @@ def train(
 ) -> None:
     """Learn each TPC-H class's profile through the proxy and write the η model.
 
-    First every class runs alone (D_r, the fork profile, f_r), then CONCURRENCY clients run the
+    First every class runs alone, the classes in turn, until each D_r is known within ±5%
+    (D_r, its 95% interval, the fork profile, f_r), then CONCURRENCY clients run the
     classes at once under FCFS while threads and CPU are sampled every Δ (U_r, Q_r, A^c_r).
     The model file is written atomically; Ctrl-C in the concurrent run keeps what was measured.
     """
@@ -70,6 +82,7 @@ def train(
             tpch=tpch,
             classes=parse_classes(classes),
             isolation_reps=isolation_reps,
+            isolation_seconds=isolation_seconds,
             concurrency=concurrency,
             duration=duration,
             interval=interval,

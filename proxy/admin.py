@@ -2,7 +2,8 @@
 
 - ``GET /status`` — policy, limits, statements in service, capacity in use, the queue by class
 - ``GET /classes`` — per class: fingerprint, sample SQL, counts, mean queue wait and response
-  time, and the model's profile
+  time, and the model's profile (D_r with its 95 % interval and isolation runs, f_r with the
+  runs per fork size, whether D_r converged)
 - ``GET /eta?policy=`` — the η matrix a policy uses now
 - ``PUT /policy`` ``{"policy": "sept"}``, ``PUT /limits`` ``{"mpl": 8, …}`` — change at run time
 - ``POST /model/reload`` — read the model file again (a broken file leaves the old model)
@@ -316,6 +317,11 @@ def _class_view(profile: ClassProfile, tally: _Tally) -> dict[str, Any]:
             "Q": profile.Q,
             "A": profile.A,
             "count": profile.count,
+            "D_low": profile.D_low,
+            "D_high": profile.D_high,
+            "D_runs": profile.D_runs,
+            "f_runs": {str(size): runs for size, runs in profile.f_runs.items()},
+            "converged": profile.converged,
         },
     }
 

@@ -16,11 +16,21 @@ For isolation runs the per-job series of task counts becomes the fork profile: `
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["ClassEstimate", "Estimator", "attribute", "phases_of", "pooled_phases"]
+__all__ = [
+    "ClassEstimate",
+    "Estimator",
+    "attribute",
+    "interquartile_range",
+    "median_interval",
+    "most_common",
+    "phases_of",
+    "pooled_phases",
+]
 
 
 @dataclass
@@ -249,3 +259,43 @@ def pooled_phases(runs: Sequence[Completed], bins: int = 10) -> list[tuple[int, 
         else:
             phases.append((n, mean_length / bins))
     return phases
+
+
+def median_interval(
+    values: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """A distribution-free ``confidence`` interval for the median of ``values``: the order
+    statistics [x_(j), x_(n+1-j)] with the largest j whose coverage, 1 − 2·P(B ≤ j − 1) for
+    B ~ Binomial(n, ½), is at least ``confidence``; None when even [min, max] falls short
+    (fewer than 6 values at 95 %).
+
+    Order statistics rather than a bootstrap: the coverage is exact for any continuous
+    distribution (run times are skewed, with a slow tail on a shared machine, so no normal
+    approximation), nothing is random (the same runs give the same interval), and for the
+    few runs training affords a bootstrap of the median is lumpy and too narrow.
+    """
+    n = len(values)
+    ordered = sorted(values)
+    best: int | None = None
+    tail = 0.0  # P(B ≤ j − 1)
+    for j in range(1, n // 2 + 1):
+        tail += math.comb(n, j - 1) / 2**n
+        if 1 - 2 * tail < confidence:
+            break
+        best = j
+    if best is None:
+        return None
+    return ordered[best - 1], ordered[n - best]
+
+
+def interquartile_range(values: Sequence[float]) -> float:
+    """Q3 − Q1 (0 for fewer than two values): the spread of the runs, robust to a stray one."""
+    if len(values) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q3 - q1
+
+
+def most_common(counts: Mapping[int, int]) -> int:
+    """The value seen most often; on a tie the larger (for a fork size, the safer one)."""
+    return max(counts, key=lambda v: (counts[v], v))

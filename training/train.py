@@ -1,14 +1,23 @@
 """``admission train``: learn each TPC-H class's profile and write the η model (SPEC §3, §5).
 
-1. **Isolation** — one statement at a time through the proxy (MPL 1), each class
-   ``isolation_reps`` times, sampled every Δ/5 (at most 10 ms): D_r (mean admission-to-completion
-   time), the phases (threads, duration) of the run of median length, the nominal fork size
-   f_r = the threads of the first phase, and the class's mean parallelism (thread-seconds per
-   second), which the DuckDB probe uses to share its threads out.
+1. **Isolation** — one statement at a time through the proxy (MPL 1), sampled every Δ/5 (at
+   most 5 ms). Each class runs once unrecorded (warm-up), then the classes run round-robin, one
+   run of each per round so that a drift of the machine hits every class alike, until the 95 %
+   interval of every class's D_r is within ±5 % of it (after ``isolation_reps`` rounds at
+   least) or ``isolation_seconds`` have passed; the classes that did not converge are named in
+   the progress output and the model's notes. D_r is the median run (admission to completion;
+   robust to a stray slow run on a shared machine) with a distribution-free 95 % interval
+   (``estimate.median_interval``). Each run's nominal fork size is the median thread count
+   over its first tenth; f_r is the most common one, the runs per fork size are kept, and the
+   fork profile (phases) is pooled over the runs with that fork size and lasts D_r. The class's
+   mean parallelism (thread-seconds per second) is what the DuckDB probe uses to share its
+   threads out.
 2. **Concurrent** — ``concurrency`` closed-loop clients with no think time, FCFS through the proxy,
    for ``duration`` seconds, sampled every Δ: U_r, Q_r, A^c_r and A_r. The run drains (every
    statement started finishes), so nothing straddles the window's ends.
-3. The model file is written atomically, with a per-class table and an η heat map.
+3. A fixed CPU probe (``training.speed``) before and after: the machine's speed, stored in
+   the model, with a warning when it changed by more than 10 %.
+4. The model file is written atomically, with a per-class table and an η heat map.
 
 Both phases run through a proxy in this process in front of a database with TPC-H loaded, which
 the caller provides (``lab.train`` builds it); this module measures, it does not load data.
@@ -25,6 +34,7 @@ import random
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,10 +42,18 @@ from typing import Any
 import psycopg
 
 from admission.classify import classify_sql
-from admission.model import ClassProfile, EtaModel, Phase
+from admission.model import ClassProfile, EtaModel, Phase, Speed
 from admission.scheduler import Limits
 from proxy.app import BackgroundProxy
-from training.estimate import Estimator, pooled_phases
+from training import speed
+from training.estimate import (
+    Completed,
+    Estimator,
+    interquartile_range,
+    median_interval,
+    most_common,
+    pooled_phases,
+)
 from training.proc import ThreadProbe, process_tree_cpu, read_task
 from training.sampler import DuckDBJobs, Jobs, PostgresJobs, Recorder, RemotePostgresJobs
 from workloads.tpch.load import LoadResult, run_closed
@@ -56,7 +74,8 @@ class TrainConfig:
     backend: str = "duckdb"  # or postgresql://host:port/db?user=…
     tpch: float = 0.1
     classes: tuple[int, ...] = tuple(range(1, 23))
-    isolation_reps: int = 3
+    isolation_reps: int = 3  # the least runs of each class alone
+    isolation_seconds: float = 40.0  # the isolation runs' time cap, all classes together
     concurrency: int = 8
     duration: float = 60.0
     interval: float = 0.05
@@ -179,6 +198,13 @@ def _fingerprints(classes: tuple[int, ...], dialect: Dialect, sf: float) -> dict
 Bar = Callable[[str, int], Callable[[int], None]]
 
 
+@dataclass(frozen=True)
+class _IsolationSummary:
+    rounds: int  # runs of each class
+    seconds: float
+    unconverged: list[str]  # names of the classes whose D_r did not converge
+
+
 @dataclass
 class _Run:
     """One training run's state between its steps."""
@@ -191,6 +217,8 @@ class _Run:
     dialect: Dialect
     rng: random.Random
     query_of: dict[str, int]  # fingerprint → TPC-H query number
+    isolation: _IsolationSummary | None = None
+    speed: Speed | None = None
 
     def query(self, q: int, rng: random.Random | None = None) -> str:
         params = draw_parameters(q, rng if rng is not None else self.rng, self.config.tpch)
@@ -232,8 +260,14 @@ def train(
         rng=random.Random(config.seed),
         query_of=_fingerprints(config.classes, dialect, config.tpch),
     )
+    before = speed.probe()
+    progress(f"machine speed: {before.speed:,.0f} {speed.UNIT}")
     profiles = _isolation(run)
     measured = _concurrent(run, profiles)
+    after = speed.probe()
+    run.speed = Speed(before=before.speed, after=after.speed, unit=speed.UNIT)
+    if abs(run.speed.change) > SPEED_CHANGE:
+        progress(f"warning: {_speed_note(run.speed)}")
     estimates = measured.estimator.estimates()
     missing = [run.query_of.get(f, f) for f in profiles if f not in estimates]
     if missing:
@@ -247,29 +281,86 @@ def train(
 
 
 def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
-    """Phase 1: each class alone, ``isolation_reps`` times, at MPL 1; the profiles it gives."""
+    """Phase 1: each class alone at MPL 1, the classes interleaved round-robin until every
+    class's D_r has converged or the time cap is reached; the profiles it gives."""
     config = run.config
-    run.progress(f"isolation: {len(config.classes)} classes × {config.isolation_reps} runs, MPL 1")
+    k = len(config.classes)
+    run.progress(
+        f"isolation: {k} classes round-robin, MPL 1, at least {config.isolation_reps} runs "
+        f"each, until D_r is within ±{CONVERGED:.0%} (95 %) or {config.isolation_seconds:g} s"
+    )
     iso = Estimator(config.cores, keep_series=True)
     iso_jobs = run.probes.jobs({}, profile=True)
     recorder = run.probes.record(iso, iso_jobs, min(config.interval / 5, 0.005))
-    tick = run.bar("isolation", len(config.classes) * config.isolation_reps) if run.bar else None
+    cap = max(1, int(config.isolation_seconds))
+    tick = run.bar("isolation", cap) if run.bar else None
     with psycopg.connect(run.conninfo, autocommit=True) as conn:
         for q in config.classes:  # warm caches and plans once, unrecorded
             conn.execute(run.query(q))
         recorder.start()
+        started = time.monotonic()
         try:
-            done = 0
-            for q in config.classes:
-                for _ in range(config.isolation_reps):
+            rounds = 0
+            while True:
+                for q in config.classes:  # one run of each per round: drift hits all alike
                     conn.execute(run.query(q)).fetchall()
-                    done += 1
-                    if tick:
-                        tick(done)
+                rounds += 1
+                elapsed = time.monotonic() - started
+                if tick:
+                    tick(min(int(elapsed), cap))
+                if rounds < config.isolation_reps:
+                    continue
+                with recorder.lock:
+                    durations = _durations(iso.completed)
+                if elapsed >= config.isolation_seconds or all(
+                    _converged(durations.get(f, [])) for f in run.query_of
+                ):
+                    break
         finally:
             recorder.stop()
+    seconds = time.monotonic() - started
     profiled = iso_jobs.profiled if isinstance(iso_jobs, DuckDBJobs) else {}
-    return _isolation_profiles(iso, run.query_of, profiled)
+    profiles = _isolation_profiles(iso, run.query_of, profiled)
+    run.isolation = _IsolationSummary(rounds, seconds, _unconverged(run, profiles))
+    for f, p in profiles.items():
+        low, high = p["D_low"], p["D_high"]
+        interval = f"[{low:.4g}, {high:.4g}]" if low is not None else "[no 95 % interval]"
+        forks = ", ".join(f"{size}: {n}" for size, n in sorted(p["f_runs"].items()))
+        run.progress(
+            f"  Q{run.query_of[f]}: D_r {p['D']:.4g} s {interval} IQR {p['D_iqr']:.3g} s, "
+            f"{p['D_runs']} runs, f_r {p['f']} (runs by fork size {forks})"
+            + ("" if p["converged"] else " — not converged")
+        )
+    if run.isolation.unconverged:
+        run.progress(
+            f"isolation: D_r did not converge within ±{CONVERGED:.0%} in "
+            f"{seconds:.0f} s for {', '.join(run.isolation.unconverged)}"
+        )
+    return profiles
+
+
+CONVERGED = 0.05  # the half-width of D_r's 95 % interval, relative to D_r, that is enough
+
+
+def _durations(completed: list[Completed]) -> dict[str, list[float]]:
+    """Each class's run times (admission to completion) so far."""
+    out: dict[str, list[float]] = {}
+    for c in completed:
+        out.setdefault(c.klass, []).append(c.completed - c.admitted)
+    return out
+
+
+def _converged(durations: list[float]) -> bool:
+    """Whether the 95 % interval of the median is within ±5 % of it."""
+    interval = median_interval(durations)
+    if interval is None:
+        return False
+    d = statistics.median(durations)
+    return interval[0] >= (1 - CONVERGED) * d and interval[1] <= (1 + CONVERGED) * d
+
+
+def _unconverged(run: _Run, profiles: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"Q{run.query_of[f]}" for f, p in profiles.items() if not p["converged"]]
 
 
 def _concurrent(run: _Run, profiles: dict[str, dict[str, Any]]) -> _Concurrent:
@@ -359,7 +450,12 @@ def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent
                 name=f"Q{q}",
                 sample_sql=run.query(q, random.Random(q)),
                 D=p["D"],
+                D_low=p["D_low"],
+                D_high=p["D_high"],
+                D_runs=p["D_runs"],
                 f=int(p["f"]),
+                f_runs=p["f_runs"],
+                converged=p["converged"],
                 phases=tuple(Phase(threads=n, duration=d) for n, d in p["phases"]),
                 U=e.U,
                 Q=e.Q,
@@ -374,6 +470,7 @@ def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent
         mpl=config.mpl,
         sample_interval=config.interval,
         notes="; ".join(_notes(run, measured)),
+        speed=run.speed,
         classes=tuple(classes),
         A_matrix=tuple(tuple(row) for row in measured.estimator.a_matrix(list(profiles))),
     ).with_eta()
@@ -384,8 +481,20 @@ def _notes(run: _Run, measured: _Concurrent) -> list[str]:
     notes = [
         f"trained on {run.config.concurrency} closed-loop clients for "
         f"{measured.estimator.window():.1f} s",
-        f"isolation runs per class: {run.config.isolation_reps}",
     ]
+    iso = run.isolation
+    if iso is not None:
+        notes.append(
+            f"isolation: {iso.rounds} round-robin runs per class in {iso.seconds:.0f} s "
+            f"(at least {run.config.isolation_reps}, cap {run.config.isolation_seconds:g} s); "
+            "D_r is the median run with a distribution-free 95 % interval"
+        )
+        if iso.unconverged:
+            notes.append(
+                f"D_r not within ±{CONVERGED:.0%} at 95 % for {', '.join(iso.unconverged)}"
+            )
+    if run.speed is not None and abs(run.speed.change) > SPEED_CHANGE:
+        notes.append(_speed_note(run.speed))
     if isinstance(measured.recorder.jobs, RemotePostgresJobs):
         notes.append(
             "remote server: tasks counted from pg_stat_activity and CPU estimated as each "
@@ -399,6 +508,17 @@ def _notes(run: _Run, measured: _Concurrent) -> list[str]:
     if measured.interrupted:
         notes.append("interrupted: a partial run")
     return notes
+
+
+SPEED_CHANGE = 0.10  # a larger change of the machine's speed during training is warned of
+
+
+def _speed_note(s: Speed) -> str:
+    return (
+        f"the machine's speed changed by {s.change:+.0%} during training "
+        f"({s.before:,.0f} → {s.after:,.0f} {s.unit}); its numbers rest on a machine "
+        "that was not the same throughout"
+    )
 
 
 def _checks(run: _Run, measured: _Concurrent) -> Checks:
@@ -438,11 +558,52 @@ def _isolation_profiles(
     profiles: dict[str, dict[str, Any]] = {}
     for f in query_of:
         runs = by_class[f]
-        d = statistics.fmean(c.completed - c.admitted for c in runs)
-        phases = pooled_phases(runs) or [(1, d)]
+        durations = [c.completed - c.admitted for c in runs]
+        d = statistics.median(durations)
+        interval = median_interval(durations)
+        forks = [fork_size(c) for c in runs]
+        f_runs = dict(sorted(Counter(forks).items()))
+        nominal = most_common(f_runs)
+        typical = [c for c, n in zip(runs, forks, strict=True) if n == nominal]
+        phases = _scaled(pooled_phases(typical) or [(nominal, d)], nominal, d)
         busy = statistics.fmean(
             profiled.get(c.job, c.thread_seconds) / max(c.completed - c.admitted, 1e-9)
             for c in runs
         )
-        profiles[f] = {"D": d, "f": phases[0][0], "phases": phases, "parallelism": busy or 1.0}
+        profiles[f] = {
+            "D": d,
+            "D_low": interval[0] if interval else None,
+            "D_high": interval[1] if interval else None,
+            "D_iqr": interquartile_range(durations),
+            "D_runs": len(runs),
+            "converged": _converged(durations),
+            "f": nominal,
+            "f_runs": f_runs,
+            "phases": phases,
+            "parallelism": busy or 1.0,
+        }
     return profiles
+
+
+def fork_size(run: Completed) -> int:
+    """One isolation run's nominal fork size: the median thread count over its first tenth
+    (the first slice ``pooled_phases`` gives for that run alone); 1 without samples."""
+    phases = pooled_phases([run])
+    return phases[0][0] if phases else 1
+
+
+def _scaled(phases: list[tuple[int, float]], f: int, d: float) -> list[tuple[int, float]]:
+    """The pooled fork profile starting with ``f`` threads (the runs' most common fork size)
+    and lasting ``d`` (the median run), its phases' shares of the run kept."""
+    if phases[0][0] != f:
+        phases = [(f, phases[0][1]), *phases[1:]]
+    merged: list[tuple[int, float]] = []
+    for n, length in phases:
+        if merged and merged[-1][0] == n:
+            merged[-1] = (n, merged[-1][1] + length)
+        else:
+            merged.append((n, length))
+    total = sum(length for _, length in merged)
+    if total <= 0:
+        return [(f, d)]
+    return [(n, length * d / total) for n, length in merged]

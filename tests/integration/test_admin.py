@@ -88,11 +88,30 @@ def test_eta_and_model_reload(make_proxy: MakeProxy, tmp_path: Path) -> None:
     first = EtaModel(
         classes=(
             ClassProfile(fingerprint="hint:a", name="a", D=1, f=1, Q=2),
-            ClassProfile(fingerprint="hint:b", name="b", D=3, f=2, Q=5),
+            ClassProfile(
+                fingerprint="hint:b",
+                name="b",
+                D=3,
+                f=2,
+                Q=5,
+                D_low=2.9,
+                D_high=3.2,
+                D_runs=10,
+                f_runs={2: 7, 1: 3},
+                converged=False,
+            ),
         )
     )
     first.save(path)
     proxy = make_proxy(admin=True, model=EtaModel.load(path), model_path=path, policy="min-q")
+    shown = {c["name"]: c["profile"] for c in httpx.get(f"{proxy.admin_url}/classes").json()}
+    b = shown["b"]  # the interval, the runs behind it and the fork sizes they showed
+    assert b["D_low"] <= b["D"] <= b["D_high"] and (b["D_low"], b["D_high"]) == (2.9, 3.2)
+    assert b["D_runs"] == 10 and b["f_runs"] == {"2": 7, "1": 3} and b["converged"] is False
+    assert sum(b["f_runs"].values()) == b["D_runs"] and str(b["f"]) in b["f_runs"]
+    a = shown["a"]  # a profile without them (an older model file): unknown, not made up
+    assert a["D_low"] is None and a["D_high"] is None and a["converged"] is None
+    assert a["D_runs"] == 0 and a["f_runs"] == {}
     eta = httpx.get(f"{proxy.admin_url}/eta").json()
     assert eta["classes"] == ["a", "b"] and eta["eta"] == [[-2.0, -2.0], [-5.0, -5.0]]
     assert httpx.get(f"{proxy.admin_url}/eta", params={"policy": "sept"}).json()["bias"] == [-1, -3]

@@ -88,7 +88,30 @@ def test_attribution_and_phases() -> None:
 # -- real training -------------------------------------------------------------------------
 
 
-def _check(result: TrainResult, classes: tuple[int, ...]) -> EtaModel:
+def _check_isolation(model: EtaModel, least: int) -> None:
+    """D_r's interval, the runs behind it and the fork sizes they showed, for real."""
+    runs = {c.D_runs for c in model.classes}
+    assert len(runs) == 1, runs  # round-robin: every class ran as often
+    assert runs.pop() >= least
+    for c in model.classes:
+        assert c.converged is not None, c
+        assert sum(c.f_runs.values()) == c.D_runs and c.f_runs[c.f] == max(c.f_runs.values())
+        if c.D_runs >= 6:  # from 6 runs on there is a distribution-free 95 % interval
+            assert c.D_low is not None and c.D_high is not None, c
+            assert c.D_low <= c.D <= c.D_high, c
+            # converged means within ±5 %, and only then
+            assert c.converged == (c.D_low >= 0.95 * c.D and c.D_high <= 1.05 * c.D), c
+        else:
+            assert c.D_low is None and c.D_high is None and c.converged is False, c
+    unconverged = [c.name for c in model.classes if not c.converged]
+    assert "round-robin runs per class" in model.notes
+    assert ("not within ±5%" in model.notes) == bool(unconverged), model.notes
+    assert all(name in model.notes for name in unconverged)
+    assert model.speed is not None and model.speed.before > 0 and model.speed.after > 0
+    assert ("speed changed" in model.notes) == (abs(model.speed.change) > 0.10)
+
+
+def _check(result: TrainResult, classes: tuple[int, ...], least: int = 3) -> EtaModel:
     model = result.model
     assert [c.name for c in model.classes] == [f"Q{q}" for q in classes]
     for c in model.classes:
@@ -96,6 +119,7 @@ def _check(result: TrainResult, classes: tuple[int, ...]) -> EtaModel:
         assert c.U > 0 and c.Q > 0 and c.A > 0, c
         assert c.phases[0].threads == c.f
         assert sum(p.duration for p in c.phases) == pytest.approx(c.D, rel=1e-6)
+    _check_isolation(model, least)
     assert len(model.A_matrix) == len(classes)
     assert set(model.eta) == {"fcfs", "sept", "min-q", "min-a", "max-u", "max-p"}
     checks = result.checks
@@ -147,6 +171,7 @@ def test_train_on_duckdb(tmp_path: Path) -> None:
         tpch=SF,
         classes=CLASSES,
         isolation_reps=3,
+        isolation_seconds=4,
         concurrency=4,
         duration=6,
         interval=0.02,
@@ -186,6 +211,7 @@ def test_train_on_postgresql_with_parallel_workers(pg: Cluster, tmp_path: Path) 
         tpch=SF,
         classes=CLASSES,
         isolation_reps=3,
+        isolation_seconds=4,
         concurrency=4,
         duration=8,
         interval=0.02,
@@ -221,6 +247,7 @@ def test_train_against_a_server_without_proc_access(
         tpch=SF,
         classes=(1, 6),
         isolation_reps=2,
+        isolation_seconds=2,
         concurrency=3,
         duration=4,
         interval=0.02,
@@ -229,6 +256,7 @@ def test_train_against_a_server_without_proc_access(
     model = result.model
     assert "pg_stat_activity" in model.notes and "estimated" in model.notes
     assert all(c.U > 0 and c.Q > 0 and c.count > 0 for c in model.classes)
+    _check_isolation(model, 2)
     assert 0 < result.checks.u_sum <= 1.0 and result.checks.os_cpu is None
 
 
@@ -245,6 +273,8 @@ def _train_cli(out: Path, *extra: str) -> subprocess.Popen[str]:
             "--classes",
             "1,6,14",
             "--isolation-reps",
+            "2",
+            "--isolation-seconds",
             "2",
             "--concurrency",
             "3",
@@ -266,7 +296,15 @@ def test_train_cli_writes_model_table_and_heat_map(tmp_path: Path) -> None:
     stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr
     assert "Q14" in stdout and "Σ U_r" in stdout and "sampler:" in stdout
-    assert EtaModel.load(out).classes[1].name == "Q6"
+    model = EtaModel.load(out)
+    assert model.classes[1].name == "Q6"
+    _check_isolation(model, 2)
+    q6 = model.classes[1]  # D_r as "estimate [low, high] (runs)"
+    assert q6.D_low is not None and q6.D_high is not None, q6  # ≥ 6 runs of a quick class
+    assert re.search(
+        rf"Q6 │ {q6.D:.4g} \[{q6.D_low:.4g}, {q6.D_high:.4g}\] \({q6.D_runs}\)", stdout
+    )
+    assert "machine speed" in stdout and "Q6:" in stderr and "runs by fork size" in stderr
     png = out.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     check = subprocess.run([ADMISSION, "model", "check", str(out)], capture_output=True, text=True)
@@ -305,6 +343,9 @@ def _serve_with(model: Path) -> None:
         classes = {c["name"]: c for c in httpx.get(f"http://127.0.0.1:{admin}/classes").json()}
         assert {"Q1", "Q6", "Q14"} <= set(classes)
         assert classes["Q6"]["counts"]["completed"] == 1  # classified as the trained class
+        q6 = classes["Q6"]["profile"]
+        assert q6["D_low"] <= q6["D"] <= q6["D_high"] and q6["D_runs"] >= 2
+        assert sum(q6["f_runs"].values()) == q6["D_runs"] and isinstance(q6["converged"], bool)
         assert httpx.get(f"http://127.0.0.1:{admin}/status").json()["policy"] == "min-a"
     finally:
         proc.send_signal(signal.SIGINT)

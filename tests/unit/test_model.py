@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from admission import ClassProfile, EtaModel, ModelError, Phase, Profile
+from admission.model import Speed
 from admission.policies import POLICIES
 from admission.policies.interference import interference_matrix
 
@@ -31,10 +32,16 @@ def _model() -> EtaModel:
                 phases=(Phase(threads=2, duration=0.3), Phase(threads=1, duration=0.2)),
                 count=40,
                 sample_sql="select 1",
+                D_low=0.48,
+                D_high=0.53,
+                D_runs=12,
+                f_runs={2: 9, 1: 3},
+                converged=True,
             ),
             ClassProfile(fingerprint="pg:b", name="q9", D=2.0, f=1, U=0.2, Q=0.9, A=1.1),
         ),
         A_matrix=((2.0, 1.5), (0.7, 1.1)),
+        speed=Speed(before=1.0e6, after=0.95e6, unit="probe iterations/s"),
     )
 
 
@@ -47,6 +54,27 @@ def test_round_trip_writes_every_policys_eta(tmp_path: Path) -> None:
     loaded = EtaModel.load(path)
     assert loaded.classes == _model().classes
     assert loaded.A_matrix == _model().A_matrix
+    first = loaded.classes[0]  # the intervals survive JSON (fork sizes as keys come back ints)
+    assert first.D_low is not None and first.D_high is not None
+    assert first.D_low <= first.D <= first.D_high
+    assert first.f_runs == {2: 9, 1: 3} and first.D_runs == 12 and first.converged is True
+    assert first.f_varies and not loaded.classes[1].f_varies
+    assert loaded.speed == _model().speed and loaded.speed is not None
+    assert loaded.speed.change == pytest.approx(-0.05)
+
+
+def test_files_without_intervals_still_load(tmp_path: Path) -> None:
+    raw = json.loads(_model().to_json())
+    for c in raw["classes"]:
+        for key in ("D_low", "D_high", "D_runs", "f_runs", "converged"):
+            c.pop(key)
+    raw.pop("speed")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(raw))
+    old = EtaModel.load(path)
+    assert old.version == 1 and old.speed is None
+    assert all(c.D_low is None and c.D_high is None and c.converged is None for c in old.classes)
+    assert all(c.D_runs == 0 and c.f_runs == {} for c in old.classes)
 
 
 def test_interference_matrix_by_hand() -> None:
@@ -70,6 +98,12 @@ def test_interference_matrix_by_hand() -> None:
         (lambda m: m["eta"].update(bogus=[[0, 0], [0, 0]]), "eta.bogus: unknown policy"),
         (lambda m: m["classes"][0].update(f=3), "first phase has 2 threads"),
         (lambda m: m.update(surprise=1), "surprise"),
+        (lambda m: m["classes"][0].update(D_low=0.6), "D_low 0.6 is above D 0.5"),
+        (lambda m: m["classes"][0].update(D_high=0.4), "D_high 0.4 is below D 0.5"),
+        (lambda m: m["classes"][0].update(f_runs={"1": 12}), "f is 2 but no isolation run"),
+        (lambda m: m["classes"][0].update(f_runs={"2": 9}), "f_runs counts 9 runs but D_runs"),
+        (lambda m: m["classes"][0].update(f_runs={"0": 3, "2": 9}), "fork sizes ≥ 1"),
+        (lambda m: m["speed"].update(after=0), "speed.after"),
     ],
 )
 def test_broken_file_names_file_and_field(tmp_path: Path, mutate, field: str) -> None:  # type: ignore[no-untyped-def]
