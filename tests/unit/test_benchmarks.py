@@ -26,3 +26,41 @@ def test_simple_statements_carry_their_own_numbers_and_share_a_class() -> None:
         return 0.0
 
     on_event_loop(check)
+
+
+def test_training_repeatability_report_compares_runs() -> None:
+    from admission import ClassProfile, EtaModel
+    from benchmarks.training_repeatability import report
+
+    def model(d6: float, d9: float, f9: dict[int, int]) -> EtaModel:
+        return EtaModel(
+            classes=(
+                ClassProfile(
+                    fingerprint="a", name="Q6", D=d6, f=1, Q=0.2, A=0.3, D_runs=8, f_runs={1: 8}
+                ),
+                ClassProfile(
+                    fingerprint="b",
+                    name="Q9",
+                    D=d9,
+                    D_low=d9 * 0.9,
+                    D_high=d9 * 1.1,
+                    D_runs=8,
+                    f=max(f9, key=lambda s: (f9[s], s)),
+                    f_runs=f9,
+                    converged=False,
+                    Q=1.0,
+                    A=0.1,
+                ),
+            )
+        )
+
+    text = report([model(0.1, 0.2, {2: 8}), model(0.3, 0.25, {1: 5, 2: 3})], [10.0, 12.5])
+    assert "run 1 10.0 s, run 2 12.5 s" in text
+    assert "0.25 [0.225, 0.275] (8) ~" in text and "1 (1: 5, 2: 3)" in text
+    q6 = next(line for line in text.splitlines() if line.startswith("Q6 ") and "0.1 (8)" in line)
+    assert "3.000" in q6  # max/min of D_r
+    sept = next(line for line in text.splitlines() if line.startswith("SEPT"))
+    assert "Q6 < Q9" in sept and "Q9 < Q6" in sept and sept.rstrip().endswith("NO")
+    min_q = next(line for line in text.splitlines() if line.startswith("MIN-Q"))
+    assert min_q.rstrip().endswith("yes")
+    assert "run 1: Q9; run 2: Q9" in text

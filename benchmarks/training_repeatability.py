@@ -1,0 +1,158 @@
+"""How repeatable training is: train N times through the code ``admission train`` uses
+(``lab.train``) and compare the models class by class.
+
+Per class: D_r of every run as "estimate [95 % interval] (isolation runs)", the smallest and
+largest D_r and their ratio, f_r of every run (with the runs per fork size when they varied),
+Q_r and A_r of every run. Then the order each policy's key gives the classes in every run —
+SEPT by D_r, MIN-Q by Q_r, MIN-A by A_r — and whether the runs agree; and each run's training
+time (the target opened, TPC-H loaded, both phases).
+
+    python -m benchmarks.training_repeatability [--runs 3] [--tpch 1] [--classes 6,14,9,18]
+        [--backend duckdb] [--isolation-seconds 40] [--duration 60] [--out-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from admission.model import ClassProfile, EtaModel
+from cli.train import parse_classes
+
+__all__ = ["main", "report"]
+
+ORDERS: dict[str, Callable[[ClassProfile], float]] = {
+    "SEPT (D_r)": lambda c: c.D,
+    "MIN-Q (Q_r)": lambda c: c.Q,
+    "MIN-A (A_r)": lambda c: c.A,
+}
+
+
+def _d(c: ClassProfile) -> str:
+    interval = f" [{c.D_low:.4g}, {c.D_high:.4g}]" if c.D_low is not None else ""
+    mark = "" if c.converged is not False else " ~"
+    return f"{c.D:.4g}{interval} ({c.D_runs}){mark}"
+
+
+def _f(c: ClassProfile) -> str:
+    if not c.f_varies:
+        return str(c.f)
+    return f"{c.f} (" + ", ".join(f"{s}: {n}" for s, n in sorted(c.f_runs.items())) + ")"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    line = "  ".join("{:<" + str(w) + "}" for w in widths)
+    return [line.format(*header), line.format(*("-" * w for w in widths))] + [
+        line.format(*r) for r in rows
+    ]
+
+
+def report(models: Sequence[EtaModel], seconds: Sequence[float]) -> str:
+    """The comparison of ``models`` (trained in ``seconds`` each) as plain text tables."""
+    names = [c.name for c in models[0].classes]
+    runs = range(1, len(models) + 1)
+    by_name = [{c.name: c for c in m.classes} for m in models]
+    out = [
+        "training time: "
+        + ", ".join(f"run {i} {s:.1f} s" for i, s in zip(runs, seconds, strict=True))
+    ]
+    for i, m in enumerate(models, 1):
+        if m.speed is not None:
+            out.append(
+                f"run {i} machine speed: {m.speed.before:,.0f} → {m.speed.after:,.0f} "
+                f"({m.speed.change:+.1%}) {m.speed.unit}"
+            )
+    out.append("")
+    header = ["class", *(f"D_r run {i} [95%] (runs)" for i in runs), "min", "max", "max/min"]
+    rows = []
+    for name in names:
+        ds = [b[name].D for b in by_name]
+        rows.append(
+            [
+                name,
+                *(_d(b[name]) for b in by_name),
+                f"{min(ds):.4g}",
+                f"{max(ds):.4g}",
+                f"{max(ds) / min(ds):.3f}",
+            ]
+        )
+    out += _table(header, rows)
+    out.append("")
+    header = ["class"]
+    header += [f"f_r run {i}" for i in runs]
+    header += [f"Q_r run {i}" for i in runs]
+    header += [f"A_r run {i}" for i in runs]
+    rows = [
+        [
+            name,
+            *(_f(b[name]) for b in by_name),
+            *(f"{b[name].Q:.3g}" for b in by_name),
+            *(f"{b[name].A:.3g}" for b in by_name),
+        ]
+        for name in names
+    ]
+    out += _table(header, rows)
+    out.append("")
+    rows = []
+    for policy, key in ORDERS.items():
+        orders = [" < ".join(c.name for c in sorted(m.classes, key=key)) for m in models]
+        rows.append([policy, *orders, "yes" if len(set(orders)) == 1 else "NO"])
+    out += _table(["order", *(f"run {i}" for i in runs), "agree"], rows)
+    unconverged = [
+        f"run {i}: {', '.join(c.name for c in m.classes if c.converged is False)}"
+        for i, m in enumerate(models, 1)
+        if any(c.converged is False for c in m.classes)
+    ]
+    if unconverged:
+        out.append("")
+        out.append("D_r not within ±5% at 95% (~): " + "; ".join(unconverged))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tpch", type=float, default=1.0, help="TPC-H scale factor")
+    parser.add_argument("--classes", default="6,14,9,18")
+    parser.add_argument("--backend", default="duckdb")
+    parser.add_argument("--isolation-reps", type=int, default=3)
+    parser.add_argument("--isolation-seconds", type=float, default=None)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--out-dir", type=Path, default=None, help="also write each model here")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+
+    from lab.train import train
+    from training.train import TrainConfig
+
+    extra = {} if args.isolation_seconds is None else {"isolation_seconds": args.isolation_seconds}
+    config = TrainConfig(
+        backend=args.backend,
+        tpch=args.tpch,
+        classes=parse_classes(args.classes),
+        isolation_reps=args.isolation_reps,
+        concurrency=args.concurrency,
+        duration=args.duration,
+        **extra,
+    )
+    models, seconds = [], []
+    for i in range(1, args.runs + 1):
+        print(f"training run {i} of {args.runs} …", flush=True)
+        started = time.monotonic()
+        result = train(config, progress=lambda line: print(f"  {line}", flush=True))
+        seconds.append(time.monotonic() - started)
+        models.append(result.model)
+        if args.out_dir is not None:
+            args.out_dir.mkdir(parents=True, exist_ok=True)
+            result.model.save(args.out_dir / f"model-{i}.json")
+    print()
+    print(report(models, seconds))
+
+
+if __name__ == "__main__":
+    main()
