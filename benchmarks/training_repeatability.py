@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from admission.model import ClassProfile, EtaModel
-from cli.train import parse_classes
 
 __all__ = ["main", "report"]
 
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     config = TrainConfig(
         backend=args.backend,
         tpch=args.tpch,
-        classes=parse_classes(args.classes),
+        classes=tuple(int(q) for q in args.classes.split(",") if q.strip()),
         isolation_reps=args.isolation_reps,
         concurrency=args.concurrency,
         duration=args.duration,
