@@ -4,7 +4,9 @@
 Per class: D_r of every run as "estimate [95 % interval] (isolation runs)", the smallest and
 largest D_r and their ratio, f_r of every run (with the runs per fork size when they varied),
 Q_r and A_r of every run. Then the order each policy's key gives the classes in every run —
-SEPT by D_r, MIN-Q by Q_r, MIN-A by A_r — and whether the runs agree; and each run's training
+SEPT by D_r, MIN-Q by Q_r, MIN-A by A_r, and SEPT as the scheduler admits (classes whose D_r
+intervals overlap tied, "≈") — and whether the runs agree (or are compatible: no pair in
+opposite strict orders); and each run's training
 time (the target opened, TPC-H loaded, both phases).
 
     python -m benchmarks.training_repeatability [--runs 3] [--tpch 1] [--classes 6,14,9,18]
@@ -19,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from admission.model import ClassProfile, EtaModel
+from admission.policies.sept import demand_order
 
 __all__ = ["main", "report"]
 
@@ -47,6 +50,19 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return [line.format(*header), line.format(*("-" * w for w in widths))] + [
         line.format(*r) for r in rows
     ]
+
+
+def _compatible(orders: Sequence[list[list[str]]]) -> bool:
+    """No two runs put a pair of classes strictly in opposite orders (a tie in one run is
+    compatible with either order in another)."""
+    ranks = [{n: g for g, names in enumerate(order) for n in names} for order in orders]
+    for a in ranks:
+        for b in ranks:
+            for x in a:
+                for y in a:
+                    if x in b and y in b and a[x] < a[y] and b[x] > b[y]:
+                        return False
+    return True
 
 
 def report(models: Sequence[EtaModel], seconds: Sequence[float]) -> str:
@@ -99,6 +115,10 @@ def report(models: Sequence[EtaModel], seconds: Sequence[float]) -> str:
     for policy, key in ORDERS.items():
         orders = [" < ".join(c.name for c in sorted(m.classes, key=key)) for m in models]
         rows.append([policy, *orders, "yes" if len(set(orders)) == 1 else "NO"])
+    tied = [demand_order(m.classes) for m in models]
+    texts = [" < ".join(" ≈ ".join(g) for g in order) for order in tied]
+    agree = "yes" if len(set(texts)) == 1 else "compatible" if _compatible(tied) else "NO"
+    rows.append(["SEPT as admitted", *texts, agree])
     out += _table(["order", *(f"run {i}" for i in runs), "agree"], rows)
     unconverged = [
         f"run {i}: {', '.join(c.name for c in m.classes if c.converged is False)}"

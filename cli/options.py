@@ -18,6 +18,7 @@ from rich.table import Table
 
 from admission.model import ClassProfile, EtaModel, ModelError
 from admission.policies import POLICIES
+from admission.policies.sept import demand_order
 from admission.scheduler import Limits
 
 # Piped output (files, CI logs) gets wide tables rather than rich's 80-column default.
@@ -117,6 +118,9 @@ def class_table(m: EtaModel, title: str) -> Table:
     caption = []
     if any(c.converged is False for c in m.classes):
         caption.append("~: D_r's 95% interval did not get within ±5%")
+    if any(c.D_low is not None for c in m.classes):
+        groups = demand_order(m.classes)
+        caption.append("SEPT admits " + " < ".join(" ≈ ".join(g) for g in groups) + " (≈: tied)")
     if m.speed is not None:
         caption.append(
             f"machine speed {m.speed.before:,.0f} before, {m.speed.after:,.0f} after "

@@ -305,6 +305,8 @@ def test_train_cli_writes_model_table_and_heat_map(tmp_path: Path) -> None:
         rf"Q6 │ {q6.D:.4g} \[{q6.D_low:.4g}, {q6.D_high:.4g}\] \({q6.D_runs}\)", stdout
     )
     assert "machine speed" in stdout and "Q6:" in stderr and "runs by fork size" in stderr
+    order = next(line for line in stdout.splitlines() if "SEPT admits" in line)
+    assert all(name in order for name in ("Q1", "Q6", "Q14")) and "(≈: tied)" in order
     png = out.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     check = subprocess.run([ADMISSION, "model", "check", str(out)], capture_output=True, text=True)

@@ -61,6 +61,12 @@ def test_training_repeatability_report_compares_runs() -> None:
     assert "3.000" in q6  # max/min of D_r
     sept = next(line for line in text.splitlines() if line.startswith("SEPT"))
     assert "Q6 < Q9" in sept and "Q9 < Q6" in sept and sept.rstrip().endswith("NO")
+    admitted = next(line for line in text.splitlines() if line.startswith("SEPT as admitted"))
+    assert admitted.rstrip().endswith("NO")  # 0.3 lies above Q9's interval in run 2
+    # Q6 inside Q9's interval in one run: tied there, which no other run contradicts
+    tied = report([model(0.1, 0.2, {2: 8}), model(0.24, 0.25, {2: 8})], [1.0, 1.0])
+    row = next(line for line in tied.splitlines() if line.startswith("SEPT as admitted"))
+    assert "Q6 < Q9" in row and "Q6 ≈ Q9" in row and row.rstrip().endswith("compatible")
     min_q = next(line for line in text.splitlines() if line.startswith("MIN-Q"))
     assert min_q.rstrip().endswith("yes")
     assert "run 1: Q9; run 2: Q9" in text

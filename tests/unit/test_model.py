@@ -148,3 +148,49 @@ def test_unknown_class_gets_default_profile_and_pasta_a() -> None:
     assert [row[2] for row in m.A_matrix[:2]] == [1.8, 0.9]  # A^new_r ≈ Q_r
     configured = _model().model_copy(update={"default": Profile(D=9, f=4, Q=3)})
     assert configured.with_class("x", "x").classes[-1].f == 4
+
+
+def _classes(*spec: tuple[str, float, float | None, float | None]) -> tuple[ClassProfile, ...]:
+    return tuple(
+        ClassProfile(fingerprint=f"fp:{n}", name=n, D=d, f=1, D_low=lo, D_high=hi)
+        for n, d, lo, hi in spec
+    )
+
+
+def test_sept_ties_classes_whose_demand_intervals_overlap() -> None:
+    """Q6 and Q14 overlap (so do Q14 and Q9: a chain), Q18 stands apart: two groups, one
+    score each, so arrival order decides inside a group and D_r between groups."""
+    from admission.policies.sept import demand_groups
+
+    classes = _classes(
+        ("Q18", 0.50, 0.47, 0.54),
+        ("Q6", 0.040, 0.038, 0.046),
+        ("Q14", 0.050, 0.045, 0.055),
+        ("Q9", 0.060, 0.054, 0.070),
+    )
+    assert demand_groups(classes) == [1, 0, 0, 0]
+    bias = POLICIES["sept"].build(EtaModel(classes=classes)).bias
+    assert bias[1] == bias[2] == bias[3] == -0.040 and bias[0] == -0.50
+
+
+def test_sept_orders_by_demand_alone_without_intervals() -> None:
+    classes = _classes(("a", 0.3, None, None), ("b", 0.1, None, None), ("c", 0.2, 0.15, 0.25))
+    assert POLICIES["sept"].build(EtaModel(classes=classes)).bias == (-0.3, -0.1, -0.2)
+
+
+def test_sept_with_tied_classes_admits_in_arrival_order() -> None:
+    """Through the scheduler: with the MPL full, the queued short-but-tied class does not
+    jump the earlier arrival of the other class of its group; a longer group still waits."""
+    from admission import Limits, Scheduler
+
+    classes = _classes(("fast", 0.040, 0.035, 0.05), ("close", 0.045, 0.04, 0.06))
+    classes += _classes(("slow", 0.5, 0.45, 0.55))
+    s = Scheduler(EtaModel(classes=classes), "sept", Limits(mpl=1))
+    s.submit("running", "fp:slow", 0.0)
+    s.submit("slow-1", "fp:slow", 1.0)
+    s.submit("close-1", "fp:close", 2.0)
+    s.submit("fast-1", "fp:fast", 3.0)
+    order = []
+    for t, done in enumerate(["running", "close-1", "fast-1"], start=4):
+        order += [j.id for j in s.complete(done, float(t))]
+    assert order == ["close-1", "fast-1", "slow-1"]
