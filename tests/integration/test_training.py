@@ -302,7 +302,7 @@ def test_train_cli_writes_model_table_and_heat_map(tmp_path: Path) -> None:
     q6 = model.classes[1]  # D_r as "estimate [low, high] (runs)"
     assert q6.D_low is not None and q6.D_high is not None, q6  # ≥ 6 runs of a quick class
     assert re.search(
-        rf"Q6 │ {q6.D:.4g} \[{q6.D_low:.4g}, {q6.D_high:.4g}\] \({q6.D_runs}\)", stdout
+        rf"Q6 │ +{q6.D:.4g} \[{q6.D_low:.4g}, {q6.D_high:.4g}\] \({q6.D_runs}\)", stdout
     )
     assert "machine speed" in stdout and "Q6:" in stderr and "runs by fork size" in stderr
     order = next(line for line in stdout.splitlines() if "SEPT admits" in line)
