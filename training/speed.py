@@ -5,6 +5,10 @@ list index per iteration; the same work on every machine and every Python run), 
 times; the speed is the best try's iterations per second, so a try that another process
 interrupted does not count against the machine. It takes about 0.4 s.
 
+``measure`` runs it in a process of its own: in the training process the proxy's event loop,
+the sampler and DuckDB's Python-side pool share one interpreter lock with it, so a probe taken
+there right after the load measured that contention (half the speed, seen), not the machine.
+
 Training takes it before the isolation runs and after the concurrent run, stores both in the
 model (``speed: {before, after, unit}``) and warns when they differ by more than 10 %: the
 machine's speed changed while it measured (another load started, the CPU's clock was lowered),
@@ -21,11 +25,13 @@ memory; fork sizes f_r and the A^c_r counts do not rescale.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["UNIT", "SpeedReading", "probe"]
+__all__ = ["UNIT", "SpeedReading", "measure", "probe"]
 
 UNIT = "probe iterations/s (best of 5)"
 _ITERATIONS = 60_000  # one try: ~0.05–0.1 s on a current core
@@ -64,3 +70,26 @@ def probe(tries: int = 5, clock: Callable[[], float] = time.perf_counter) -> Spe
             raise RuntimeError("the speed probe gave a different result")
         rates.append(_ITERATIONS / elapsed)
     return SpeedReading(max(rates), tuple(rates))
+
+
+def measure(tries: int = 5) -> SpeedReading:
+    """``probe`` in a fresh Python process (see the module docstring); in this process if that
+    one cannot be started."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "training.speed", str(tries)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        rates = tuple(float(word) for word in done.stdout.split())
+        if len(rates) == tries:
+            return SpeedReading(max(rates), rates)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass
+    return probe(tries)
+
+
+if __name__ == "__main__":  # what ``measure`` runs: every try's rate on one line
+    print(*probe(int(sys.argv[1]) if len(sys.argv) > 1 else 5).tries)

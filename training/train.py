@@ -260,11 +260,11 @@ def train(
         rng=random.Random(config.seed),
         query_of=_fingerprints(config.classes, dialect, config.tpch),
     )
-    before = speed.probe()
+    before = speed.measure()
     progress(f"machine speed: {before.speed:,.0f} {speed.UNIT}")
     profiles = _isolation(run)
     measured = _concurrent(run, profiles)
-    after = speed.probe()
+    after = speed.measure()
     run.speed = Speed(before=before.speed, after=after.speed, unit=speed.UNIT)
     if abs(run.speed.change) > SPEED_CHANGE:
         progress(f"warning: {_speed_note(run.speed)}")

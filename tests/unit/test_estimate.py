@@ -49,3 +49,19 @@ def test_speed_probe_is_short_and_positive() -> None:
     reading = probe(tries=3)
     assert len(reading.tries) == 3 and reading.speed == max(reading.tries) > 0
     assert "iterations/s" in UNIT
+
+
+def test_speed_measure_runs_the_probe_in_a_process_of_its_own() -> None:
+    """The training process shares its interpreter lock with the proxy; ``measure`` takes the
+    probe elsewhere, and its rates are those of a real probe."""
+    import subprocess
+    import sys
+
+    from training.speed import measure
+
+    printed = subprocess.run(
+        [sys.executable, "-m", "training.speed", "2"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert len(printed) == 2 and all(float(rate) > 10_000 for rate in printed)
+    reading = measure(tries=2)
+    assert len(reading.tries) == 2 and reading.speed == max(reading.tries) > 10_000
