@@ -4,8 +4,9 @@ One versioned JSON file (SPEC §5) holds what training measured: per class the s
 D_r, the nominal fork size f_r, the fork profile (phases), U_r, Q_r, A_r and counts, plus the
 K×K matrix ``A[r][c] = A^c_r`` (mean class-r tasks in execution seen when a class-c job is
 admitted). How sure training was rides along: D_r's 95 % interval and the isolation runs behind
-it, the fork sizes those runs showed, whether the interval converged, and the machine's speed
-before and after training. These fields are optional, so files written before them still load.
+it, the fork sizes those runs showed, whether the interval converged, Q_r's 95 % interval
+(batch means of the concurrent run), and the machine's speed before and after training. These
+fields are optional, so files written before them still load.
 The η matrix of every policy is derived from those numbers (``admission.policies``) and
 written beside them for people to read; on load it is recomputed and checked, so a file
 whose η disagrees with its own profiles is rejected rather than silently half-used.
@@ -77,6 +78,8 @@ class ClassProfile(Profile):
     D_low: float | None = Field(default=None, ge=0, description="95 % interval of D: low end")
     D_high: float | None = Field(default=None, ge=0, description="95 % interval of D: high end")
     D_runs: int = Field(default=0, ge=0, description="isolation runs D was measured from")
+    Q_low: float | None = Field(default=None, ge=0, description="95 % interval of Q: low end")
+    Q_high: float | None = Field(default=None, ge=0, description="95 % interval of Q: high end")
     f_runs: dict[int, int] = Field(
         default_factory=dict, description="fork size → isolation runs that showed it"
     )
@@ -98,6 +101,10 @@ class ClassProfile(Profile):
             raise ValueError(f"D_low {self.D_low} is above D {self.D}")
         if self.D_high is not None and self.D_high < self.D:
             raise ValueError(f"D_high {self.D_high} is below D {self.D}")
+        if self.Q_low is not None and self.Q_low > self.Q:
+            raise ValueError(f"Q_low {self.Q_low} is above Q {self.Q}")
+        if self.Q_high is not None and self.Q_high < self.Q:
+            raise ValueError(f"Q_high {self.Q_high} is below Q {self.Q}")
         if any(size < 1 or runs < 1 for size, runs in self.f_runs.items()):
             raise ValueError("f_runs maps fork sizes ≥ 1 to run counts ≥ 1")
         if self.f_runs and self.f not in self.f_runs:

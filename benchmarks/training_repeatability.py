@@ -3,10 +3,10 @@
 
 Per class: D_r of every run as "estimate [95 % interval] (isolation runs)", the smallest and
 largest D_r and their ratio, f_r of every run (with the runs per fork size when they varied),
-Q_r and A_r of every run. Then the order each policy's key gives the classes in every run —
-SEPT by D_r, MIN-Q by Q_r, MIN-A by A_r, and SEPT as the scheduler admits (classes whose D_r
-intervals overlap tied, "≈") — and whether the runs agree (or are compatible: no pair in
-opposite strict orders); and each run's training
+Q_r [95 % interval] and A_r of every run. Then the order each policy's key gives the classes
+in every run — SEPT by D_r, MIN-Q by Q_r, MIN-A by A_r, and SEPT and MIN-Q as the scheduler
+admits (classes whose D_r, resp. Q_r, intervals overlap tied, "≈") — and whether the runs
+agree (or are compatible: no pair in opposite strict orders); and each run's training
 time (the target opened, TPC-H loaded, both phases).
 
     python -m benchmarks.training_repeatability [--runs 3] [--tpch 1] [--classes 6,14,9,18]
@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from admission.model import ClassProfile, EtaModel
+from admission.policies.queue_length import backlog_order
 from admission.policies.sept import demand_order
 
 __all__ = ["main", "report"]
@@ -36,6 +37,11 @@ def _d(c: ClassProfile) -> str:
     interval = f" [{c.D_low:.4g}, {c.D_high:.4g}]" if c.D_low is not None else ""
     mark = "" if c.converged is not False else " ~"
     return f"{c.D:.4g}{interval} ({c.D_runs}){mark}"
+
+
+def _q(c: ClassProfile) -> str:
+    interval = f" [{c.Q_low:.3g}, {c.Q_high:.3g}]" if c.Q_low is not None else ""
+    return f"{c.Q:.3g}{interval}"
 
 
 def _f(c: ClassProfile) -> str:
@@ -98,13 +104,13 @@ def report(models: Sequence[EtaModel], seconds: Sequence[float]) -> str:
     out.append("")
     header = ["class"]
     header += [f"f_r run {i}" for i in runs]
-    header += [f"Q_r run {i}" for i in runs]
+    header += [f"Q_r [95%] run {i}" for i in runs]
     header += [f"A_r run {i}" for i in runs]
     rows = [
         [
             name,
             *(_f(b[name]) for b in by_name),
-            *(f"{b[name].Q:.3g}" for b in by_name),
+            *(_q(b[name]) for b in by_name),
             *(f"{b[name].A:.3g}" for b in by_name),
         ]
         for name in names
@@ -115,10 +121,14 @@ def report(models: Sequence[EtaModel], seconds: Sequence[float]) -> str:
     for policy, key in ORDERS.items():
         orders = [" < ".join(c.name for c in sorted(m.classes, key=key)) for m in models]
         rows.append([policy, *orders, "yes" if len(set(orders)) == 1 else "NO"])
-    tied = [demand_order(m.classes) for m in models]
-    texts = [" < ".join(" ≈ ".join(g) for g in order) for order in tied]
-    agree = "yes" if len(set(texts)) == 1 else "compatible" if _compatible(tied) else "NO"
-    rows.append(["SEPT as admitted", *texts, agree])
+    for label, admitted in (
+        ("SEPT as admitted", demand_order),
+        ("MIN-Q as admitted", backlog_order),
+    ):
+        tied = [admitted(m.classes) for m in models]
+        texts = [" < ".join(" ≈ ".join(g) for g in order) for order in tied]
+        agree = "yes" if len(set(texts)) == 1 else "compatible" if _compatible(tied) else "NO"
+        rows.append([label, *texts, agree])
     out += _table(["order", *(f"run {i}" for i in runs), "agree"], rows)
     unconverged = [
         f"run {i}: {', '.join(c.name for c in m.classes if c.converged is False)}"

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from admission.model import ClassProfile, EtaModel, ModelError
 from admission.policies import POLICIES
+from admission.policies.queue_length import backlog_order
 from admission.policies.sept import demand_order
 from admission.scheduler import Limits
 
@@ -100,9 +101,19 @@ def check_backend(backend: str) -> None:
 
 def class_table(m: EtaModel, title: str) -> Table:
     """A model's class profiles, as ``admission train`` and ``admission model show`` print them:
-    D_r as "estimate [95 % interval] (runs)", f_r with its runs per fork size when it varied."""
+    D_r as "estimate [95 % interval] (runs)", f_r with its runs per fork size when it varied,
+    Q_r with its 95 % interval (batch means of the concurrent run) when training gave one."""
     table = Table(title=title)
-    for col in ("class", "D_r [95%] (runs)", "f_r", "U_r", "Q_r", "A_r", "count", "fingerprint"):
+    for col in (
+        "class",
+        "D_r [95%] (runs)",
+        "f_r",
+        "U_r",
+        "Q_r [95%]",
+        "A_r",
+        "count",
+        "fingerprint",
+    ):
         table.add_column(col, justify="right")
     for c in m.classes:
         table.add_row(
@@ -110,7 +121,7 @@ def class_table(m: EtaModel, title: str) -> Table:
             d_text(c),
             f_text(c),
             f"{c.U:.3g}",
-            f"{c.Q:.3g}",
+            q_text(c),
             f"{c.A:.3g}",
             str(c.count),
             c.fingerprint,
@@ -121,6 +132,9 @@ def class_table(m: EtaModel, title: str) -> Table:
     if any(c.D_low is not None for c in m.classes):
         groups = demand_order(m.classes)
         caption.append("SEPT admits " + " < ".join(" ≈ ".join(g) for g in groups) + " (≈: tied)")
+    if any(c.Q_low is not None for c in m.classes):
+        groups = backlog_order(m.classes)
+        caption.append("MIN-Q admits " + " < ".join(" ≈ ".join(g) for g in groups) + " (≈: tied)")
     if m.speed is not None:
         caption.append(
             f"machine speed {m.speed.before:,.0f} before, {m.speed.after:,.0f} after "
@@ -139,6 +153,14 @@ def d_text(c: ClassProfile) -> str:
         text += f" ({c.D_runs})"
     if c.converged is False:
         text += " ~"
+    return text
+
+
+def q_text(c: ClassProfile) -> str:
+    """Q_r as "1.42 [1.31, 1.53]" (the interval only when training gave one)."""
+    text = f"{c.Q:.3g}"
+    if c.Q_low is not None and c.Q_high is not None:
+        text += f" [{c.Q_low:.3g}, {c.Q_high:.3g}]"
     return text
 
 

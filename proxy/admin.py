@@ -320,6 +320,8 @@ def _class_view(profile: ClassProfile, tally: _Tally) -> dict[str, Any]:
             "D_low": profile.D_low,
             "D_high": profile.D_high,
             "D_runs": profile.D_runs,
+            "Q_low": profile.Q_low,
+            "Q_high": profile.Q_high,
             "f_runs": {str(size): runs for size, runs in profile.f_runs.items()},
             "converged": profile.converged,
         },

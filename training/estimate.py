@@ -9,7 +9,8 @@ holds until the next one (sample and hold), so over a window of length T:
 * A^c_r = the mean of N_r seen at the admissions of class-c jobs, counting the admitted job's
   own nominal fork size when r = c; A_r = the same over admissions of any class;
 * each job's thread-seconds in execution, Σ_k n_j(t_k) · (t_{k+1} − t_k), so that Little's law
-  Q_r = X_r · E[thread-seconds of a class-r job] can be checked.
+  Q_r = X_r · E[thread-seconds of a class-r job] can be checked;
+* a 95 % interval of Q_r by batch means (``Estimator.q_intervals``).
 
 For isolation runs the per-job series of task counts becomes the fork profile: ``phases``.
 """
@@ -25,6 +26,7 @@ __all__ = [
     "ClassEstimate",
     "Estimator",
     "attribute",
+    "batch_means_interval",
     "interquartile_range",
     "median_interval",
     "most_common",
@@ -82,6 +84,9 @@ class Estimator:
         self._a_sum: dict[str, dict[str, float]] = {}  # [c][r]: Σ N_r at class-c admissions
         self._admissions: dict[str, int] = {}
         self._classes: list[str] = []
+        # (from, to, class-r tasks in execution) held over [from, to): for batch means
+        self._segments: list[tuple[float, float, dict[str, float]]] = []
+        self._samples = 0
 
     def _known(self, klass: str) -> None:
         if klass not in self._task_time:
@@ -116,12 +121,17 @@ class Estimator:
         tasks each job has, running or not, for the fork profile (default: ``tasks``)."""
         if self.last is not None:
             dt = now - self.last
+            held: dict[str, float] = {}
             for j in self.jobs.values():
                 j.thread_seconds += j.tasks * dt
                 self._task_time[j.klass] += j.tasks * dt
+                held[j.klass] = held.get(j.klass, 0.0) + j.tasks
+            if dt > 0 and any(held.values()):
+                self._segments.append((self.last, now, held))
         else:
             self.first = now
         self.last = now
+        self._samples += 1
         for job, j in self.jobs.items():
             j.tasks = float(tasks.get(job, 0.0))
             if self.keep_series:
@@ -136,6 +146,8 @@ class Estimator:
             extra = j.tasks * (now - self.last)
             j.thread_seconds += extra
             self._task_time[j.klass] += extra
+            if j.tasks:
+                self._segments.append((self.last, now, {j.klass: j.tasks}))
         if cpu is not None:
             j.cpu = cpu
             self._cpu[j.klass] += cpu
@@ -176,6 +188,50 @@ class Estimator:
             )
         return out
 
+    def batch_means(self, batches: int, end: float | None = None) -> dict[str, list[float]]:
+        """Per class, Q_r of each of ``batches`` equal slices of the window (the time average
+        of the class's tasks in execution within the slice); their mean is Q_r."""
+        t = self.window(end)
+        if self.first is None or batches < 1:
+            return {}
+        width = t / batches
+        sums = {r: [0.0] * batches for r in self._classes}
+        for a, b, held in self._segments:
+            a, b = a - self.first, b - self.first
+            first = max(0, min(int(a / width), batches - 1))
+            for i in range(first, batches):
+                lo, hi = i * width, (i + 1) * width if i < batches - 1 else math.inf
+                if lo >= b:
+                    break
+                overlap = min(b, hi) - max(a, lo)
+                if overlap > 0:
+                    for r, n in held.items():
+                        sums[r][i] += n * overlap
+        return {r: [x / width for x in row] for r, row in sums.items()}
+
+    def q_intervals(
+        self, end: float | None = None, batches: int = 10, min_samples: int = 10
+    ) -> dict[str, tuple[float, float] | None]:
+        """Per class, a 95 % interval of Q_r by batch means, or None when the run is too short.
+
+        The samples of one run are autocorrelated — a job holds its tasks over many Δ, so
+        neighbouring samples repeat each other — and the standard error of their plain mean
+        would be far too small. The means of long enough batches are nearly independent, so
+        the window is cut into ``batches`` equal batches (fewer when the run is short: each
+        batch spans at least ``min_samples`` samples and the mean response time, the scale of
+        the correlation) and a t-interval is taken of their mean. Fewer than 4 batches give
+        no interval."""
+        t = self.window(end)
+        if self.first is None or self._samples < 2:
+            return {r: None for r in self._classes}
+        delta = t / self._samples
+        responses = [c.completed - c.admitted for c in self.completed]
+        span = max(min_samples * delta, statistics.fmean(responses) if responses else 0.0)
+        b = min(batches, int(t / span) if span > 0 else batches)
+        if b < MIN_BATCHES:
+            return {r: None for r in self._classes}
+        return {r: batch_means_interval(v) for r, v in self.batch_means(b, end).items()}
+
     def a_matrix(self, order: Sequence[str]) -> list[list[float]]:
         """A[r][c] = A^c_r in ``order`` (0 where class c was never admitted)."""
         return [
@@ -187,6 +243,30 @@ class Estimator:
             ]
             for r in order
         ]
+
+
+MIN_BATCHES = 4  # fewer batch means give no interval
+
+# the 0.975 quantile of Student's t with n − 1 degrees of freedom, n = 2 … 31 (a table: scipy
+# is not a dependency of training)
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def batch_means_interval(means: Sequence[float]) -> tuple[float, float] | None:
+    """The 95 % t-interval of the mean of ``means`` (one value per batch, taken as
+    independent and roughly normal): mean ± t_{0.975, n−1} · s / √n; None below
+    ``MIN_BATCHES`` values. Beyond 31 values the t quantile is taken as that of 30 degrees
+    of freedom (slightly wide)."""
+    n = len(means)
+    if n < MIN_BATCHES:
+        return None
+    m = statistics.fmean(means)
+    half = _T975[min(n - 1, len(_T975)) - 1] * statistics.stdev(means) / math.sqrt(n)
+    return m - half, m + half
 
 
 def attribute(total: float, weights: Mapping[Hashable, float]) -> dict[Hashable, float]:

@@ -14,7 +14,9 @@
    threads out.
 2. **Concurrent** — ``concurrency`` closed-loop clients with no think time, FCFS through the proxy,
    for ``duration`` seconds, sampled every Δ: U_r, Q_r, A^c_r and A_r. The run drains (every
-   statement started finishes), so nothing straddles the window's ends.
+   statement started finishes), so nothing straddles the window's ends. Q_r gets a 95 %
+   interval by batch means (the window cut into up to 10 equal batches; the samples are
+   autocorrelated, the batch means nearly not), none when the run is too short for 4 batches.
 3. A fixed CPU probe (``training.speed``) before and after: the machine's speed, stored in
    the model, with a warning when it changed by more than 10 %.
 4. The model file is written atomically, with a per-class table and an η heat map.
@@ -440,10 +442,12 @@ def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent
     """The η model from the isolation profiles and the concurrent run's estimates."""
     config = run.config
     estimates = measured.estimator.estimates()
+    q_intervals = measured.estimator.q_intervals()
     classes = []
     for f, p in profiles.items():
         e = estimates[f]
         q = run.query_of[f]
+        qi = q_intervals.get(f)
         classes.append(
             ClassProfile(
                 fingerprint=f,
@@ -459,6 +463,9 @@ def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent
                 phases=tuple(Phase(threads=n, duration=d) for n, d in p["phases"]),
                 U=e.U,
                 Q=e.Q,
+                # the batch means average to Q but for rounding: keep Q inside, and ≥ 0
+                Q_low=None if qi is None else max(0.0, min(qi[0], e.Q)),
+                Q_high=None if qi is None else max(qi[1], e.Q),
                 A=e.A,
                 count=e.count,
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,3 +32,48 @@ class Policy:
     symbol: str  # the thesis' notation
     summary: str
     build: Callable[[EtaModel], Priority]
+
+
+def overlap_groups(
+    values: Sequence[float],
+    lows: Sequence[float | None],
+    highs: Sequence[float | None],
+) -> list[int]:
+    """Each value's group, 0 for the smallest: taken in order of value, a value joins the
+    current group when its interval [low, high] reaches the group's (chained overlap), else
+    starts the next. A missing end is the value itself, so without intervals only equal
+    values share a group. Estimates whose 95 % intervals overlap are not told apart by the
+    measurements, so a policy built on them treats a group as tied."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    group = [0] * len(values)
+    current, reach = -1, float("-inf")
+    for i in order:
+        lo, hi = lows[i], highs[i]
+        low = values[i] if lo is None else lo
+        high = values[i] if hi is None else hi
+        if current < 0 or low > reach:
+            current += 1
+            reach = high
+        else:
+            reach = max(reach, high)
+        group[i] = current
+    return group
+
+
+def group_floor(values: Sequence[float], groups: Sequence[int]) -> list[float]:
+    """Each value replaced by the smallest of its group: one score per tied group."""
+    least: dict[int, float] = {}
+    for v, g in zip(values, groups, strict=True):
+        least[g] = min(least.get(g, v), v)
+    return [least[g] for g in groups]
+
+
+def ordered_names(
+    names: Sequence[str], values: Sequence[float], groups: Sequence[int]
+) -> list[list[str]]:
+    """The names in order of value, one list per group (``[["Q6", "Q14"], ["Q18"]]`` reads
+    Q6 ≈ Q14 < Q18)."""
+    out: list[list[str]] = [[] for _ in range(max(groups, default=-1) + 1)]
+    for i in sorted(range(len(values)), key=lambda i: values[i]):
+        out[groups[i]].append(names[i])
+    return out

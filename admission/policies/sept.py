@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from admission.policies.base import Policy, Priority
+from admission.policies.base import Policy, Priority, group_floor, ordered_names, overlap_groups
 
 if TYPE_CHECKING:
     from admission.model import ClassProfile, EtaModel
@@ -25,41 +25,23 @@ __all__ = ["SEPT", "demand_groups", "demand_order"]
 def demand_groups(classes: Sequence[ClassProfile]) -> list[int]:
     """Each class's group: 0 for the shortest, classes with chained overlapping D intervals
     in one group (a class without an interval is the point D_r)."""
-    order = sorted(range(len(classes)), key=lambda i: classes[i].D)
-    group = [0] * len(classes)
-    current, reach = -1, float("-inf")
-    for i in order:
-        c = classes[i]
-        low = c.D if c.D_low is None else c.D_low
-        high = c.D if c.D_high is None else c.D_high
-        if current < 0 or low > reach:
-            current += 1
-            reach = high
-        else:
-            reach = max(reach, high)
-        group[i] = current
-    return group
+    return overlap_groups(
+        [c.D for c in classes], [c.D_low for c in classes], [c.D_high for c in classes]
+    )
 
 
 def demand_order(classes: Sequence[ClassProfile]) -> list[list[str]]:
     """The class names in the order SEPT admits them, tied classes together: the order the
     measurements support (``[["Q6", "Q14"], ["Q18"]]`` reads Q6 ≈ Q14 < Q18)."""
-    groups = demand_groups(classes)
-    out: list[list[str]] = [[] for _ in range(max(groups, default=-1) + 1)]
-    for i in sorted(range(len(classes)), key=lambda i: classes[i].D):
-        out[groups[i]].append(classes[i].name)
-    return out
+    return ordered_names([c.name for c in classes], [c.D for c in classes], demand_groups(classes))
 
 
 def _build(model: EtaModel) -> Priority:
     k = len(model.classes)
     zero = (0.0,) * k
-    groups = demand_groups(model.classes)
     # every class of a group gets its group's shortest D: one score, so arrival order decides
-    shortest: dict[int, float] = {}
-    for c, g in zip(model.classes, groups, strict=True):
-        shortest[g] = min(shortest.get(g, c.D), c.D)
-    return Priority(tuple(zero for _ in range(k)), tuple(-shortest[g] for g in groups))
+    shortest = group_floor([c.D for c in model.classes], demand_groups(model.classes))
+    return Priority(tuple(zero for _ in range(k)), tuple(-d for d in shortest))
 
 
 SEPT = Policy(

@@ -111,6 +111,17 @@ def _check_isolation(model: EtaModel, least: int) -> None:
     assert ("speed changed" in model.notes) == (abs(model.speed.change) > 0.10)
 
 
+def _check_q_intervals(model: EtaModel) -> None:
+    """Q_r's batch-means interval: for every class or (a run too short for 4 batches) none,
+    and around Q_r."""
+    have = {c.Q_low is not None and c.Q_high is not None for c in model.classes}
+    assert len(have) == 1, model.classes
+    for c in model.classes:
+        if c.Q_low is not None and c.Q_high is not None:
+            assert 0 <= c.Q_low <= c.Q <= c.Q_high, c
+            assert c.Q_high - c.Q_low < 2 * c.Q + 1, c  # an interval, not a shrug
+
+
 def _check(result: TrainResult, classes: tuple[int, ...], least: int = 3) -> EtaModel:
     model = result.model
     assert [c.name for c in model.classes] == [f"Q{q}" for q in classes]
@@ -120,6 +131,7 @@ def _check(result: TrainResult, classes: tuple[int, ...], least: int = 3) -> Eta
         assert c.phases[0].threads == c.f
         assert sum(p.duration for p in c.phases) == pytest.approx(c.D, rel=1e-6)
     _check_isolation(model, least)
+    _check_q_intervals(model)
     assert len(model.A_matrix) == len(classes)
     assert set(model.eta) == {"fcfs", "sept", "min-q", "min-a", "max-u", "max-p"}
     checks = result.checks
@@ -179,6 +191,7 @@ def test_train_on_duckdb(tmp_path: Path) -> None:
     result = train(config)
     model = _check(result, CLASSES)
     assert model.backend == "duckdb" and "profiler" in model.notes
+    assert all(c.Q_low is not None for c in model.classes)  # 6 s: batches enough
     threads = max(p.threads for c in model.classes for p in c.phases)
     assert 2 <= threads <= (os.cpu_count() or 2) + 2  # DuckDB's threads, one per core
     _uses_the_model(model, tmp_path / "duck.json")
@@ -299,6 +312,9 @@ def test_train_cli_writes_model_table_and_heat_map(tmp_path: Path) -> None:
     model = EtaModel.load(out)
     assert model.classes[1].name == "Q6"
     _check_isolation(model, 2)
+    _check_q_intervals(model)
+    if model.classes[0].Q_low is not None:
+        assert "MIN-Q admits" in stdout
     q6 = model.classes[1]  # D_r as "estimate [low, high] (runs)"
     assert q6.D_low is not None and q6.D_high is not None, q6  # ≥ 6 runs of a quick class
     assert re.search(
@@ -347,6 +363,7 @@ def _serve_with(model: Path) -> None:
         assert classes["Q6"]["counts"]["completed"] == 1  # classified as the trained class
         q6 = classes["Q6"]["profile"]
         assert q6["D_low"] <= q6["D"] <= q6["D_high"] and q6["D_runs"] >= 2
+        assert "Q_low" in q6 and "Q_high" in q6
         assert sum(q6["f_runs"].values()) == q6["D_runs"] and isinstance(q6["converged"], bool)
         assert httpx.get(f"http://127.0.0.1:{admin}/status").json()["policy"] == "min-a"
     finally:

@@ -69,4 +69,6 @@ def test_training_repeatability_report_compares_runs() -> None:
     assert "Q6 < Q9" in row and "Q6 ≈ Q9" in row and row.rstrip().endswith("compatible")
     min_q = next(line for line in text.splitlines() if line.startswith("MIN-Q"))
     assert min_q.rstrip().endswith("yes")
+    by_q = next(line for line in text.splitlines() if line.startswith("MIN-Q as admitted"))
+    assert "Q6 < Q9" in by_q and by_q.rstrip().endswith("yes")
     assert "run 1: Q9; run 2: Q9" in text

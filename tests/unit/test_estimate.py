@@ -8,7 +8,13 @@ import statistics
 
 import pytest
 
-from training.estimate import interquartile_range, median_interval, most_common
+from training.estimate import (
+    Estimator,
+    batch_means_interval,
+    interquartile_range,
+    median_interval,
+    most_common,
+)
 from training.speed import UNIT, probe
 
 
@@ -65,3 +71,83 @@ def test_speed_measure_runs_the_probe_in_a_process_of_its_own() -> None:
     assert len(printed) == 2 and all(float(rate) > 10_000 for rate in printed)
     reading = measure(tries=2)
     assert len(reading.tries) == 2 and reading.speed == max(reading.tries) > 10_000
+
+
+# -- Q_r's interval by batch means -----------------------------------------------------------
+
+
+def _ar1_run(n: int, rng: random.Random, mean: float = 5.0, phi: float = 0.9) -> Estimator:
+    """One class whose tasks in execution follow an AR(1) series around ``mean``, sampled
+    every second: neighbouring samples strongly correlated, as in a real run."""
+    est = Estimator(cores=4)
+    est.admit("j", "a", 0.0)
+    x = mean
+    for t in range(n):
+        est.sample(float(t), {"j": max(0.0, x)})
+        x = mean + phi * (x - mean) + rng.gauss(0, 0.5)
+    return est
+
+
+def test_batch_means_interval_is_the_t_interval_of_the_batches() -> None:
+    low, high = batch_means_interval([1, 2, 3, 4])  # type: ignore[misc]
+    half = 3.182 * statistics.stdev([1, 2, 3, 4]) / 2
+    assert (low, high) == pytest.approx((2.5 - half, 2.5 + half))
+    assert batch_means_interval([1, 2, 3]) is None  # fewer than 4 batches
+    assert batch_means_interval([2.0] * 10) == (2.0, 2.0)
+
+
+def test_batch_means_average_to_q() -> None:
+    est = _ar1_run(500, random.Random(1))
+    q = est.estimates()["a"].Q
+    for batches in (4, 7, 10):
+        means = est.batch_means(batches)["a"]
+        assert len(means) == batches and statistics.fmean(means) == pytest.approx(q)
+    interval = est.q_intervals()["a"]
+    assert interval is not None and interval[0] <= q <= interval[1]
+
+
+def test_q_interval_covers_the_mean_of_an_autocorrelated_series() -> None:
+    """About 95 % of the intervals hold the true mean, where the plain t-interval of the
+    (autocorrelated) samples holds it far less often; and the interval narrows as the run
+    gets longer (≈ 1/√length)."""
+    rng = random.Random(26)
+    covered = naive = 0
+    trials = 200
+    for _ in range(trials):
+        est = _ar1_run(2000, rng)
+        low, high = est.q_intervals()["a"]  # type: ignore[misc]
+        covered += low <= 5.0 <= high
+        samples = [n for _, _, held in est._segments for n in held.values()]
+        half = 1.96 * statistics.stdev(samples) / math.sqrt(len(samples))
+        naive += abs(statistics.fmean(samples) - 5.0) <= half
+    assert 0.88 <= covered / trials <= 0.99
+    assert naive / trials < 0.7
+
+    def width(n: int) -> float:
+        ws = []
+        for _ in range(40):
+            low, high = _ar1_run(n, rng).q_intervals()["a"]  # type: ignore[misc]
+            ws.append(high - low)
+        return statistics.fmean(ws)
+
+    short, long = width(1000), width(4000)
+    assert 0.35 < long / short < 0.7
+
+
+def test_q_interval_needs_four_batches_of_enough_samples() -> None:
+    rng = random.Random(3)
+    assert _ar1_run(30, rng).q_intervals() == {"a": None}  # 3 batches of 10 samples
+    assert _ar1_run(60, rng).q_intervals()["a"] is not None  # 5 batches
+    assert len(_ar1_run(60, rng).q_intervals(batches=10)) == 1
+    # a batch spans at least the mean response time: 4-second jobs one after another,
+    # sampled every 0.25 s over 32 s, give 8 batches (not 10 of 3.2 s), each with Q = 1
+    est = Estimator(cores=1)
+    for i in range(8):
+        est.admit(i, "a", 4.0 * i)
+        for t in range(16):
+            est.sample(4.0 * i + t / 4, {i: 1.0})
+        est.complete(i, 4.0 * i + 4)
+    est.sample(32.0, {})
+    assert len(est.batch_means(8)["a"]) == 8
+    assert est.q_intervals() == {"a": (1.0, 1.0)}
+    assert Estimator(cores=1).q_intervals() == {}

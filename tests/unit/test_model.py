@@ -194,3 +194,88 @@ def test_sept_with_tied_classes_admits_in_arrival_order() -> None:
     for t, done in enumerate(["running", "close-1", "fast-1"], start=4):
         order += [j.id for j in s.complete(done, float(t))]
     assert order == ["close-1", "fast-1", "slow-1"]
+
+
+def _backlog(*spec: tuple[str, float, float | None, float | None]) -> tuple[ClassProfile, ...]:
+    return tuple(
+        ClassProfile(fingerprint=f"fp:{n}", name=n, D=0.1, f=1, Q=q, Q_low=lo, Q_high=hi)
+        for n, q, lo, hi in spec
+    )
+
+
+def test_sept_and_min_q_group_by_one_rule() -> None:
+    """The same numbers as D_r intervals or as Q_r intervals give the same groups."""
+    from admission.policies.base import overlap_groups
+    from admission.policies.queue_length import backlog_groups, backlog_order
+    from admission.policies.sept import demand_groups, demand_order
+
+    spec = (("Q18", 0.50, 0.47, 0.54), ("Q6", 0.04, 0.038, 0.046), ("Q14", 0.05, 0.045, 0.055))
+    spec += (("Q9", 0.06, 0.054, 0.07), ("Q1", 0.3, None, None))
+    expected = overlap_groups([s[1] for s in spec], [s[2] for s in spec], [s[3] for s in spec])
+    assert expected == [2, 0, 0, 0, 1]
+    assert demand_groups(_classes(*spec)) == backlog_groups(_backlog(*spec)) == expected
+    order = [["Q6", "Q14", "Q9"], ["Q1"], ["Q18"]]
+    assert demand_order(_classes(*spec)) == backlog_order(_backlog(*spec)) == order
+    assert overlap_groups([2.0, 1.0, 2.0], [None] * 3, [None] * 3) == [1, 0, 1]  # equal: tied
+
+
+def test_min_q_ties_classes_whose_backlog_intervals_overlap() -> None:
+    classes = _backlog(("a", 2.0, 1.5, 2.5), ("b", 1.8, 1.2, 2.1), ("c", 4.0, 3.5, 4.5))
+    eta = POLICIES["min-q"].build(EtaModel(classes=classes)).eta
+    assert eta == ((-1.8,) * 3, (-1.8,) * 3, (-4.0,) * 3)
+    plain = _backlog(("a", 2.0, None, None), ("b", 1.8, None, None), ("c", 4.0, None, None))
+    assert POLICIES["min-q"].build(EtaModel(classes=plain)).eta == (
+        (-2.0,) * 3,
+        (-1.8,) * 3,
+        (-4.0,) * 3,
+    )
+
+
+def test_min_q_with_tied_classes_admits_in_arrival_order() -> None:
+    """Through the scheduler, with work in service (else −Q_r scores are all 0): the queued
+    class of least Q_r does not jump the earlier arrival of a class tied with it; the class
+    of a larger backlog still waits. Without intervals the least Q_r would go first."""
+    from admission import Limits, Scheduler
+
+    spec = [("fast", 1.0, 0.8, 1.3), ("close", 1.2, 1.1, 1.5), ("slow", 4.0, 3.5, 4.5)]
+
+    def run(classes: tuple[ClassProfile, ...]) -> list[str]:
+        s = Scheduler(EtaModel(classes=classes), "min-q", Limits(mpl=2))
+        s.submit("running-1", "fp:slow", 0.0)
+        s.submit("running-2", "fp:slow", 0.5)
+        s.submit("slow-1", "fp:slow", 1.0)
+        s.submit("close-1", "fp:close", 2.0)
+        s.submit("fast-1", "fp:fast", 3.0)
+        order = []
+        for t, done in enumerate(["running-1", "running-2", "close-1", "fast-1"], start=4):
+            order += [j.id for j in s.complete(done, float(t))]
+        return order
+
+    assert run(_backlog(*spec)) == ["close-1", "fast-1", "slow-1"]
+    assert run(_backlog(*((n, q, None, None) for n, q, _, _ in spec))) == [
+        "fast-1",
+        "close-1",
+        "slow-1",
+    ]
+
+
+def test_q_interval_is_saved_checked_and_optional(tmp_path: Path) -> None:
+    classes = _backlog(("a", 2.0, 1.5, 2.5), ("b", 1.8, 1.2, 2.1), ("c", 4.0, None, None))
+    m = EtaModel(classes=classes)
+    path = tmp_path / "m.json"
+    m.save(path)  # the η of −Q_r written with the ties, and recomputed the same on load
+    back = EtaModel.load(path)
+    assert back.classes == classes and back.eta["min-q"][0] == (-1.8,) * 3
+    raw = json.loads(path.read_text())
+    for c in raw["classes"]:  # a file from before Q intervals: no such fields, η untied
+        del c["Q_low"], c["Q_high"]
+    raw["eta"]["min-q"] = [[-2.0] * 3, [-1.8] * 3, [-4.0] * 3]
+    old = EtaModel.from_json(json.dumps(raw))
+    assert old.classes[0].Q_low is None
+    raw["eta"]["min-q"] = [[-1.8] * 3, [-1.8] * 3, [-4.0] * 3]  # ties its profiles do not give
+    with pytest.raises(ModelError, match=r"eta\.min-q\[0\]\[0\]"):
+        EtaModel.from_json(json.dumps(raw))
+    with pytest.raises(ValueError, match=r"Q_low 2\.1 is above Q 2\.0"):
+        ClassProfile(fingerprint="x", name="x", D=1, f=1, Q=2.0, Q_low=2.1)
+    with pytest.raises(ValueError, match=r"Q_high 1\.9 is below Q 2\.0"):
+        ClassProfile(fingerprint="x", name="x", D=1, f=1, Q=2.0, Q_high=1.9)
