@@ -151,3 +151,12 @@ def test_q_interval_needs_four_batches_of_enough_samples() -> None:
     assert len(est.batch_means(8)["a"]) == 8
     assert est.q_intervals() == {"a": (1.0, 1.0)}
     assert Estimator(cores=1).q_intervals() == {}
+
+
+def test_the_t_quantile_table_is_students() -> None:
+    from scipy.stats import t
+
+    from training.estimate import _T975
+
+    for df, value in enumerate(_T975, start=1):
+        assert value == pytest.approx(t.ppf(0.975, df), abs=1e-3), df
