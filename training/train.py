@@ -8,7 +8,8 @@
    the progress output and the model's notes. D_r is the median run (admission to completion;
    robust to a stray slow run on a shared machine) with a distribution-free 95 % interval
    (``estimate.median_interval``). Each run's nominal fork size is the median thread count
-   over its first tenth; f_r is the most common one, the runs per fork size are kept, and the
+   over its first tenth; f_r is the 90th percentile of those (``estimate.fork_quantile``: what
+   nearly every run takes, not a coin flip between trainings), the runs per size are kept, and the
    fork profile (phases) is pooled over the runs with that fork size and lasts D_r. The class's
    mean parallelism (thread-seconds per second) is what the DuckDB probe uses to share its
    threads out.
@@ -51,9 +52,9 @@ from training import speed
 from training.estimate import (
     Completed,
     Estimator,
+    fork_quantile,
     interquartile_range,
     median_interval,
-    most_common,
     pooled_phases,
 )
 from training.proc import ThreadProbe, process_tree_cpu, read_task
@@ -570,7 +571,7 @@ def _isolation_profiles(
         interval = median_interval(durations)
         forks = [fork_size(c) for c in runs]
         f_runs = dict(sorted(Counter(forks).items()))
-        nominal = most_common(f_runs)
+        nominal = fork_quantile(f_runs)
         typical = [c for c, n in zip(runs, forks, strict=True) if n == nominal]
         phases = _scaled(pooled_phases(typical) or [(nominal, d)], nominal, d)
         busy = statistics.fmean(
@@ -600,7 +601,7 @@ def fork_size(run: Completed) -> int:
 
 
 def _scaled(phases: list[tuple[int, float]], f: int, d: float) -> list[tuple[int, float]]:
-    """The pooled fork profile starting with ``f`` threads (the runs' most common fork size)
+    """The pooled fork profile starting with ``f`` threads (the runs' 90 % fork size)
     and lasting ``d`` (the median run), its phases' shares of the run kept."""
     if phases[0][0] != f:
         phases = [(f, phases[0][1]), *phases[1:]]

@@ -22,7 +22,14 @@ from admission import EtaModel, Scheduler
 from admission.classify import classify_sql
 from lab.train import train
 from testing.pgcluster import Cluster, connect_when_ready, free_port
-from training.estimate import Completed, Estimator, attribute, phases_of, pooled_phases
+from training.estimate import (
+    Completed,
+    Estimator,
+    attribute,
+    fork_quantile,
+    phases_of,
+    pooled_phases,
+)
 from training.train import TrainConfig, TrainResult
 from workloads.tpch import draw_parameters, render_query
 
@@ -95,7 +102,7 @@ def _check_isolation(model: EtaModel, least: int) -> None:
     assert runs.pop() >= least
     for c in model.classes:
         assert c.converged is not None, c
-        assert sum(c.f_runs.values()) == c.D_runs and c.f_runs[c.f] == max(c.f_runs.values())
+        assert sum(c.f_runs.values()) == c.D_runs and c.f == fork_quantile(c.f_runs)
         if c.D_runs >= 6:  # from 6 runs on there is a distribution-free 95 % interval
             assert c.D_low is not None and c.D_high is not None, c
             assert c.D_low <= c.D <= c.D_high, c

@@ -11,9 +11,9 @@ import pytest
 from training.estimate import (
     Estimator,
     batch_means_interval,
+    fork_quantile,
     interquartile_range,
     median_interval,
-    most_common,
 )
 from training.speed import UNIT, probe
 
@@ -44,11 +44,14 @@ def test_median_interval_covers_the_median() -> None:
     assert hits / 400 >= 0.93
 
 
-def test_spread_and_most_common() -> None:
+def test_spread_and_fork_quantile() -> None:
     assert interquartile_range([1.0]) == 0.0
     assert interquartile_range([1, 2, 3, 4, 5]) == pytest.approx(2.0)
-    assert most_common({1: 3, 2: 9}) == 2
-    assert most_common({1: 4, 2: 4}) == 2  # a tie goes to the larger, safer fork size
+    assert fork_quantile({1: 3, 2: 9}) == 2
+    assert fork_quantile({1: 38, 2: 35}) == fork_quantile({1: 34, 2: 36}) == 2  # no coin flip
+    assert fork_quantile({1: 57, 2: 16}) == 2  # 22% of runs take 2: reserve 2
+    assert fork_quantile({1: 95, 2: 5}) == 1  # a stray run does not move it
+    assert fork_quantile({3: 1, 1: 9}) == 1 and fork_quantile({4: 2}) == 4
 
 
 def test_speed_probe_is_short_and_positive() -> None:
