@@ -8,15 +8,22 @@ tasks, a cancel, a limit or policy change, or a ``tick`` at a deadline) the sche
 it repeatedly picks a job and admits it while the granter has room.
 
 The pick. If the oldest queued job has waited ``max_wait`` or more it is picked (aging).
-Otherwise the policy's class r* = argmax_r bias_r + Σ_c η[r][c]·N_c over non-empty classes
-is chosen, ties going to the earliest arrival, and its oldest job is picked. N_c is the number
+Then, for a policy that ages in units of expected time (the latency policy: a ``due_scale`` per
+class, D_r), a class's oldest job is *due* once it has waited ``due_factor`` × its class's scale;
+of the due heads the largest wait/scale is picked (ties: earliest arrival), O(K) since a class's
+oldest job has its class's largest ratio. Otherwise the policy's class
+r* = argmax_r bias_r + Σ_c η[r][c]·N_c over non-empty classes is chosen, ties going to the
+earliest arrival, and its oldest job is picked. N_c is the number
 of class-c tasks in service *now*; the score vector η·N is kept up to date incrementally when
 N changes, so a decision costs O(K) in the number of classes and nothing in the queue length.
 
 The grant. A picked job fits when jobs in service < MPL and its nominal fork size f fits in the
 thread budget: f ≤ N_fcr − n_fcr. In faithful mode (the thesis) a picked job that does not fit
 blocks the queue until capacity frees (head-of-line). With ``backfill`` the best-scoring class
-whose head fits is admitted instead; an aged job still blocks, or it would starve.
+whose head fits is admitted instead; an aged or due job still blocks, or it would starve.
+With a ``short_lane`` and a policy that names short classes (the latency policy: the shortest
+tie group), once the MPL is reached the earliest head of a short class is still admitted while
+jobs in service < MPL + short_lane (the thread budget applies as always).
 
 Capacity is given back by ``complete`` (all of it) or ``update_tasks`` (the simulator frees the
 budget task by task). ``bypass`` jobs (session control, statements inside a transaction block)
@@ -40,7 +47,9 @@ import numpy as np
 from admission.model import EtaModel
 from admission.policies import Policy, policy_by_name
 
-__all__ = ["Event", "Job", "JobState", "Limits", "Scheduler", "SchedulerStats"]
+__all__ = ["DUE_FACTOR", "Event", "Job", "JobState", "Limits", "Scheduler", "SchedulerStats"]
+
+DUE_FACTOR = 10.0  # the latency policy's default: due after waiting 10 × D_r
 
 _RECOMPUTE_EVERY = 4096  # exact recomputation of η·N bounds floating-point drift
 _NEVER = float("-inf")
@@ -64,16 +73,21 @@ class Limits:
     backfill: bool = False
     max_wait: float | None = None  # aging: admit next after waiting this long
     queue_timeout: float | None = None  # fail a job still queued after this long
+    # latency policy: a job is due once it waited due_factor × D_r of its class (None: never)
+    due_factor: float | None = DUE_FACTOR
+    short_lane: int = 0  # latency policy: extra jobs of the shortest group beyond the MPL
 
     def __post_init__(self) -> None:
         for name in ("mpl", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or unlimited), not {value}")
-        for name in ("max_wait", "queue_timeout"):
+        for name in ("max_wait", "queue_timeout", "due_factor"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, not {value}")
+        if self.short_lane < 0:
+            raise ValueError(f"short_lane must not be negative, not {self.short_lane}")
 
 
 class _ClassState:
@@ -104,6 +118,7 @@ class Job:
     tasks: int = 0  # tasks in service, counted in N_c
     bypass: bool = False
     aged: bool = False
+    due: bool = False  # picked as due by the latency policy's aging
 
     @property
     def fingerprint(self) -> str:
@@ -133,7 +148,7 @@ class SchedulerStats:
     completed: int = 0
     cancelled: int = 0
     timed_out: int = 0
-    aged: int = 0
+    aged: int = 0  # picked by aging: max_wait, or the latency policy's due rule
     unknown_classes: int = 0
 
 
@@ -192,6 +207,8 @@ class Scheduler:
         self._fork_columns: list[np.ndarray] = []  # f_c · columns[c]: a grant or a release
         self._score = np.zeros(0)  # bias + η·N, in FULL mode
         self._flat_bias = self._flat_row = True  # every key equal: arrival order decides
+        self._due_scale: list[float] | None = None  # per class, when the policy ages by it
+        self._short: list[bool] | None = None  # classes allowed in the short lane
         self._updates = 0
         # After a dispatch that ended blocked, the verdict stands until this time unless
         # something other than a submit to an already non-empty class happens.
@@ -299,6 +316,8 @@ class Scheduler:
         if not self._nonempty:
             limits = self.limits
             mpl, budget = limits.mpl, limits.threads
+            if mpl is not None and limits.short_lane and self._short and self._short[st.index]:
+                mpl += limits.short_lane
             if (mpl is None or self.running < mpl) and (
                 budget is None or min(job.fork, budget) <= budget - self._held
             ):
@@ -375,14 +394,36 @@ class Scheduler:
         self._advance(now)
         return self._dispatch(now)
 
+    @property
+    def timed(self) -> bool:
+        """Whether ``next_deadline`` can name a time: aging, queue timeouts, or a policy that
+        ages in units of expected time. A driver that sees False needs no timer."""
+        limits = self.limits
+        return (
+            limits.max_wait is not None
+            or limits.queue_timeout is not None
+            or (self._due_scale is not None and limits.due_factor is not None)
+        )
+
     def next_deadline(self) -> float | None:
-        """When ``tick`` must next be called for aging or timeouts to act on time."""
-        if self.limits.max_wait is None and self.limits.queue_timeout is None:
+        """When ``tick`` must next be called for aging, due jobs or timeouts to act on time."""
+        if not self.timed:
             return None
         oldest = self._oldest()
         if oldest is None:
             return None
         times = []
+        due, factor = self._due_scale, self.limits.due_factor
+        if due is not None and factor is not None:
+            # the earliest head to become due (one already due acts at the next capacity change)
+            classes, now = self._classes, self._now
+            soonest = _FOREVER
+            for i in self._nonempty:
+                due_at = classes[i].queue[0].arrival + factor * due[i]
+                if now < due_at < soonest:
+                    soonest = due_at
+            if soonest < _FOREVER:
+                times.append(soonest)
         if self.limits.max_wait is not None:
             # Once due, aging acts at the next capacity change: no tick can do more.
             aged_at = oldest.arrival + self.limits.max_wait
@@ -490,6 +531,8 @@ class Scheduler:
         k = len(self._classes)
         eta, self._bias = prio.eta, list(prio.bias)
         self._flat_bias = len(set(self._bias)) <= 1
+        self._due_scale = list(prio.due_scale) if prio.due_scale else None
+        self._short = list(prio.short) if any(prio.short) else None
         if all(v == 0 for row in eta for v in row):
             self._mode = _STATIC
         elif all(v == 0 for v in self._bias) and all(len(set(row)) == 1 for row in eta):
@@ -557,7 +600,8 @@ class Scheduler:
         if not job.bypass:
             self.stats.admitted += 1
         if self._on_event is not None:
-            self._emit("grant", job, "bypass" if job.bypass else ("aged" if job.aged else ""))
+            detail = "bypass" if job.bypass else "aged" if job.aged else "due" if job.due else ""
+            self._emit("grant", job, detail)
         if self._on_grant is not None:
             self._on_grant(job, self._tasks)
 
@@ -618,6 +662,11 @@ class Scheduler:
                     oldest.aged = True
                     self.stats.aged += 1
                 return oldest
+        due, factor = self._due_scale, self.limits.due_factor
+        if due is not None and factor is not None:
+            picked = self._most_due(now, due, factor)
+            if picked is not None:
+                return picked
         if self.limits.backfill:
             candidates = [i for i in candidates if self._fits(classes[i].queue[0])]
             if not candidates:
@@ -639,6 +688,37 @@ class Scheduler:
                 best = min((i for i in candidates if keys[i] == top), key=seq.__getitem__)
         return classes[best].queue[0]
 
+    def _most_due(self, now: float, due: list[float], factor: float) -> Job | None:
+        """The due head with the largest wait/scale (ties: earliest arrival), or None."""
+        best: Job | None = None
+        best_ratio = -1.0
+        classes = self._classes
+        for i in self._nonempty:
+            head = classes[i].queue[0]
+            scale = due[i]
+            if now >= head.arrival + factor * scale:
+                ratio = (now - head.arrival) / scale if scale > 0 else _FOREVER
+                if (
+                    best is None
+                    or ratio > best_ratio
+                    or (ratio == best_ratio and head.seq < best.seq)
+                ):
+                    best, best_ratio = head, ratio
+        if best is not None and not best.due:
+            best.due = True
+            self.stats.aged += 1
+        return best
+
+    def _pick_short(self) -> Job | None:
+        """The earliest head of a short-lane class, or None."""
+        short = self._short
+        if short is None:
+            return None
+        lane = [i for i in self._nonempty if short[i]]
+        if not lane:
+            return None
+        return self._classes[min(lane, key=self._head_seq.__getitem__)].queue[0]
+
     def _dispatch(self, now: float) -> list[Job]:
         if self.limits.queue_timeout is not None:
             self._expire(now)
@@ -649,8 +729,16 @@ class Scheduler:
         mpl, budget = self.limits.mpl, self.limits.threads
         head_seq = self._head_seq
         self._blocked_until = _NEVER
-        while mpl is None or self.running < mpl:
-            job = self._pick(now)
+        lane = self.limits.short_lane if self._short is not None and mpl is not None else 0
+        while mpl is None or self.running < mpl + lane:
+            if mpl is not None and self.running >= mpl:  # the short lane
+                job = self._pick_short()
+                if job is None or (
+                    budget is not None and min(job.fork, budget) > budget - self._held
+                ):
+                    break
+            else:
+                job = self._pick(now)
             if job is None or (budget is not None and min(job.fork, budget) > budget - self._held):
                 # head-of-line (faithful, or an aged job); backfill found nothing that fits
                 deadline = self.next_deadline()

@@ -34,7 +34,7 @@ import numpy as np
 
 from admission.model import EtaModel
 from admission.policies import Policy
-from admission.scheduler import Job, Limits, Scheduler
+from admission.scheduler import DUE_FACTOR, Job, Limits, Scheduler
 from admission.sim.workload import Workload, populations
 
 __all__ = ["ROUTINGS", "SERVICE", "RunResult", "SimConfig", "simulate"]
@@ -57,6 +57,8 @@ class SimConfig:
     backfill: bool = False
     max_wait: float | None = None
     queue_timeout: float | None = None
+    due_factor: float | None = DUE_FACTOR  # latency policy: due after due_factor × D_r
+    short_lane: int = 0  # latency policy: extra shortest-group jobs beyond the MPL
     routing: str = "random"
     service: str = "deterministic"
     class_per_cycle: bool = False
@@ -85,6 +87,8 @@ class SimConfig:
             backfill=self.backfill,
             max_wait=self.max_wait,
             queue_timeout=self.queue_timeout,
+            due_factor=self.due_factor,
+            short_lane=self.short_lane,
         )
 
 
@@ -313,7 +317,7 @@ class _Engine:
                     heapq.heappush(events, (now + cfg.think * expo(), seq, -1, j))
                     seq += 1
 
-        timers = cfg.max_wait is not None or cfg.queue_timeout is not None
+        timers = sched.timed
         heappop, heappush = heapq.heappop, heapq.heappush
         while done < target and events:
             t, _, k, x = heappop(events)
