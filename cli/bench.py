@@ -1,5 +1,6 @@
-"""``admission bench``: the closed TPC-H workload through the proxy under each policy, compared
-with no admission control and with a plain FCFS pool; a table or JSON, and figures.
+"""``admission bench``: a TPC-H workload (closed, or open arrivals: Poisson, bursty, a trace)
+through the proxy under each policy, compared with no admission control and with a plain FCFS
+pool; a table or JSON, and figures.
 
 The bench itself is the lab's (``lab.bench``); this module parses the options and reports.
 """
@@ -33,7 +34,13 @@ if TYPE_CHECKING:
 
 
 def bench(
-    mix: Annotated[str, typer.Option(help="TPC-H mix: light, medium, heavy or all.")],
+    mix: Annotated[
+        str,
+        typer.Option(
+            help="TPC-H mix: light, medium, heavy, all, or queries with optional weights "
+            "(6,14,9,18 or 6:4,14:4,9:1,18:1)."
+        ),
+    ],
     backend: Annotated[
         str,
         typer.Option(
@@ -46,7 +53,56 @@ def bench(
         Path | None,
         typer.Option(help="η model file; without it a quick model is trained first."),
     ] = None,
-    clients: Annotated[int, typer.Option(help="Closed-loop clients.", min=1)] = 16,
+    clients: Annotated[
+        int,
+        typer.Option(
+            help="Closed-loop clients; with open arrivals, connections opened before the run "
+            "(more are opened when all are busy).",
+            min=1,
+        ),
+    ] = 16,
+    arrivals: Annotated[
+        str,
+        typer.Option(
+            help="closed (clients wait for each answer), poisson (open: statements arrive "
+            "whether or not earlier ones finished), bursty (poisson with bursts) or trace."
+        ),
+    ] = "closed",
+    rate: Annotated[
+        float | None, typer.Option(help="Open arrivals: statements per second.", min=0)
+    ] = None,
+    load: Annotated[
+        float | None,
+        typer.Option(
+            help="Open arrivals: offered load ρ = λ·Σ p_r D_r (D_r from the model); the rate "
+            "is derived and printed.",
+            min=0,
+        ),
+    ] = None,
+    burst_factor: Annotated[
+        float, typer.Option(help="bursty: rate multiplier inside a burst.", min=0)
+    ] = 2.0,
+    burst_every: Annotated[
+        float, typer.Option(help="bursty: seconds from one burst's start to the next.", min=0)
+    ] = 60.0,
+    burst_length: Annotated[float, typer.Option(help="bursty: seconds a burst lasts.", min=0)] = (
+        20.0
+    ),
+    trace: Annotated[
+        Path | None,
+        typer.Option(help="trace: CSV of offset_seconds,sql rows to replay."),
+    ] = None,
+    slo: Annotated[
+        str | None,
+        typer.Option(help="Open arrivals: per-class SLOs in seconds, e.g. Q6=0.2,Q18=2."),
+    ] = None,
+    slo_factor: Annotated[
+        float | None,
+        typer.Option(help="SLO of the classes --slo does not name: k·D_r (default 10).", min=0),
+    ] = None,
+    max_connections: Annotated[
+        int, typer.Option(help="Open arrivals: at most this many connections.", min=1)
+    ] = 256,
     think: Annotated[
         float, typer.Option(help="Mean think time between statements, s.", min=0)
     ] = 0.0,
@@ -63,7 +119,11 @@ def bench(
     max_wait: MaxWaitOption = None,
     queue_timeout: QueueTimeoutOption = None,
     policies: Annotated[
-        str, typer.Option(help="Comma-separated: none, fcfs, sept, min-q, min-a, max-u, max-p.")
+        str,
+        typer.Option(
+            help="Comma-separated: none, fcfs, sept, min-q, min-a, max-u, max-p, …; POLICY@N "
+            "runs that policy at MPL N (fcfs@1,fcfs@2,fcfs@4: pools of each size)."
+        ),
     ] = ",".join(("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p")),
     repetitions: Annotated[int, typer.Option(help="Repetitions of every policy.", min=1)] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the clients' query streams.")] = 0,
@@ -77,19 +137,33 @@ def bench(
         Path | None, typer.Option(help="Also write the JSON result to this file.")
     ] = None,
 ) -> None:
-    """Run the closed TPC-H workload through the proxy under each policy and compare.
+    """Run a TPC-H workload through the proxy under each policy and compare.
 
     Besides the policies, "none" runs with no admission control at all and "fcfs" with the
-    same MPL (what a connection pool gives). Results are means over repetitions with 95%
-    confidence intervals, measured after a warm-up.
+    same MPL (what a connection pool gives). The load is a closed loop (--clients, --think) or
+    open arrivals (--arrivals poisson|bursty|trace with --rate or --load), where admission
+    control can change the mean response time. Results are means over repetitions with 95%
+    confidence intervals, measured after a warm-up; every policy of a repetition gets the same
+    arrivals.
     """
     from lab.bench import BenchConfig
+    from workloads.arrivals import Bursts
     from workloads.tpch.mixes import mix_by_name
 
     try:
         chosen = _policies(policies)
         check_backend(backend)
         config = BenchConfig(
+            arrivals=arrivals,
+            rate=rate,
+            load=load,
+            bursts=Bursts(burst_factor, burst_every, burst_length)
+            if arrivals == "bursty"
+            else None,
+            trace=trace,
+            slo=_slo_map(slo),
+            slo_factor=slo_factor,
+            max_connections=max_connections,
             mix=mix_by_name(mix),
             backend=backend,
             tpch=tpch,
@@ -124,16 +198,35 @@ def bench(
 
 
 def _policies(text: str) -> tuple[str, ...]:
-    """Comma-separated bench policies: the scheduler's and "none"."""
-    from lab.bench import ALL_POLICIES
+    """Comma-separated bench policies: the scheduler's and "none", each optionally @MPL."""
+    from lab.bench import parse_policy
 
     chosen = tuple(p.strip() for p in text.split(",") if p.strip())
-    unknown = [p for p in chosen if p not in ALL_POLICIES]
-    if unknown or not chosen:
-        raise ValueError(
-            f"unknown policies {unknown or text!r}; choose from {', '.join(ALL_POLICIES)}"
-        )
+    if not chosen:
+        raise ValueError("unknown policies: the list is empty")
+    for p in chosen:
+        try:
+            parse_policy(p)
+        except ValueError as e:
+            raise ValueError(f"unknown policies: {e}") from None
     return chosen
+
+
+def _slo_map(text: str | None) -> dict[str, float]:
+    """``Q6=0.2,Q18=2`` → {"Q6": 0.2, "Q18": 2.0}."""
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, eq, value = part.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = float("nan")
+        if not eq or not name.strip() or not seconds > 0:
+            raise ValueError(f"--slo: {part.strip()!r} is not CLASS=SECONDS (e.g. Q6=0.2)")
+        out[name.strip()] = seconds
+    return out
 
 
 def _run(config: BenchConfig, trained: EtaModel | None, say: Progress) -> BenchResult:
@@ -143,9 +236,10 @@ def _run(config: BenchConfig, trained: EtaModel | None, say: Progress) -> BenchR
     try:
         model = trained or quick_model(config, say)
         total = len(config.policies) * config.repetitions
+        who = f"{config.arrivals} arrivals" if config.open else f"{config.clients} clients"
         say(
             f"{total} runs of {config.duration:g} s: {', '.join(config.policies)} × "
-            f"{config.repetitions}, {config.clients} clients, mix {config.mix.name}, "
+            f"{config.repetitions}, {who}, mix {config.mix.name}, "
             f"MPL {config.limits.mpl or 'unlimited'}"
         )
         return run_bench(config, model, say)
@@ -158,15 +252,34 @@ def _run(config: BenchConfig, trained: EtaModel | None, say: Progress) -> BenchR
 def _print_result(result: BenchResult) -> None:
     """The policies' table, then mean response time per class and policy."""
     c = result.config
+    if c.open:
+        load = (
+            f"{c.arrivals} arrivals, {result.rate:.3g}/s (ρ = {result.offered_load:.2f})"
+            if result.rate is not None and result.offered_load is not None
+            else f"{c.arrivals} arrivals"
+        )
+    else:
+        load = f"{c.clients} clients"
     table = Table(
-        title=f"{c.backend} TPC-H SF {c.tpch:g}, mix {c.mix.name}, {c.clients} clients, "
+        title=f"{c.backend} TPC-H SF {c.tpch:g}, mix {c.mix.name}, {load}, "
         f"MPL {c.limits.mpl or '∞'}, {c.repetitions} × {c.duration:g} s (95% CI)"
     )
     for col in ("policy", "throughput /s", "mean R (s)", "p95 R (s)", "p99 R (s)", "w. slowdown"):
         table.add_column(col, justify="right")
+    if c.open:
+        table.add_column("in SLO", justify="right")
+        table.add_column("goodput /s", justify="right")
     for col in ("aged", "timeouts", "errors"):
         table.add_column(col, justify="right")
     for name, s in result.summaries.items():
+        extra = []
+        if c.open:
+            o = result.open[name]
+            share = o.slo_attainment
+            extra = [
+                f"{share.mean:.1%}" + (f" ± {share.ci:.1%}" if share.ci is not None else ""),
+                str(o.goodput),
+            ]
         table.add_row(
             name,
             str(s.throughput),
@@ -174,11 +287,14 @@ def _print_result(result: BenchResult) -> None:
             str(s.p95_response),
             str(s.p99_response),
             str(s.weighted_slowdown),
+            *extra,
             str(s.aged),
             str(s.timed_out),
             str(result.errors.get(name, 0)),
         )
     out.print(table)
+    if c.open:
+        _print_open(result)
     classes = Table(title="mean response time per class (s)")
     classes.add_column("policy")
     names = list(next(iter(result.summaries.values())).per_class)
@@ -187,3 +303,27 @@ def _print_result(result: BenchResult) -> None:
     for name, s in result.summaries.items():
         classes.add_row(name, *(f"{s.per_class[n]['mean_response'].mean:.3g}" for n in names))
     out.print(classes)
+
+
+def _print_open(result: BenchResult) -> None:
+    """The SLOs, errors by SQLSTATE, the generator's health and the queue after bursts."""
+    slos = ", ".join(f"{k} {v:.3g} s" for k, v in result.slo.items())
+    out.print(f"SLOs: {slos}")
+    for name, o in result.open.items():
+        notes = []
+        if o.errors_by_sqlstate:
+            notes.append(
+                "errors " + ", ".join(f"{k}: {v}" for k, v in sorted(o.errors_by_sqlstate.items()))
+            )
+        if o.late:
+            notes.append(f"{o.late} sent > 10 ms late (no free connection)")
+        if o.unsent:
+            notes.append(f"{o.unsent} never sent")
+        if o.recovery:
+            notes.append(
+                "queue back to its pre-burst level "
+                + ", ".join("not within the run" if r is None else f"{r:.1f} s" for r in o.recovery)
+                + " after the bursts"
+            )
+        if notes:
+            out.print(f"{name}: " + "; ".join(notes))

@@ -1,16 +1,27 @@
 """``admission bench``: do the policies pay off on a real database?
 
-The closed TPC-H workload (N clients, think time, a mix) runs through the proxy on a real
-backend once per policy and repetition, plus **none** (no admission control: every statement
-runs at once) and **fcfs** with the same MPL (what a PgBouncer pool gives). Policies are
-interleaved within each repetition so that drift on a shared machine spreads over all of them.
+A TPC-H workload runs through the proxy on a real backend once per policy and repetition, plus
+**none** (no admission control: every statement runs at once) and **fcfs** with the same MPL
+(what a PgBouncer pool gives); ``POLICY@N`` runs a policy at MPL N instead (``fcfs@1,fcfs@2``:
+a pool of each size). Policies are interleaved within each repetition, in a different order in
+each, so that drift on a shared machine spreads over all of them.
+
+The load is closed (N clients, think time: the load adapts to the server and, with no think time,
+no policy can move the mean response time, N = X·R) or open: statements arrive on a Poisson,
+bursty or traced schedule whether or not earlier ones have finished, at ``rate`` per second or at
+the offered load ρ = λ · Σ_r p_r D_r (D_r from the model). Within a repetition every policy gets
+the same arrivals (the same statements at the same offsets), so policies are compared on equal
+terms; repetitions draw new ones.
 
 Per run, over the measurement window (after the warm-up): throughput from the statements that
-complete inside it, response times from those that start inside it (the run drains, so even a
-statement a policy starves is counted in full); mean / p95 / p99 response time, the weighted
-slowdown Σ_r X_r/X · R_r/D_r (D_r from the model's isolation runs), and per class; over
-repetitions, means with 95% confidence intervals. Aging and queue timeouts are counted from the
-scheduler.
+complete inside it, response times from those that start (closed) or arrive (open) inside it
+(the run drains, so even a statement a policy starves is counted in full); mean / p95 / p99
+response time, the weighted slowdown Σ_r X_r/X · R_r/D_r (D_r from the model's isolation runs),
+and per class; with SLOs (per class, or k·D_r) the share of statements within their SLO and the
+goodput (statements within SLO completed per second); errors by SQLSTATE; over repetitions,
+means with 95% confidence intervals. Aging and queue timeouts are counted from the scheduler,
+and the scheduler's queue is sampled over time (for the figures and, with bursts, the time the
+queue takes to come back to its level before the first burst).
 
 The bench sits in the lab, above training: the target it runs on is ``lab.target``'s, and
 without a model it trains a quick one first (``quick_model``).
@@ -18,10 +29,13 @@ without a model it trains a quick one first (``quick_model``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 import statistics
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,19 +44,42 @@ import numpy as np
 
 from admission.classify import classify_sql
 from admission.model import EtaModel
+from admission.policies import POLICIES
 from admission.scheduler import Limits
 from admission.sim.study import Estimate, PolicySummary, ccdf
 from lab.target import open_target
 from lab.train import train
 from training.train import TrainConfig
-from workloads.tpch.load import LoadResult, run_closed
+from workloads.arrivals import Bursts, bursty, poisson, read_trace
+from workloads.tpch.load import Arrival, LoadResult, run_closed, run_open, tpch_arrivals
 from workloads.tpch.mixes import Mix
 from workloads.tpch.queries import Dialect, draw_parameters, render_query
 
-__all__ = ["ALL_POLICIES", "BenchConfig", "BenchResult", "run_bench"]
+__all__ = ["ALL_POLICIES", "ARRIVALS", "BenchConfig", "BenchResult", "parse_policy", "run_bench"]
 
 ALL_POLICIES = ("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p")
+ARRIVALS = ("closed", "poisson", "bursty", "trace")
+SAMPLE_EVERY = 0.2  # seconds between samples of the scheduler's queue
 Progress = Callable[[str], None]
+
+
+def parse_policy(spec: str) -> tuple[str, int | None]:
+    """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2); "none" takes no MPL."""
+    name, at, mpl = spec.strip().partition("@")
+    if name != "none" and name not in POLICIES:
+        choices = ", ".join(("none", *POLICIES))
+        raise ValueError(f"unknown policy {name!r}; choose from {choices} (POLICY@MPL sets MPL)")
+    if not at:
+        return name, None
+    if name == "none":
+        raise ValueError("none is no admission control: it takes no MPL")
+    try:
+        value = int(mpl)
+    except ValueError:
+        raise ValueError(f"{spec!r}: the MPL after @ must be a whole number") from None
+    if value < 1:
+        raise ValueError(f"{spec!r}: the MPL must be at least 1")
+    return name, value
 
 
 def _quiet(_message: str) -> None:
@@ -54,14 +91,61 @@ class BenchConfig:
     mix: Mix
     backend: str = "duckdb"
     tpch: float = 0.1
-    clients: int = 16
+    clients: int = 16  # closed: clients; open: connections opened before the run
     think: float = 0.0
     duration: float = 30.0
     warmup: float | None = None  # default: 10 % of the duration
     limits: Limits = field(default_factory=lambda: Limits(mpl=4))  # every policy but "none"
-    policies: tuple[str, ...] = ALL_POLICIES
+    policies: tuple[str, ...] = ALL_POLICIES  # names, or NAME@MPL
     repetitions: int = 3
     seed: int = 0
+    arrivals: str = "closed"
+    rate: float | None = None  # open: statements per second …
+    load: float | None = None  # … or the offered load ρ
+    bursts: Bursts | None = None  # bursty
+    trace: Path | None = None  # trace
+    slo: dict[str, float] = field(default_factory=dict)  # class name → seconds
+    slo_factor: float | None = None  # otherwise SLO = k · D_r
+    max_connections: int = 256
+
+    def __post_init__(self) -> None:
+        if self.arrivals not in ARRIVALS:
+            raise ValueError(
+                f"--arrivals must be one of {', '.join(ARRIVALS)}, not {self.arrivals!r}"
+            )
+        for spec in self.policies:
+            parse_policy(spec)
+        if len(set(self.policies)) != len(self.policies):
+            raise ValueError("a policy is listed twice")
+        if self.open:
+            if self.arrivals == "trace":
+                if self.trace is None:
+                    raise ValueError("--arrivals trace needs --trace FILE")
+                if self.rate is not None or self.load is not None:
+                    raise ValueError("a trace sets its own arrival times: no --rate or --load")
+            elif (self.rate is None) == (self.load is None):
+                raise ValueError(f"--arrivals {self.arrivals} needs --rate or --load (one of them)")
+            if self.arrivals == "bursty" and self.bursts is None:
+                raise ValueError("--arrivals bursty needs bursts")
+        elif self.rate is not None or self.load is not None or self.trace is not None:
+            raise ValueError(
+                "--rate, --load and --trace need open arrivals "
+                "(--arrivals poisson, bursty or trace)"
+            )
+        for name, value in (
+            ("rate", self.rate),
+            ("load", self.load),
+            ("slo-factor", self.slo_factor),
+        ):
+            if value is not None and not value > 0:
+                raise ValueError(f"--{name} must be positive, not {value}")
+        for name, value in self.slo.items():
+            if not value > 0:
+                raise ValueError(f"the SLO of {name} must be positive, not {value}")
+
+    @property
+    def open(self) -> bool:
+        return self.arrivals != "closed"
 
     @property
     def warmup_seconds(self) -> float:
@@ -75,6 +159,38 @@ class Run:
     load: LoadResult
     aged: int
     timed_out: int
+    timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, queued, running)
+
+
+@dataclass
+class OpenSummary:
+    """What an open run adds to a policy's summary: SLOs, errors by kind, the generator's
+    health and, with bursts, the queue's recovery."""
+
+    slo_attainment: Estimate  # share of statements (arrived in the window) within their SLO
+    goodput: Estimate  # statements within SLO completed per second
+    per_class_attainment: dict[str, Estimate]
+    errors_by_sqlstate: dict[str, int]
+    late: int  # sent more than 10 ms after arriving (no free connection)
+    unsent: int
+    connections: int  # the most connections open at once
+    recovery: list[float | None]  # seconds from each burst's end to the pre-burst queue level
+
+    def json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        out.update(self.slo_attainment.json("slo_attainment"))
+        out.update(self.goodput.json("goodput"))
+        out["per_class_slo_attainment"] = {
+            k: v.json("mean") for k, v in self.per_class_attainment.items()
+        }
+        out.update(
+            errors_by_sqlstate=self.errors_by_sqlstate,
+            late=self.late,
+            unsent=self.unsent,
+            connections=self.connections,
+            burst_recovery=self.recovery,
+        )
+        return out
 
 
 @dataclass
@@ -84,6 +200,10 @@ class BenchResult:
     summaries: dict[str, PolicySummary] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     runs: list[Run] = field(default_factory=list)
+    rate: float | None = None  # open: the arrival rate used (statements/s)
+    offered_load: float | None = None  # open: ρ = λ · Σ p_r D_r
+    slo: dict[str, float] = field(default_factory=dict)  # the SLO of each class
+    open: dict[str, OpenSummary] = field(default_factory=dict)
 
     def json(self) -> dict[str, Any]:
         c = self.config
@@ -91,12 +211,21 @@ class BenchResult:
         for name, summary in self.summaries.items():
             entry = summary.json()
             entry["errors"] = self.errors.get(name, 0)
+            if name in self.open:
+                entry.update(self.open[name].json())
             policies[name] = entry
         out: dict[str, Any] = _finite(
             {
                 "backend": c.backend,
                 "tpch": c.tpch,
                 "mix": c.mix.name,
+                "arrivals": c.arrivals,
+                "rate": self.rate,
+                "offered_load": self.offered_load,
+                "bursts": dataclasses.asdict(c.bursts)
+                if c.bursts and c.arrivals == "bursty"
+                else None,
+                "slo": self.slo,
                 "clients": c.clients,
                 "think": c.think,
                 "duration": c.duration,
@@ -123,7 +252,11 @@ def _finite(value: Any) -> Any:
 
 
 def _limits(config: BenchConfig, policy: str) -> Limits:
-    return Limits() if policy == "none" else config.limits
+    """A run's limits: none has none; POLICY@N runs at MPL N; others at the configured ones."""
+    name, mpl = parse_policy(policy)
+    if name == "none":
+        return Limits()
+    return config.limits if mpl is None else dataclasses.replace(config.limits, mpl=mpl)
 
 
 def run_bench(
@@ -133,66 +266,257 @@ def run_bench(
     tick: Callable[[int], None] | None = None,
 ) -> BenchResult:
     """Every policy × repetition through one proxy, switching policy and limits between runs."""
-    for policy in config.policies:
-        if policy not in ALL_POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(ALL_POLICIES)}")
     dialect: Dialect = "duckdb" if config.backend == "duckdb" else "postgres"
+    demands = _demands(model, config.mix, dialect, config.tpch)
+    trace = read_trace(config.trace) if config.arrivals == "trace" and config.trace else None
+    result = BenchResult(config, model)
+    if config.open and trace is None:
+        result.rate, result.offered_load = _rate(config, demands)
+        progress(
+            f"{config.arrivals} arrivals at {result.rate:.3g} statements/s: offered load "
+            f"ρ = λ·Σ p_r D_r = {result.offered_load:.3g} (D_r from the model)"
+            + (
+                f", ×{config.bursts.factor:g} for {config.bursts.length:g} s every "
+                f"{config.bursts.every:g} s"
+                if config.arrivals == "bursty" and config.bursts
+                else ""
+            )
+        )
     target = open_target(config.backend, config.tpch, model=model, progress=progress)
     proxy, conninfo = target.proxy, target.conninfo
-    result = BenchResult(config, model)
+    traced = _traced(trace, model) if trace is not None else None
     try:
         gate = proxy.gate
         done = 0
         for rep in range(config.repetitions):
             order = list(config.policies)
             random.Random(config.seed * 7919 + rep).shuffle(order)
+            arrivals = (
+                traced if traced is not None else _arrivals(config, result.rate, dialect, rep)
+            )
             for policy in order:
                 proxy.call(functools.partial(_switch, gate, policy, _limits(config, policy)))
                 before = (gate.scheduler.stats.aged, gate.stats.timed_out)
                 progress(f"repetition {rep + 1}/{config.repetitions}: {policy}")
-                load = run_closed(
-                    conninfo,
-                    config.mix,
-                    clients=config.clients,
-                    duration=config.duration,
-                    think=config.think,
-                    scale_factor=config.tpch,
-                    dialect=dialect,
-                    seed=config.seed * 1000 + rep,
-                )
+                sampler = _QueueSampler(proxy, gate)
+                try:
+                    if arrivals is not None:
+                        load = run_open(
+                            conninfo,
+                            arrivals,
+                            duration=config.duration,
+                            connections=min(config.clients, config.max_connections),
+                            max_connections=config.max_connections,
+                        )
+                    else:
+                        load = run_closed(
+                            conninfo,
+                            config.mix,
+                            clients=config.clients,
+                            duration=config.duration,
+                            think=config.think,
+                            scale_factor=config.tpch,
+                            dialect=dialect,
+                            seed=config.seed * 1000 + rep,
+                        )
+                finally:
+                    timeline = sampler.stop()
                 after = (gate.scheduler.stats.aged, gate.stats.timed_out)
+                origin = load.started
                 result.runs.append(
-                    Run(policy, rep, load, after[0] - before[0], after[1] - before[1])
+                    Run(
+                        policy,
+                        rep,
+                        load,
+                        after[0] - before[0],
+                        after[1] - before[1],
+                        [(t - origin, q, n) for t, q, n in timeline],
+                    )
                 )
                 done += 1
                 if tick:
                     tick(done)
     finally:
         target.close()
-    demands = _demands(model, config.mix, dialect, config.tpch)
+    if traced is not None:  # the trace's classes, not the mix's
+        demands = {a.name: _class_demand(model, a.sql) for a in reversed(traced)}
+    if config.open:
+        result.slo = _slos(config, demands)
     for policy in config.policies:
         runs = [r for r in result.runs if r.policy == policy]
         result.summaries[policy] = _summary(policy, runs, demands, config)
         result.errors[policy] = sum(len(r.load.failed) for r in runs)
+        if config.open:
+            result.open[policy] = _open_summary(runs, result.slo, config)
     return result
+
+
+def _rate(config: BenchConfig, demands: dict[str, float]) -> tuple[float, float]:
+    """(λ, ρ): the one given, the other from ρ = λ · Σ_r p_r D_r."""
+    work = sum(config.mix.weights[q] * demands[f"Q{q}"] for q in config.mix.queries)
+    if config.rate is not None:
+        return config.rate, config.rate * work
+    assert config.load is not None
+    if not work > 0:
+        raise ValueError(
+            "the model gives the mix no demand (D_r = 0): give --rate instead of --load"
+        )
+    return config.load / work, config.load
+
+
+def _arrivals(
+    config: BenchConfig, rate: float | None, dialect: Dialect, rep: int
+) -> list[Arrival] | None:
+    """The repetition's arrivals (the same for every policy), or None for a closed run."""
+    if not config.open:
+        return None
+    assert rate is not None
+    rng = random.Random(config.seed * 1_000_033 + rep)
+    if config.arrivals == "bursty":
+        assert config.bursts is not None
+        offsets = bursty(rate, config.duration, config.bursts, rng)
+    else:
+        offsets = poisson(rate, config.duration, rng)
+    return tpch_arrivals(
+        offsets,
+        config.mix,
+        scale_factor=config.tpch,
+        dialect=dialect,
+        seed=config.seed * 1000 + rep,
+    )
+
+
+def _traced(rows: Sequence[Any], model: EtaModel) -> list[Arrival]:
+    """A trace's statements, each named by its class in the model (its fingerprint's start
+    when the model does not know it)."""
+    index = model.index()
+    out = []
+    for row in rows:
+        fingerprint = classify_sql(row.sql).fingerprint
+        i = index.get(fingerprint)
+        name = model.classes[i].name if i is not None else f"class {fingerprint[:8]}"
+        out.append(Arrival(row.offset, 0, name, row.sql))
+    return out
+
+
+def _class_demand(model: EtaModel, sql: str) -> float:
+    i = model.index().get(classify_sql(sql).fingerprint)
+    return model.classes[i].D if i is not None else model.default_profile().D
+
+
+class _QueueSampler:
+    """Samples the scheduler's queued and running statements every SAMPLE_EVERY seconds on
+    the proxy's loop, from a thread of its own."""
+
+    def __init__(self, proxy: Any, gate: Any) -> None:
+        self.samples: list[tuple[float, int, int]] = []
+        self._done = threading.Event()
+        self._proxy, self._gate = proxy, gate
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> tuple[int, int]:
+        scheduler = self._gate.scheduler
+        return scheduler.queued, scheduler.running
+
+    def _run(self) -> None:
+        while not self._done.wait(SAMPLE_EVERY):
+            try:
+                queued, running = self._proxy.call(self._read)
+            except Exception:  # the proxy is closing
+                return
+            self.samples.append((time.monotonic(), queued, running))
+
+    def stop(self) -> list[tuple[float, int, int]]:
+        self._done.set()
+        self._thread.join()
+        return self.samples
 
 
 def _switch(gate: Any, policy: str, limits: Limits) -> None:
     """The gate's settings for one run: "none" is FCFS without limits."""
-    gate.set_policy("fcfs" if policy == "none" else policy)
+    name, _ = parse_policy(policy)
+    gate.set_policy("fcfs" if name == "none" else name)
     gate.set_limits(limits)
 
 
-def _demands(model: EtaModel, mix: Mix, dialect: Dialect, sf: float) -> dict[int, float]:
-    """D_r of each query of the mix, from the model (its default profile if untrained)."""
-    index = model.index()
+def _demands(model: EtaModel, mix: Mix, dialect: Dialect, sf: float) -> dict[str, float]:
+    """D_r of each query of the mix ("Q6" → seconds), from the model (its default profile if
+    untrained)."""
     out = {}
     for q in mix.queries:
-        fingerprint = classify_sql(
-            render_query(q, draw_parameters(q, random.Random(q), sf), dialect)
-        ).fingerprint
-        i = index.get(fingerprint)
-        out[q] = model.classes[i].D if i is not None else model.default_profile().D
+        out[f"Q{q}"] = _class_demand(
+            model, render_query(q, draw_parameters(q, random.Random(q), sf), dialect)
+        )
+    return out
+
+
+def _slos(config: BenchConfig, demands: dict[str, float]) -> dict[str, float]:
+    """Each class's SLO: given by name, else k·D_r (default k = 10)."""
+    unknown = sorted(set(config.slo) - set(demands))
+    if unknown:
+        raise ValueError(f"--slo names classes not in the workload: {', '.join(unknown)}")
+    k = config.slo_factor if config.slo_factor is not None else 10.0
+    return {name: config.slo.get(name, k * d) for name, d in demands.items()}
+
+
+def _open_summary(runs: list[Run], slo: dict[str, float], config: BenchConfig) -> OpenSummary:
+    attainment, goodput = [], []
+    per_class: dict[str, list[float]] = {}
+    errors: dict[str, int] = {}
+    recovery: list[float | None] = []
+    for run in runs:
+        start = run.load.started + config.warmup_seconds
+        end = run.load.started + config.duration
+        arrived = [s for s in run.load.statements if start <= s.start <= end]
+        met = [
+            s
+            for s in arrived
+            if s.sqlstate is None and s.response <= slo.get(s.label, float("inf"))
+        ]
+        attainment.append(len(met) / len(arrived) if arrived else float("nan"))
+        goodput.append(sum(1 for s in met if s.end <= end) / max(end - start, 1e-9))
+        for name in slo:
+            mine = [s for s in arrived if s.label == name]
+            if mine:
+                ok = sum(1 for s in mine if s.sqlstate is None and s.response <= slo[name])
+                per_class.setdefault(name, []).append(ok / len(mine))
+        for s in run.load.failed:
+            errors[s.sqlstate or "?"] = errors.get(s.sqlstate or "?", 0) + 1
+        if config.arrivals == "bursty" and config.bursts is not None:
+            recovery.extend(
+                burst_recovery(run.timeline, config.bursts, config.duration, config.warmup_seconds)
+            )
+    return OpenSummary(
+        slo_attainment=Estimate.of(attainment),
+        goodput=Estimate.of(goodput),
+        per_class_attainment={k: Estimate.of(v) for k, v in per_class.items()},
+        errors_by_sqlstate=errors,
+        late=sum(r.load.late for r in runs),
+        unsent=sum(r.load.unsent for r in runs),
+        connections=max((r.load.connections for r in runs), default=0),
+        recovery=recovery,
+    )
+
+
+def burst_recovery(
+    timeline: Sequence[tuple[float, int, int]], bursts: Bursts, duration: float, warmup: float
+) -> list[float | None]:
+    """For each burst that ends inside the run, the seconds from its end until the queue is
+    back to its steady level — the 95th percentile of the queue between the warm-up and the
+    first burst — or None when it is not back before the next burst or the end of the run."""
+    windows = bursts.windows(duration)
+    if not windows:
+        return []
+    before = [q for t, q, _ in timeline if warmup <= t < windows[0][0]]
+    if not before:
+        return [None for _ in windows]
+    level = float(np.percentile(before, 95))
+    out: list[float | None] = []
+    for i, (_, stop) in enumerate(windows):
+        limit = windows[i + 1][0] if i + 1 < len(windows) else duration
+        back = next((t - stop for t, q, _ in timeline if stop <= t < limit and q <= level), None)
+        out.append(back)
     return out
 
 
@@ -200,8 +524,8 @@ def _demands(model: EtaModel, mix: Mix, dialect: Dialect, sf: float) -> dict[int
 class _Window:
     """One run's measurement window, from the end of the warm-up to the nominal end."""
 
-    responses: list[tuple[int, float]]  # (query, response) of statements started inside
-    completions: dict[int, int]  # statements of each query that completed inside
+    responses: list[tuple[str, float]]  # (class, response) of statements started inside
+    completions: dict[str, int]  # statements of each class that completed inside
     length: float
 
 
@@ -212,19 +536,19 @@ def _window(run: Run, config: BenchConfig) -> _Window:
     response time — counting completions only would leave out exactly the starved ones."""
     start = run.load.started + config.warmup_seconds
     end = run.load.started + config.duration
-    responses = [(s.query, s.response) for s in run.load.ok if start <= s.start <= end]
-    completions: dict[int, int] = {}
+    responses = [(s.label, s.response) for s in run.load.ok if start <= s.start <= end]
+    completions: dict[str, int] = {}
     for s in run.load.ok:
         if start <= s.end <= end:
-            completions[s.query] = completions.get(s.query, 0) + 1
+            completions[s.label] = completions.get(s.label, 0) + 1
     return _Window(responses, completions, max(end - start, 1e-9))
 
 
 def _summary(
-    policy: str, runs: list[Run], demands: dict[int, float], config: BenchConfig
+    policy: str, runs: list[Run], demands: dict[str, float], config: BenchConfig
 ) -> PolicySummary:
     throughput, mean, p50, p95, p99, slowdown = [], [], [], [], [], []
-    per_class: dict[int, dict[str, list[float]]] = {}
+    per_class: dict[str, dict[str, list[float]]] = {}
     everything: list[float] = []
     gaps = []
     for run in runs:
@@ -237,7 +561,7 @@ def _summary(
         p50.append(float(np.percentile(times, 50)))
         p95.append(float(np.percentile(times, 95)))
         p99.append(float(np.percentile(times, 99)))
-        by_q: dict[int, list[float]] = {}
+        by_q: dict[str, list[float]] = {}
         for q, r in w.responses:
             by_q.setdefault(q, []).append(r)
         slowdown.append(
@@ -246,13 +570,13 @@ def _summary(
                 for q, rs in by_q.items()
             )
         )
-        for q in config.mix.queries:
+        for q in demands:
             rs = by_q.get(q, [])
             c = per_class.setdefault(q, {"throughput": [], "mean_response": [], "slowdown": []})
             c["throughput"].append(w.completions.get(q, 0) / w.length)
             c["mean_response"].append(statistics.fmean(rs) if rs else float("nan"))
             c["slowdown"].append(statistics.fmean(rs) / demands[q] if rs else float("nan"))
-        if config.think == 0 and w.responses:  # closed, no think time: N = X · R
+        if not config.open and config.think == 0 and w.responses:  # closed, no think: N = X·R
             gaps.append(abs(config.clients - x * float(np.mean(times))) / config.clients)
     return PolicySummary(
         policy=policy,
@@ -262,9 +586,7 @@ def _summary(
         p95_response=Estimate.of(p95),
         p99_response=Estimate.of(p99),
         weighted_slowdown=Estimate.of(slowdown),
-        per_class={
-            f"Q{q}": {k: Estimate.of(v) for k, v in m.items()} for q, m in per_class.items()
-        },
+        per_class={q: {k: Estimate.of(v) for k, v in m.items()} for q, m in per_class.items()},
         littles_law_gap=max(gaps) if gaps else float("nan"),
         aged=sum(r.aged for r in runs),
         timed_out=sum(r.timed_out for r in runs),

@@ -4,9 +4,12 @@ the table, and a quick model trained when none is given."""
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from admission.scheduler import Limits
 from lab.bench import BenchConfig, _limits
@@ -120,3 +123,86 @@ def test_bench_on_postgresql(pg: Cluster, tmp_path: Path) -> None:
     assert out["backend"].startswith("postgresql://")
     for summary in out["policies"].values():
         assert summary["throughput"] > 0 and summary["errors"] == 0
+
+
+def test_open_arrivals_poisson_bursty_and_trace(tmp_path: Path) -> None:
+    """Open arrivals through the proxy: the rate from --load and the model, SLOs, goodput and
+    burst recovery in the JSON; a trace replayed and named by the model's classes."""
+    from admission import ClassProfile, EtaModel
+    from admission.classify import classify_sql
+    from workloads.tpch.queries import draw_parameters, render_query
+
+    sqls = {
+        q: render_query(q, draw_parameters(q, random.Random(q), 0.01), "duckdb") for q in (6, 14)
+    }
+    model = tmp_path / "m.json"
+    profiles = tuple(
+        ClassProfile(fingerprint=classify_sql(sql).fingerprint, name=f"Q{q}", D=0.01, f=1)
+        for q, sql in sqls.items()
+    )
+    EtaModel(classes=profiles).save(model)
+    common = ("--mix", "6,14", "--model", str(model), "--format", "json")
+    result = _bench(
+        *common,
+        "--arrivals",
+        "poisson",
+        "--load",
+        "0.3",
+        "--policies",
+        "none,fcfs@1,sept",
+        "--slo",
+        "Q6=0.5",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout)
+    assert out["arrivals"] == "poisson" and out["rate"] == pytest.approx(30.0)
+    assert out["offered_load"] == pytest.approx(0.3)
+    assert out["slo"] == {"Q6": 0.5, "Q14": pytest.approx(0.1)}  # 10 · D_r by default
+    assert list(out["policies"]) == ["none", "fcfs@1", "sept"]
+    for name, p in out["policies"].items():
+        assert p["errors"] == 0 and p["errors_by_sqlstate"] == {}, name
+        assert 0 <= p["slo_attainment"] <= 1 and p["goodput"] <= p["throughput"] + 1e-9
+        # an open load at ρ = 0.3 is carried: throughput near the rate (few statements: wide)
+        assert 15 < p["throughput"] < 45, (name, p["throughput"])
+        assert set(p["per_class_slo_attainment"]) == {"Q6", "Q14"}
+    assert "offered load ρ = λ·Σ p_r D_r = 0.3" in result.stderr
+
+    bursts = _bench(
+        *common,
+        "--arrivals",
+        "bursty",
+        "--rate",
+        "20",
+        "--burst-every",
+        "1.5",
+        "--burst-length",
+        "0.5",
+        "--burst-factor",
+        "3",
+        "--policies",
+        "fcfs",
+    )
+    assert bursts.returncode == 0, bursts.stderr[-3000:]
+    b = json.loads(bursts.stdout)
+    assert b["bursts"] == {"factor": 3.0, "every": 1.5, "length": 0.5}
+    assert len(b["policies"]["fcfs"]["burst_recovery"]) == 2 * 1  # one burst ends in 3 s, ×2
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "offset,sql\n"
+        + "".join(f'{i * 0.05:.2f},"{sqls[6 if i % 2 else 14]}"\n' for i in range(40))
+    )
+    replay = _bench(*common, "--arrivals", "trace", "--trace", str(trace), "--policies", "fcfs")
+    assert replay.returncode == 0, replay.stderr[-3000:]
+    r = json.loads(replay.stdout)
+    assert set(r["policies"]["fcfs"]["per_class"]) == {"Q6", "Q14"}
+    assert r["policies"]["fcfs"]["errors"] == 0
+    for args, message in (
+        (("--arrivals", "poisson"), "needs --rate or --load"),
+        (("--arrivals", "poisson", "--rate", "5", "--slo", "Q6"), "is not CLASS=SECONDS"),
+        (("--arrivals", "poisson", "--rate", "5", "--slo", "Q9=1"), "not in the workload"),
+        (("--arrivals", "trace", "--trace", str(tmp_path / "none.csv")), "cannot read the trace"),
+        (("--policies", "fcfs@0"), "the MPL must be at least 1"),
+    ):
+        bad = _bench(*common, *args)
+        assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr[-2000:])

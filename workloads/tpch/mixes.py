@@ -3,6 +3,9 @@
 Queries are grouped by running time: short {16, 18}, medium {1, 4}, long {9, 21}. A mix gives the
 probability of each group; within a group the queries are equally likely. ``all`` is the full
 22-class mix with every query equally likely.
+
+Any other mix is written out: ``6,14,9,18`` (equally likely) or ``6:4,14:4,9:1,18:1`` (weights,
+normalised), so a benchmark can put together short and long classes of its own choosing.
 """
 
 from __future__ import annotations
@@ -46,8 +49,32 @@ MIXES: dict[str, Mix] = {
 
 
 def mix_by_name(name: str) -> Mix:
-    """Look a mix up by name, with an error that lists the choices."""
-    try:
-        return MIXES[name.lower()]
-    except KeyError:
-        raise ValueError(f"unknown mix {name!r}; choose one of {', '.join(MIXES)}") from None
+    """A named mix, or one written out as ``Q:W,...`` / ``Q,...`` (see the module docstring),
+    with an error that lists the choices."""
+    named = MIXES.get(name.lower().strip())
+    if named is not None:
+        return named
+    if not name.strip() or not all(c.isdigit() or c in ":., " for c in name):
+        raise ValueError(
+            f"unknown mix {name!r}; choose one of {', '.join(MIXES)} or list TPC-H queries "
+            "with optional weights, such as 6,14,9,18 or 6:4,14:4,9:1,18:1"
+        )
+    weights: dict[int, float] = {}
+    for part in name.split(","):
+        query, _, weight = part.strip().partition(":")
+        try:
+            q, w = int(query), float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(
+                f"mix {name!r}: {part.strip()!r} is not QUERY or QUERY:WEIGHT"
+            ) from None
+        if not 1 <= q <= 22:
+            raise ValueError(f"mix {name!r}: TPC-H has queries 1 to 22, not {q}")
+        if not w > 0 or w == float("inf"):
+            raise ValueError(f"mix {name!r}: the weight of Q{q} must be positive, not {weight}")
+        if q in weights:
+            raise ValueError(f"mix {name!r}: Q{q} is listed twice")
+        weights[q] = w
+    total = sum(weights.values())
+    label = ",".join(f"{q}:{w:g}" for q, w in weights.items())
+    return Mix(label, {q: w / total for q, w in weights.items()})
