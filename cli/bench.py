@@ -57,7 +57,7 @@ def bench(
         int,
         typer.Option(
             help="Closed-loop clients; with open arrivals, connections opened before the run "
-            "(more are opened when all are busy).",
+            "(at least 64; more are opened when all are busy).",
             min=1,
         ),
     ] = 16,
@@ -188,6 +188,8 @@ def bench(
 
         name = config.mix.name
         written = policy_figures(result.summaries, plot, f"bench-{name}", f"TPC-H {name}", "s")
+        if config.open:
+            written.append(_timeline(result, plot / f"bench-{name}-timeline.png"))
         say(f"wrote {len(written)} figures into {plot}")
     if save is not None:
         save.write_text(json.dumps(result.json(), indent=1) + "\n")
@@ -327,3 +329,23 @@ def _print_open(result: BenchResult) -> None:
             )
         if notes:
             out.print(f"{name}: " + "; ".join(notes))
+
+
+def _timeline(result: BenchResult, path: Path) -> Path:
+    """The first repetition of every policy over time (queue, in service, response times)."""
+    from lab.figures import timeline_figure
+
+    c = result.config
+    runs = {}
+    for run in result.runs:
+        if run.repetition == 0:
+            origin = run.load.started
+            runs[run.policy] = (
+                run.timeline,
+                [(s.start - origin, s.response) for s in run.load.ok],
+            )
+    bursts = c.bursts.windows(c.duration) if c.bursts and c.arrivals == "bursty" else []
+    rate = f", {result.rate:.3g}/s" if result.rate is not None else ""
+    return timeline_figure(
+        runs, path, f"{c.arrivals} arrivals{rate}, mix {c.mix.name}: repetition 1", bursts
+    )

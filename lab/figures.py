@@ -7,7 +7,7 @@ here, above everything whose results they show.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -19,7 +19,7 @@ from admission.model import EtaModel
 from admission.policies import POLICIES
 from admission.sim.study import PolicySummary, StudyResult
 
-__all__ = ["eta_heatmap", "policy_figures", "write_figures"]
+__all__ = ["eta_heatmap", "policy_figures", "timeline_figure", "write_figures"]
 
 _BARS = (
     ("throughput", "Throughput (jobs per unit time)"),
@@ -83,6 +83,49 @@ def policy_figures(
     plt.close(fig)
     written.append(path)
     return written
+
+
+Timeline = Sequence[tuple[float, int, int]]  # (seconds from the start, queued, in service)
+
+
+def timeline_figure(
+    runs: Mapping[str, tuple[Timeline, Sequence[tuple[float, float]]]],
+    path: str | Path,
+    title: str,
+    bursts: Sequence[tuple[float, float]] = (),
+) -> Path:
+    """One run per policy over time: statements queued in the proxy, statements in service,
+    and response times by arrival (one dot each); bursts shaded."""
+    fig, axes = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True)
+    for name, (timeline, responses) in runs.items():
+        if timeline:
+            ts, queued, running = zip(*timeline, strict=True)
+            (line,) = axes[0].plot(ts, queued, label=name, linewidth=1)
+            axes[1].plot(ts, running, color=line.get_color(), linewidth=1)
+        else:
+            line = None
+        if responses:
+            xs, ys = zip(*responses, strict=True)
+            axes[2].scatter(
+                xs, ys, s=3, alpha=0.5, color=line.get_color() if line else None, label=name
+            )
+    for ax, label in zip(
+        axes, ("queued statements", "statements in service", "response time (s)"), strict=True
+    ):
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        for start, end in bursts:
+            ax.axvspan(start, end, color="#d62728", alpha=0.08)
+    axes[2].set_yscale("log")
+    axes[2].set_xlabel("seconds from the start of the run (by arrival)")
+    axes[0].legend(fontsize=8, ncol=3)
+    axes[0].set_title(title)
+    fig.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    return target
 
 
 _PANELS = ("min-q", "min-a", "max-u", "max-p")

@@ -181,11 +181,14 @@ def test_open_arrivals_poisson_bursty_and_trace(tmp_path: Path) -> None:
         "3",
         "--policies",
         "fcfs",
+        "--plot",
+        str(tmp_path / "figures"),
     )
     assert bursts.returncode == 0, bursts.stderr[-3000:]
     b = json.loads(bursts.stdout)
     assert b["bursts"] == {"factor": 3.0, "every": 1.5, "length": 0.5}
     assert len(b["policies"]["fcfs"]["burst_recovery"]) == 2 * 1  # one burst ends in 3 s, ×2
+    assert (tmp_path / "figures" / "bench-6:1,14:1-timeline.png").stat().st_size > 10_000
 
     trace = tmp_path / "trace.csv"
     trace.write_text(
