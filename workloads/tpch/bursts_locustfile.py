@@ -37,10 +37,11 @@ class BurstShape(LoadTestShape):
     (the first burst after ``burst_every`` s), until the run time given with ``-t``."""
 
     def tick(self) -> tuple[int, float] | None:
-        options = self.runner.environment.parsed_options
+        runner: Any = self.runner  # set by locust before the first tick
+        options = runner.environment.parsed_options
         bursts = Bursts(options.burst_factor, options.burst_every, options.burst_length)
         base = max(1, int(options.burst_users))
-        t = self.get_run_time()
+        t: float = self.get_run_time()  # type: ignore[no-untyped-call]
         limit = getattr(options, "run_time", None)
         if limit and t >= limit:
             return None
