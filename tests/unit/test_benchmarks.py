@@ -72,3 +72,17 @@ def test_training_repeatability_report_compares_runs() -> None:
     by_q = next(line for line in text.splitlines() if line.startswith("MIN-Q as admitted"))
     assert "Q6 < Q9" in by_q and by_q.rstrip().endswith("yes")
     assert "run 1: Q9; run 2: Q9" in text
+
+
+def test_mg1_predictions_match_the_formulas_worked_by_hand() -> None:
+    from benchmarks.admission_pays import mg1_predictions
+
+    # two classes, D = 0.03 s (80 %) and 0.25 s (20 %), ρ = 0.95: E[D] = 0.074 s, λ = 12.84/s
+    ps, prio = mg1_predictions({"s": 0.03, "l": 0.25}, {"s": 0.8, "l": 0.2}, 0.95)
+    assert ps == pytest.approx(0.074 / 0.05)
+    lam = 0.95 / 0.074
+    w0 = lam * (0.8 * 0.03**2 + 0.2 * 0.25**2) / 2
+    sigma_s = lam * 0.8 * 0.03
+    expected = 0.8 * (w0 / (1 - sigma_s) + 0.03) + 0.2 * (w0 / ((1 - sigma_s) * 0.05) + 0.25)
+    assert prio == pytest.approx(expected)
+    assert 0.60 < prio < 0.70  # ≈ 55 % below processor sharing
