@@ -21,9 +21,6 @@ The grant. A picked job fits when jobs in service < MPL and its nominal fork siz
 thread budget: f ≤ N_fcr − n_fcr. In faithful mode (the thesis) a picked job that does not fit
 blocks the queue until capacity frees (head-of-line). With ``backfill`` the best-scoring class
 whose head fits is admitted instead; an aged or due job still blocks, or it would starve.
-With a ``short_lane`` and a policy that names short classes (the latency policy: the shortest
-tie group), once the MPL is reached the earliest head of a short class is still admitted while
-jobs in service < MPL + short_lane (the thread budget applies as always).
 
 Capacity is given back by ``complete`` (all of it) or ``update_tasks`` (the simulator frees the
 budget task by task). ``bypass`` jobs (session control, statements inside a transaction block)
@@ -49,7 +46,9 @@ from admission.policies import Policy, policy_by_name
 
 __all__ = ["DUE_FACTOR", "Event", "Job", "JobState", "Limits", "Scheduler", "SchedulerStats"]
 
-DUE_FACTOR = 10.0  # the latency policy's default: due after waiting 10 × D_r
+# The latency policy's default: a job is due after waiting 20 × its class's D_r (chosen in the
+# simulator on open load, benchmarks/open_policies.py).
+DUE_FACTOR = 20.0
 
 _RECOMPUTE_EVERY = 4096  # exact recomputation of η·N bounds floating-point drift
 _NEVER = float("-inf")
@@ -75,7 +74,6 @@ class Limits:
     queue_timeout: float | None = None  # fail a job still queued after this long
     # latency policy: a job is due once it waited due_factor × D_r of its class (None: never)
     due_factor: float | None = DUE_FACTOR
-    short_lane: int = 0  # latency policy: extra jobs of the shortest group beyond the MPL
 
     def __post_init__(self) -> None:
         for name in ("mpl", "threads"):
@@ -86,8 +84,6 @@ class Limits:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, not {value}")
-        if self.short_lane < 0:
-            raise ValueError(f"short_lane must not be negative, not {self.short_lane}")
 
 
 class _ClassState:
@@ -208,7 +204,6 @@ class Scheduler:
         self._score = np.zeros(0)  # bias + η·N, in FULL mode
         self._flat_bias = self._flat_row = True  # every key equal: arrival order decides
         self._due_scale: list[float] | None = None  # per class, when the policy ages by it
-        self._short: list[bool] | None = None  # classes allowed in the short lane
         self._updates = 0
         # After a dispatch that ended blocked, the verdict stands until this time unless
         # something other than a submit to an already non-empty class happens.
@@ -316,8 +311,6 @@ class Scheduler:
         if not self._nonempty:
             limits = self.limits
             mpl, budget = limits.mpl, limits.threads
-            if mpl is not None and limits.short_lane and self._short and self._short[st.index]:
-                mpl += limits.short_lane
             if (mpl is None or self.running < mpl) and (
                 budget is None or min(job.fork, budget) <= budget - self._held
             ):
@@ -532,7 +525,6 @@ class Scheduler:
         eta, self._bias = prio.eta, list(prio.bias)
         self._flat_bias = len(set(self._bias)) <= 1
         self._due_scale = list(prio.due_scale) if prio.due_scale else None
-        self._short = list(prio.short) if any(prio.short) else None
         if all(v == 0 for row in eta for v in row):
             self._mode = _STATIC
         elif all(v == 0 for v in self._bias) and all(len(set(row)) == 1 for row in eta):
@@ -709,16 +701,6 @@ class Scheduler:
             self.stats.aged += 1
         return best
 
-    def _pick_short(self) -> Job | None:
-        """The earliest head of a short-lane class, or None."""
-        short = self._short
-        if short is None:
-            return None
-        lane = [i for i in self._nonempty if short[i]]
-        if not lane:
-            return None
-        return self._classes[min(lane, key=self._head_seq.__getitem__)].queue[0]
-
     def _dispatch(self, now: float) -> list[Job]:
         if self.limits.queue_timeout is not None:
             self._expire(now)
@@ -729,16 +711,8 @@ class Scheduler:
         mpl, budget = self.limits.mpl, self.limits.threads
         head_seq = self._head_seq
         self._blocked_until = _NEVER
-        lane = self.limits.short_lane if self._short is not None and mpl is not None else 0
-        while mpl is None or self.running < mpl + lane:
-            if mpl is not None and self.running >= mpl:  # the short lane
-                job = self._pick_short()
-                if job is None or (
-                    budget is not None and min(job.fork, budget) > budget - self._held
-                ):
-                    break
-            else:
-                job = self._pick(now)
+        while mpl is None or self.running < mpl:
+            job = self._pick(now)
             if job is None or (budget is not None and min(job.fork, budget) > budget - self._held):
                 # head-of-line (faithful, or an aged job); backfill found nothing that fits
                 deadline = self.next_deadline()

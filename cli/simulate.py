@@ -1,7 +1,9 @@
 """``admission simulate``: the admission system in virtual time, policies compared (thesis §5.5).
 
-The options describe the closed network (synthetic workloads of the thesis' Table 5.2, or the
-classes of a trained model file) and the admission limits; replications run in worker
+The options describe the network — closed (N jobs with think time Z, the thesis) or open
+(Poisson arrivals at ``--arrival-rate`` λ, or at the rate that makes ``--load`` ρ = λ·Σ_r p_r D_r
+with D_r the model's and p_r the mix's shares) — over synthetic workloads of the thesis' Table 5.2
+or the classes of a trained model file, and the admission limits; replications run in worker
 processes; the result is a table or JSON on stdout, and PNG figures when asked.
 """
 
@@ -20,6 +22,7 @@ from rich.table import Table
 
 from admission.model import EtaModel, ModelError
 from admission.policies import POLICIES
+from admission.scheduler import DUE_FACTOR
 from cli.options import (
     BackfillOption,
     MaxWaitOption,
@@ -113,6 +116,33 @@ def simulate(
     ] = False,
     max_wait: MaxWaitOption = None,
     queue_timeout: QueueTimeoutOption = None,
+    arrival_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Open network: Poisson arrivals at this rate (jobs per second); --jobs and "
+            "--think are then unused.",
+            envvar=env("arrival_rate"),
+            min=0,
+        ),
+    ] = None,
+    load: Annotated[
+        float | None,
+        typer.Option(
+            help="Open network at offered load ρ: λ = ρ / Σ_r p_r D_r (D_r of the model, p_r "
+            "the mix's shares); the rate used is printed.",
+            envvar=env("load"),
+            min=0,
+        ),
+    ] = None,
+    due_factor: Annotated[
+        float | None,
+        typer.Option(
+            help=f"latency policy: a job is due after waiting this many times its class's D_r "
+            f"(default {DUE_FACTOR:g}; 0 disables the rule).",
+            envvar=env("due_factor"),
+            min=0,
+        ),
+    ] = None,
     model: Annotated[
         Path | None,
         typer.Option(
@@ -161,8 +191,15 @@ def simulate(
     from admission.sim import SimConfig
 
     chosen = policy_list(policies)
+    if arrival_rate is not None and load is not None:
+        raise fail("give --arrival-rate or --load, not both")
     try:
         work, shares, mix_name, trained = _workload(workload, mix, model, mix_vector)
+        rate = arrival_rate
+        if load is not None:
+            rate = _rate_for_load(load, work, shares, trained, cores, fcr)
+        if rate is not None and rate <= 0:
+            raise ValueError("an open network needs a positive arrival rate")
         config = SimConfig(
             cores=cores,
             jobs=jobs,
@@ -176,6 +213,8 @@ def simulate(
             routing=routing,
             service=service,
             class_per_cycle=class_per_cycle,
+            arrival_rate=rate,
+            due_factor=DUE_FACTOR if due_factor is None else (due_factor or None),
             completions=completions,
             warmup=warmup,
         )
@@ -215,6 +254,28 @@ def _workload(
             f"{len(work.classes)} classes ({', '.join(c.name for c in work.classes)})"
         )
     return work, shares, mix_vector or "equal", trained
+
+
+def _rate_for_load(
+    load: float,
+    work: Workload,
+    shares: tuple[float, ...],
+    trained: EtaModel | None,
+    cores: int,
+    fcr: int,
+) -> float:
+    """λ = ρ / Σ_r p_r D_r: D_r from the model file, or the synthetic classes' phase lengths."""
+    model = trained if trained is not None else work.model(cores, fcr or None)
+    demands = [c.D for c in model.classes[: len(shares)]]
+    mean_demand = sum(p * d for p, d in zip(shares, demands, strict=True)) / sum(shares)
+    if mean_demand <= 0:
+        raise ValueError("--load needs classes with a positive D_r")
+    rate = load / mean_demand
+    err.print(
+        f"open arrivals: λ = {rate:.4g}/s for ρ = {load:g} "
+        f"(Σ p_r D_r = {mean_demand:.4g} s; D_r {', '.join(f'{d:.3g}' for d in demands)})"
+    )
+    return rate
 
 
 def _given_eta(source: EtaSource, trained: EtaModel | None) -> EtaModel | None:
@@ -277,9 +338,14 @@ def _ci(row: dict[str, Any], key: str, digits: int = 3) -> str:
 
 def _print_study(study: StudyResult) -> None:
     cfg = study.config
+    network = (
+        f"open λ={cfg.arrival_rate:.4g}/s"
+        if cfg.arrival_rate is not None
+        else f"N={cfg.jobs} Z={cfg.think}"
+    )
     out.print(
-        f"[bold]{study.workload}[/] mix {study.mix}: N={cfg.jobs} M={cfg.cores} "
-        f"N_fcr={cfg.fcr or '∞'} MPL={cfg.mpl or '∞'} Z={cfg.think} routing={cfg.routing} "
+        f"[bold]{study.workload}[/] mix {study.mix}: {network} M={cfg.cores} "
+        f"N_fcr={cfg.fcr or '∞'} MPL={cfg.mpl or '∞'} routing={cfg.routing} "
         f"service={cfg.service}, {study.replications} replications × {cfg.completions} "
         "completions; ± is a 95% CI"
     )

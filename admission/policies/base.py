@@ -16,16 +16,14 @@ Matrix = tuple[tuple[float, ...], ...]
 class Priority:
     """score_r = bias[r] + Σ_c eta[r][c] · N_c.
 
-    Two optional per-class rules, used by the latency policy alone: ``due_scale`` (each class's
-    expected time; a queued job is due once it has waited ``Limits.due_factor`` times it, and
-    due jobs go first, the largest wait/scale first) and ``short`` (the classes that may use
-    the short lane, ``Limits.short_lane`` jobs beyond the MPL). Empty: not used.
+    ``due_scale``, used by the latency policy alone, is each class's expected time: a queued
+    job is due once it has waited ``Limits.due_factor`` times it, and due jobs go first, the
+    largest wait/scale first. Empty: no such aging.
     """
 
     eta: Matrix
     bias: tuple[float, ...]
     due_scale: tuple[float, ...] = ()
-    short: tuple[bool, ...] = ()
 
     @classmethod
     def from_rows(cls, k: int, row: Callable[[int], tuple[float, ...]]) -> Priority:

@@ -58,7 +58,6 @@ class SimConfig:
     max_wait: float | None = None
     queue_timeout: float | None = None
     due_factor: float | None = DUE_FACTOR  # latency policy: due after due_factor × D_r
-    short_lane: int = 0  # latency policy: extra shortest-group jobs beyond the MPL
     routing: str = "random"
     service: str = "deterministic"
     class_per_cycle: bool = False
@@ -88,7 +87,6 @@ class SimConfig:
             max_wait=self.max_wait,
             queue_timeout=self.queue_timeout,
             due_factor=self.due_factor,
-            short_lane=self.short_lane,
         )
 
 

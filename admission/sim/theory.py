@@ -1,6 +1,10 @@
 """Queueing-theory references the simulator is checked against.
 
 - ``mm1_ps_response``: mean response time of an M/M/1 processor-sharing queue, 1/(μ − λ).
+- ``mg1_priority_waits``: mean queueing waits of an M/G/1 queue with non-preemptive priority
+  classes (Cobham's formula); with one class it is Pollaczek–Khinchine's M/G/1 FCFS wait. The
+  simulator at MPL 1 on one core with single-task jobs is such a queue under SEPT (the latency
+  policy with its aging off) and under FCFS.
 - ``mva``: exact multiclass Mean Value Analysis of a closed product-form network of
   processor-sharing queues and one delay (think) station (Reiser & Lavenberg). The simulator's
   network with single-task jobs, uniform random routing over M cores, no thread budget and no
@@ -13,13 +17,31 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["MvaResult", "mm1_ps_response", "mva"]
+__all__ = ["MvaResult", "mg1_priority_waits", "mm1_ps_response", "mva"]
 
 
 def mm1_ps_response(arrival_rate: float, service_rate: float) -> float:
     if not 0 <= arrival_rate < service_rate:
         raise ValueError("an M/M/1 queue is stable only for 0 ≤ λ < μ")
     return 1.0 / (service_rate - arrival_rate)
+
+
+def mg1_priority_waits(
+    rates: Sequence[float], means: Sequence[float], second_moments: Sequence[float]
+) -> list[float]:
+    """Mean wait in queue per class, classes listed highest priority first (Cobham 1954):
+    W_k = W_0 / ((1 − σ_{k−1})(1 − σ_k)), W_0 = Σ_i λ_i E[S_i²] / 2, σ_k = Σ_{i≤k} λ_i E[S_i]."""
+    if not len(rates) == len(means) == len(second_moments):
+        raise ValueError("one rate, mean and second moment per class")
+    w0 = sum(lam * m2 for lam, m2 in zip(rates, second_moments, strict=True)) / 2
+    waits, sigma = [], 0.0
+    for lam, mean in zip(rates, means, strict=True):
+        before = sigma
+        sigma += lam * mean
+        if sigma >= 1:
+            raise ValueError("an M/G/1 priority queue is stable only for total load < 1")
+        waits.append(w0 / ((1 - before) * (1 - sigma)))
+    return waits
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from admission import ClassProfile, EtaModel, Event, Limits, Scheduler
 from admission.policies import policy_by_name
+from admission.scheduler import DUE_FACTOR
 
 
 @dataclass
@@ -112,7 +113,8 @@ class Driver:
     # -- setup -----------------------------------------------------------------------------
 
     def do_model(self, pos: list[str], kv: dict[str, str], lines: list[str]) -> list[str]:
-        """Input lines: ``NAME D=.. f=.. U=.. Q=..`` or ``A[NAME]: a1 a2 ...`` (row r of A^c_r)."""
+        """Input lines: ``NAME D=.. f=.. U=.. Q=.. [D_low=.. D_high=..]`` or ``A[NAME]: a1 a2 ...``
+        (row r of A^c_r)."""
         classes, a_rows = [], {}
         for raw in lines:
             words = raw.split()
@@ -128,6 +130,8 @@ class Driver:
                     f=int(p.get("f", 1)),
                     U=float(p.get("U", 0)),
                     Q=float(p.get("Q", 0)),
+                    D_low=_num(p.get("D_low")),
+                    D_high=_num(p.get("D_high")),
                 )
             )
         a = tuple(tuple(a_rows[c.name]) for c in classes) if a_rows else ()
@@ -157,6 +161,7 @@ class Driver:
             backfill="backfill" in pos,
             max_wait=_num(kv.get("max_wait")),
             queue_timeout=_num(kv.get("timeout")),
+            due_factor=_num(kv["due"]) if "due" in kv else DUE_FACTOR,
         )
 
     # -- commands --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ limits_strategy = st.builds(
     backfill=st.booleans(),
     max_wait=st.one_of(st.none(), st.floats(0, 5)),
     queue_timeout=st.one_of(st.none(), st.floats(0.5, 10)),
+    due_factor=st.one_of(st.none(), st.floats(0, 30)),
 )
 
 
