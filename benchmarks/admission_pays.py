@@ -34,6 +34,7 @@ from admission.sim.study import Estimate
 from lab.bench import BenchConfig, BenchResult, parse_policy, run_bench
 from workloads.arrivals import Bursts
 from workloads.tpch.mixes import mix_by_name
+from workloads.tpch.queries import Dialect
 
 __all__ = ["main", "mg1_predictions", "paired_reduction"]
 
@@ -139,7 +140,7 @@ def _theory(model: EtaModel, result: BenchResult) -> str:
     from lab.bench import _demands
 
     c = result.config
-    dialect = "duckdb" if c.backend == "duckdb" else "postgres"
+    dialect: Dialect = "duckdb" if c.backend == "duckdb" else "postgres"
     demands = _demands(model, c.mix, dialect, c.tpch)
     weights = {f"Q{q}": w for q, w in c.mix.weights.items() if w > 0}
     rho = result.offered_load or 0.0

@@ -17,6 +17,7 @@ from rich.table import Table
 from admission.model import EtaModel, ModelError
 from cli.options import (
     BackfillOption,
+    DueFactorOption,
     MaxWaitOption,
     OutputFormat,
     QueueTimeoutOption,
@@ -118,6 +119,7 @@ def bench(
     backfill: BackfillOption = False,
     max_wait: MaxWaitOption = None,
     queue_timeout: QueueTimeoutOption = None,
+    due_factor: DueFactorOption = None,
     policies: Annotated[
         str,
         typer.Option(
@@ -171,7 +173,7 @@ def bench(
             think=think,
             duration=duration,
             warmup=warmup,
-            limits=limits(mpl, threads, backfill, max_wait, queue_timeout),
+            limits=limits(mpl, threads, backfill, max_wait, queue_timeout, due_factor),
             policies=chosen,
             repetitions=repetitions,
             seed=seed,

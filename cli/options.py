@@ -20,7 +20,7 @@ from admission.model import ClassProfile, EtaModel, ModelError
 from admission.policies import POLICIES
 from admission.policies.queue_length import backlog_order
 from admission.policies.sept import demand_order
-from admission.scheduler import Limits
+from admission.scheduler import DUE_FACTOR, Limits
 
 # Piped output (files, CI logs) gets wide tables rather than rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -48,16 +48,32 @@ def progress_printer() -> Callable[[str], None]:
     return show
 
 
+RECOMMENDED_POLICY = "latency"
+
+
+def recommended_mpl(model: EtaModel) -> int:
+    """The MPL ``admission serve`` uses with a model and no --mpl: the cores the model was
+    trained on (see the README's "Where admission pays" for the measurements behind it)."""
+    return max(1, model.cores)
+
+
 def limits(
-    mpl: int, threads: int, backfill: bool, max_wait: float | None, queue_timeout: float | None
+    mpl: int,
+    threads: int,
+    backfill: bool,
+    max_wait: float | None,
+    queue_timeout: float | None,
+    due_factor: float | None = None,
 ) -> Limits:
-    """The admission limits the options of serve and bench describe (0 means unlimited)."""
+    """The admission limits the options of serve and bench describe (0 means unlimited; a
+    due factor of 0 turns the latency policy's aging off, None keeps its default)."""
     return Limits(
         mpl=mpl or None,
         threads=threads or None,
         backfill=backfill,
         max_wait=max_wait,
         queue_timeout=queue_timeout,
+        due_factor=DUE_FACTOR if due_factor is None else (due_factor or None),
     )
 
 
@@ -198,6 +214,15 @@ MaxWaitOption = Annotated[
     typer.Option(
         help="Aging: a statement queued this many seconds is admitted next.",
         envvar=env("max_wait"),
+        min=0,
+    ),
+]
+DueFactorOption = Annotated[
+    float | None,
+    typer.Option(
+        help=f"latency policy: a statement is due — admitted before any not due — after "
+        f"waiting this many times its class's D_r (default {DUE_FACTOR:g}; 0: never).",
+        envvar=env("due_factor"),
         min=0,
     ),
 ]

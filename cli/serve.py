@@ -17,7 +17,9 @@ import typer
 from admission.model import EtaModel, ModelError
 from admission.policies import POLICIES
 from cli.options import (
+    RECOMMENDED_POLICY,
     BackfillOption,
+    DueFactorOption,
     MaxWaitOption,
     QueueTimeoutOption,
     ThreadsOption,
@@ -25,6 +27,7 @@ from cli.options import (
     fail,
     limits,
     progress_printer,
+    recommended_mpl,
 )
 
 if TYPE_CHECKING:
@@ -67,24 +70,33 @@ def serve(
         str, typer.Option(help="Address to accept clients on, HOST:PORT.", envvar=env("listen"))
     ] = "127.0.0.1:6432",
     policy: Annotated[
-        str, typer.Option(help=f"Admission policy: {', '.join(POLICIES)}.", envvar=env("policy"))
-    ] = "fcfs",
+        str | None,
+        typer.Option(
+            help=f"Admission policy: {', '.join(POLICIES)}. Default: {RECOMMENDED_POLICY} with "
+            "--model (shortest expected first, aged in units of expected time: what the "
+            "benchmarks with open arrivals recommend), fcfs without.",
+            envvar=env("policy"),
+        ),
+    ] = None,
     model: Annotated[
         Path | None,
         typer.Option(help="η model file written by `admission train`.", envvar=env("model")),
     ] = None,
     mpl: Annotated[
-        int,
+        int | None,
         typer.Option(
-            help="Multiprogramming limit: statements in service at once (0 = unlimited).",
+            help="Multiprogramming limit: statements in service at once (0 = unlimited). "
+            "Default: with --model, the cores the model was trained on (what the benchmarks "
+            "recommend); without, unlimited.",
             envvar=env("mpl"),
             min=0,
         ),
-    ] = 0,
+    ] = None,
     threads: ThreadsOption = 0,
     backfill: BackfillOption = False,
     max_wait: MaxWaitOption = None,
     queue_timeout: QueueTimeoutOption = None,
+    due_factor: DueFactorOption = None,
     max_queue: Annotated[
         int,
         typer.Option(
@@ -146,19 +158,22 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    _check_combinations(backend, tpch, database, policy, tls_cert, tls_key)
+    chosen = policy or (RECOMMENDED_POLICY if model is not None else "fcfs")
+    _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
     try:
         address = parse_backend(backend) if backend is not None else None
         host, _, port = listen.rpartition(":")
         admin_host, admin_port = _admin_address(admin, admin_token)
-        admission_limits = limits(mpl, threads, backfill, max_wait, queue_timeout)
         loaded = EtaModel.load(model) if model is not None else None
+        if mpl is None:
+            mpl = recommended_mpl(loaded) if loaded is not None else 0
+        admission_limits = limits(mpl, threads, backfill, max_wait, queue_timeout, due_factor)
         prepare, dataset = _tpch(tpch)
         config = ProxyConfig(
             backend=address,
             listen_host=host or "127.0.0.1",
             listen_port=int(port),
-            policy=policy,
+            policy=chosen,
             model=loaded,
             model_path=model,
             limits=admission_limits,

@@ -25,6 +25,7 @@ from admission.policies import POLICIES
 from admission.scheduler import DUE_FACTOR
 from cli.options import (
     BackfillOption,
+    DueFactorOption,
     MaxWaitOption,
     OutputFormat,
     QueueTimeoutOption,
@@ -134,15 +135,7 @@ def simulate(
             min=0,
         ),
     ] = None,
-    due_factor: Annotated[
-        float | None,
-        typer.Option(
-            help=f"latency policy: a job is due after waiting this many times its class's D_r "
-            f"(default {DUE_FACTOR:g}; 0 disables the rule).",
-            envvar=env("due_factor"),
-            min=0,
-        ),
-    ] = None,
+    due_factor: DueFactorOption = None,
     model: Annotated[
         Path | None,
         typer.Option(

@@ -57,7 +57,7 @@ from workloads.tpch.queries import Dialect, draw_parameters, render_query
 
 __all__ = ["ALL_POLICIES", "ARRIVALS", "BenchConfig", "BenchResult", "parse_policy", "run_bench"]
 
-ALL_POLICIES = ("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p")
+ALL_POLICIES = ("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p", "latency")
 ARRIVALS = ("closed", "poisson", "bursty", "trace")
 SAMPLE_EVERY = 0.2  # seconds between samples of the scheduler's queue
 # connections an open run opens before its clock starts (more when all are busy): opening one

@@ -237,6 +237,7 @@ class LimitsChange(BaseModel):
     backfill: bool | None = None
     max_wait: float | None = Field(default=None, ge=0)
     queue_timeout: float | None = Field(default=None, ge=0)
+    due_factor: float | None = Field(default=None, ge=0)  # 0: the latency policy never ages
 
 
 def create_app(
@@ -278,6 +279,7 @@ def _limits_json(limits: Limits) -> dict[str, Any]:
         "backfill": limits.backfill,
         "max_wait": limits.max_wait,
         "queue_timeout": limits.queue_timeout,
+        "due_factor": limits.due_factor,
     }
 
 
@@ -389,7 +391,8 @@ def _add_controls(
         current = _limits_json(gate.scheduler.limits)
         for key in change.model_fields_set:
             value = getattr(change, key)
-            current[key] = (value or None) if key in ("mpl", "threads") else value
+            zero_is_none = key in ("mpl", "threads", "due_factor")
+            current[key] = (value or None) if zero_is_none else value
         try:
             limits = Limits(**current)
         except ValueError as e:

@@ -234,14 +234,11 @@ class AdmissionGate:
             # (the lane stays shut until _arm_timer, which ends every _after, opens it)
 
     def _arm_timer(self) -> None:
-        """Arm the timer at the scheduler's next deadline when aging or queue timeouts may
-        need one, and note whether the gate is calm (see ``__init__``)."""
+        """Arm the timer at the scheduler's next deadline when aging, queue timeouts or the
+        latency policy's due rule may need one, and note whether the gate is calm (see
+        ``__init__``)."""
         limits = self.scheduler.limits
-        if (
-            limits.max_wait is not None
-            or limits.queue_timeout is not None
-            or self._timer is not None
-        ):
+        if self.scheduler.timed or self._timer is not None:
             deadline = self.scheduler.next_deadline()
             if deadline != self._timer_at:
                 if self._timer is not None:

@@ -51,6 +51,10 @@ def test_policy_and_limits_change_at_run_time(make_proxy: MakeProxy) -> None:
     limits = httpx.put(f"{proxy.admin_url}/limits", json={"mpl": 0, "queue_timeout": 5}).json()
     assert limits["limits"]["mpl"] is None and limits["limits"]["queue_timeout"] == 5
     assert proxy.scheduler.limits.queue_timeout == 5
+    aging = httpx.put(f"{proxy.admin_url}/limits", json={"due_factor": 0}).json()
+    assert aging["limits"]["due_factor"] is None and proxy.scheduler.limits.due_factor is None
+    aging = httpx.put(f"{proxy.admin_url}/limits", json={"due_factor": 5}).json()
+    assert aging["limits"]["due_factor"] == 5 and aging["limits"]["queue_timeout"] == 5
     invalid = httpx.put(f"{proxy.admin_url}/limits", json={"threads": -1})
     assert invalid.status_code == 422
     run_queries(proxy, "select 'still works'")

@@ -338,7 +338,8 @@ def test_train_cli_writes_model_table_and_heat_map(tmp_path: Path) -> None:
 
 
 def _serve_with(model: Path) -> None:
-    """The live proxy loads the trained model and admits by it."""
+    """The live proxy loads the trained model and admits by it: with no --policy and no --mpl,
+    by the recommended policy at the MPL the model's cores give."""
     port, admin = free_port(), free_port()
     proc = subprocess.Popen(
         [
@@ -350,10 +351,6 @@ def _serve_with(model: Path) -> None:
             f"127.0.0.1:{port}",
             "--model",
             str(model),
-            "--policy",
-            "min-a",
-            "--mpl",
-            "2",
             "--admin",
             f"127.0.0.1:{admin}",
         ],
@@ -372,7 +369,10 @@ def _serve_with(model: Path) -> None:
         assert q6["D_low"] <= q6["D"] <= q6["D_high"] and q6["D_runs"] >= 2
         assert "Q_low" in q6 and "Q_high" in q6
         assert sum(q6["f_runs"].values()) == q6["D_runs"] and isinstance(q6["converged"], bool)
-        assert httpx.get(f"http://127.0.0.1:{admin}/status").json()["policy"] == "min-a"
+        status = httpx.get(f"http://127.0.0.1:{admin}/status").json()
+        assert status["policy"] == "latency"
+        cores = json.loads(model.read_text())["cores"]
+        assert status["limits"]["mpl"] == cores and status["limits"]["due_factor"] == 20
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
