@@ -23,45 +23,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from admission.model import EtaModel
 from admission.scheduler import Limits
-from admission.sim.study import Estimate
-from lab.bench import BenchConfig, BenchResult, parse_policy, run_bench
+from lab.bench import BenchConfig, BenchResult, paired_change, parse_policy, run_bench
 from workloads.arrivals import Bursts
 from workloads.tpch.mixes import mix_by_name
 from workloads.tpch.queries import Dialect
 
-__all__ = ["main", "mg1_predictions", "paired_reduction"]
+__all__ = ["main", "mg1_predictions"]
 
 TARGETS = {0.95: 0.30, 0.85: 0.15}
 
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def paired_reduction(result: BenchResult, policy: str, baseline: str) -> Estimate:
-    """1 − R(policy)/R(baseline) of the mean response time, per repetition (the two ran on
-    the same arrivals), as a mean with its 95 % interval."""
-    out = []
-    for rep in range(result.config.repetitions):
-        mine = _rep_mean(result, policy, rep)
-        theirs = _rep_mean(result, baseline, rep)
-        out.append(1 - mine / theirs)
-    return Estimate.of(out)
-
-
-def _rep_mean(result: BenchResult, policy: str, rep: int) -> float:
-    c = result.config
-    (run,) = [r for r in result.runs if r.policy == policy and r.repetition == rep]
-    start, end = run.load.started + c.warmup_seconds, run.load.started + c.duration
-    times = [s.response for s in run.load.ok if start <= s.start <= end]
-    return sum(times) / len(times) if times else math.nan
 
 
 def mg1_predictions(
@@ -110,7 +89,7 @@ def report(result: BenchResult, recommended: str, label: str, targets: bool = Tr
     if recommended not in s or not baselines:
         return lines
     best = min(baselines, key=lambda p: s[p].mean_response.mean)
-    cut = paired_reduction(result, recommended, best)
+    cut = paired_change(result, recommended, best)
     rec, base = s[recommended], s[best]
     lines.append(
         f"best baseline: {best} (mean R {base.mean_response}); {recommended}: mean R "
@@ -119,7 +98,7 @@ def report(result: BenchResult, recommended: str, label: str, targets: bool = Tr
     )
     for other in s:
         if other not in (recommended, best):
-            c2 = paired_reduction(result, recommended, other)
+            c2 = paired_change(result, recommended, other)
             lines.append(f"  vs {other}: {c2.mean:+.1%}" + (f" ± {c2.ci:.1%}" if c2.ci else ""))
     rho = result.offered_load
     target = TARGETS.get(round(rho, 2)) if rho is not None and targets else None

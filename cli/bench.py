@@ -299,6 +299,10 @@ def _print_result(result: BenchResult) -> None:
     out.print(table)
     if c.open:
         _print_open(result)
+    from lab.bench import verdict
+
+    for line in verdict(result):
+        out.print(line)
     classes = Table(title="mean response time per class (s)")
     classes.add_column("policy")
     names = list(next(iter(result.summaries.values())).per_class)

@@ -55,10 +55,24 @@ from workloads.tpch.load import Arrival, LoadResult, run_closed, run_open, tpch_
 from workloads.tpch.mixes import Mix
 from workloads.tpch.queries import Dialect, draw_parameters, render_query
 
-__all__ = ["ALL_POLICIES", "ARRIVALS", "BenchConfig", "BenchResult", "parse_policy", "run_bench"]
+__all__ = [
+    "ALL_POLICIES",
+    "ARRIVALS",
+    "BASELINES",
+    "RECOMMENDED",
+    "BenchConfig",
+    "BenchResult",
+    "paired_change",
+    "parse_policy",
+    "run_bench",
+    "verdict",
+]
 
 ALL_POLICIES = ("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p", "latency")
 ARRIVALS = ("closed", "poisson", "bursty", "trace")
+BASELINES = ("none", "fcfs")  # what a user has without admission control: nothing, or a pool
+RECOMMENDED = "latency"  # the policy the verdict speaks for (``admission serve``'s default)
+THESIS = ("sept", "min-q", "min-a", "max-u", "max-p")
 SAMPLE_EVERY = 0.2  # seconds between samples of the scheduler's queue
 # connections an open run opens before its clock starts (more when all are busy): opening one
 # through the proxy takes milliseconds a statement would otherwise wait for
@@ -620,3 +634,64 @@ def quick_model(
     if path is not None:
         trained.save(path)
     return trained
+
+
+def _repetition_mean(result: BenchResult, policy: str, rep: int) -> float:
+    """Mean response time of one run, over its window (as ``_summary`` counts it)."""
+    (run,) = [r for r in result.runs if r.policy == policy and r.repetition == rep]
+    w = _window(run, result.config)
+    return statistics.fmean(r for _, r in w.responses) if w.responses else float("nan")
+
+
+def paired_change(result: BenchResult, policy: str, baseline: str) -> Estimate:
+    """How much lower ``policy``'s mean response time is than ``baseline``'s, 1 − R/R_base,
+    taken per repetition — the two ran on the same arrivals, interleaved — then a mean with
+    its 95 % interval: far tighter than comparing the two policies' own intervals."""
+    out = [
+        1 - _repetition_mean(result, policy, rep) / _repetition_mean(result, baseline, rep)
+        for rep in range(result.config.repetitions)
+    ]
+    return Estimate.of(out)
+
+
+def verdict(result: BenchResult) -> list[str]:
+    """What the table shows, in words: the best baseline (no admission control, or an FCFS
+    pool at its best size), then how much lower the recommended policy's and the best thesis
+    policy's mean response times are than it, paired by repetition with 95 % intervals, with
+    their p99 and throughput against it. In a closed loop with no think time the mean cannot
+    move (N = X·R), and the verdict says so."""
+    s = result.summaries
+    baselines = [p for p in s if parse_policy(p)[0] in BASELINES]
+    if not baselines:
+        return []
+    best = min(baselines, key=lambda p: s[p].mean_response.mean)
+    lines = [
+        f"Best baseline: {best} (mean R {s[best].mean_response} s, p99 "
+        f"{s[best].p99_response} s, {s[best].throughput}/s)."
+    ]
+    closed_no_think = not result.config.open and result.config.think == 0
+    thesis = [p for p in s if parse_policy(p)[0] in THESIS]
+    candidates = [p for p in s if parse_policy(p)[0] == RECOMMENDED]
+    if thesis:
+        candidates.append(min(thesis, key=lambda p: s[p].mean_response.mean))
+    for p in candidates:
+        cut = paired_change(result, p, best)
+        x = s[p].throughput.mean / s[best].throughput.mean - 1
+        tail = s[p].p99_response.mean / s[best].p99_response.mean
+        who = "recommended" if parse_policy(p)[0] == RECOMMENDED else "best thesis policy"
+        sure = cut.ci is not None and abs(cut.mean) > cut.ci
+        size = f"{abs(cut.mean):.0%}" + (f" ± {cut.ci:.0%}" if cut.ci is not None else "")
+        lines.append(
+            f"{p} ({who}): mean R {size} {'lower' if cut.mean >= 0 else 'higher'} than {best} "
+            f"({'significant' if sure else 'not significant'} at 95 %, paired over "
+            f"{result.config.repetitions} repetitions of the same arrivals), p99 ×{tail:.2f}, "
+            f"throughput {x:+.1%}."
+        )
+    if closed_no_think:
+        lines.append(
+            "Closed loop without think time: clients wait for each answer, so the load adapts "
+            "to the server and no admission policy can lower the mean response time (N = X·R); "
+            "only the tail and the share between classes move. Open arrivals show what "
+            "admission control is for."
+        )
+    return lines

@@ -1,0 +1,72 @@
+"""The bench's verdict: the best baseline, and the recommended policy's change of the mean
+against it paired by repetition — computed here by hand from runs whose response times are
+known."""
+
+from __future__ import annotations
+
+import pytest
+
+from admission.model import EtaModel
+from lab.bench import BenchConfig, BenchResult, Run, _summary, paired_change, verdict
+from workloads.tpch.load import LoadResult, Statement
+from workloads.tpch.mixes import mix_by_name
+
+
+def _run(policy: str, rep: int, response: float, count: int = 50) -> Run:
+    """A run of ``count`` statements, one every 0.1 s from t = 1 s, each taking ``response``."""
+    load = LoadResult(started=0.0, ended=20.0)
+    for i in range(count):
+        start = 1.0 + 0.1 * i
+        load.statements.append(Statement(6, start, start + response, i))
+    return Run(policy, rep, load, 0, 0)
+
+
+def _result(means: dict[str, list[float]], arrivals: str = "poisson") -> BenchResult:
+    config = BenchConfig(
+        mix=mix_by_name("6"),
+        duration=10.0,
+        warmup=0.5,
+        policies=tuple(means),
+        repetitions=len(next(iter(means.values()))),
+        arrivals=arrivals,
+        rate=1.0 if arrivals != "closed" else None,
+    )
+    result = BenchResult(config, EtaModel())
+    for policy, values in means.items():
+        for rep, value in enumerate(values):
+            result.runs.append(_run(policy, rep, value))
+    for policy in means:
+        runs = [r for r in result.runs if r.policy == policy]
+        result.summaries[policy] = _summary(policy, runs, {"Q6": 0.1}, config)
+    return result
+
+
+def test_paired_change_is_taken_repetition_by_repetition() -> None:
+    # repetition 2 is slow for everyone (drift): pairing removes it
+    result = _result({"none": [1.0, 2.0, 1.0], "latency@2": [0.5, 1.0, 0.5]})
+    change = paired_change(result, "latency@2", "none")
+    assert change.mean == pytest.approx(0.5) and change.ci == pytest.approx(0.0, abs=1e-12)
+
+
+def test_verdict_names_the_best_baseline_and_the_recommended_policys_change() -> None:
+    result = _result(
+        {
+            "none": [1.0, 1.2, 1.1],
+            "fcfs@2": [0.8, 1.0, 0.9],
+            "sept@2": [0.7, 0.9, 0.85],
+            "latency@2": [0.4, 0.5, 0.45],
+        }
+    )
+    lines = verdict(result)
+    assert lines[0].startswith("Best baseline: fcfs@2")
+    (rec,) = [line for line in lines if line.startswith("latency@2 (recommended)")]
+    assert "mean R 50% ± 0% lower than fcfs@2 (significant at 95 %" in rec
+    (thesis,) = [line for line in lines if "best thesis policy" in line]
+    assert thesis.startswith("sept@2") and "throughput +0.0%" in thesis
+    assert not any("N = X·R" in line for line in lines)
+
+
+def test_verdict_in_a_closed_loop_says_the_mean_cannot_move() -> None:
+    result = _result({"none": [1.0, 1.1], "latency": [1.05, 1.0]}, arrivals="closed")
+    lines = verdict(result)
+    assert "(not significant at 95 %" in lines[1] and "N = X·R" in lines[-1]
