@@ -18,6 +18,7 @@ from rich.table import Table
 
 from admission.model import ClassProfile, EtaModel, ModelError
 from admission.policies import POLICIES
+from admission.policies.latency import latency_order
 from admission.policies.queue_length import backlog_order
 from admission.policies.sept import demand_order
 from admission.scheduler import DUE_FACTOR, Limits
@@ -148,6 +149,9 @@ def class_table(m: EtaModel, title: str) -> Table:
     if any(c.D_low is not None for c in m.classes):
         groups = demand_order(m.classes)
         caption.append("SEPT admits " + " < ".join(" ≈ ".join(g) for g in groups) + " (≈: tied)")
+    if m.classes:
+        groups = latency_order(m.classes)
+        caption.append("LATENCY admits " + " < ".join(" ≈ ".join(g) for g in groups) + " (≈: tied)")
     if any(c.Q_low is not None for c in m.classes):
         groups = backlog_order(m.classes)
         caption.append("MIN-Q admits " + " < ".join(" ≈ ".join(g) for g in groups) + " (≈: tied)")

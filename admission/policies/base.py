@@ -66,6 +66,32 @@ def overlap_groups(
     return group
 
 
+def banded_groups(
+    values: Sequence[float],
+    lows: Sequence[float | None],
+    highs: Sequence[float | None],
+    band: float,
+) -> list[int]:
+    """``overlap_groups`` with a band: taken in order of value, a value also joins the current
+    group while it is at most ``band`` × the group's first (smallest) value. Each group so
+    spans at most a factor ``band`` unless overlapping intervals chain it further; ``band`` 1
+    is ``overlap_groups``."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    group = [0] * len(values)
+    current, reach, anchor = -1, float("-inf"), 0.0
+    for i in order:
+        lo, hi = lows[i], highs[i]
+        low = values[i] if lo is None else lo
+        high = values[i] if hi is None else hi
+        if current < 0 or (low > reach and values[i] > band * anchor):
+            current += 1
+            reach, anchor = high, values[i]
+        else:
+            reach = max(reach, high)
+        group[i] = current
+    return group
+
+
 def group_floor(values: Sequence[float], groups: Sequence[int]) -> list[float]:
     """Each value replaced by the smallest of its group: one score per tied group."""
     least: dict[int, float] = {}

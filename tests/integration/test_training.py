@@ -321,7 +321,7 @@ def test_train_cli_writes_model_table_and_heat_map(tmp_path: Path) -> None:
     _check_isolation(model, 2)
     _check_q_intervals(model)
     if model.classes[0].Q_low is not None:
-        assert "MIN-Q admits" in stdout
+        assert "MIN-Q admits" in stdout and "LATENCY admits" in stdout
     q6 = model.classes[1]  # D_r as "estimate [low, high] (runs)"
     assert q6.D_low is not None and q6.D_high is not None, q6  # ≥ 6 runs of a quick class
     assert re.search(

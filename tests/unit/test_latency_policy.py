@@ -97,17 +97,17 @@ def test_a_due_job_is_admitted_by_a_tick_while_the_shorter_pick_waits_for_thread
     model = EtaModel(
         classes=(
             ClassProfile(fingerprint="S", name="S", D=1.0, f=4),
-            ClassProfile(fingerprint="L", name="L", D=2.0, f=1),
+            ClassProfile(fingerprint="L", name="L", D=8.0, f=1),
         )
     )
     s = Scheduler(model, "latency", Limits(mpl=2, threads=5, due_factor=2))
     assert _granted(s.submit("s0", "S", 0.0)) == ["s0"]  # 4 of 5 threads
     assert _granted(s.submit("l0", "L", 0.0)) == ["l0"]  # the MPL is full
-    s.submit("l1", "L", 0.0)  # due at 4
-    s.submit("s1", "S", 3.5)  # due at 5.5
-    assert _granted(s.complete("l0", 3.6)) == []  # s1 is picked and needs 4 threads
-    assert s.next_deadline() == 4.0
-    assert _granted(s.tick(4.0)) == ["l1"]
+    s.submit("l1", "L", 0.0)  # due at 16
+    s.submit("s1", "S", 15.5)  # due at 17.5
+    assert _granted(s.complete("l0", 15.6)) == []  # s1 is picked and needs 4 threads
+    assert s.next_deadline() == 16.0
+    assert _granted(s.tick(16.0)) == ["l1"]
 
 
 def test_continuous_short_work_cannot_starve_the_long_class() -> None:
@@ -235,3 +235,35 @@ def test_latency_beats_fcfs_on_an_open_two_class_queue_at_rho_0_9() -> None:
     for lat, first in zip(latency, fcfs, strict=True):  # the same arrivals (common streams)
         assert lat.mean_response() < 0.8 * first.mean_response()
         assert abs(lat.throughput / first.throughput - 1) < 0.02
+
+
+def test_classes_within_the_band_of_their_groups_shortest_are_tied() -> None:
+    """Eight trained TPC-H classes (SF 1, D_r in seconds): the short four tie, the long four
+    tie — latency orders short before long and FCFS inside each, where SEPT orders all eight
+    (and starves the longest at saturation)."""
+    from admission.policies.base import banded_groups, overlap_groups
+    from admission.policies.latency import BAND, latency_groups
+
+    trained = _model(
+        ("Q2", 0.0227, 0.0220, 0.0237),
+        ("Q11", 0.0242, 0.0216, 0.0272),
+        ("Q6", 0.0276, 0.0263, 0.0286),
+        ("Q14", 0.0372, 0.0353, 0.0406),
+        ("Q13", 0.1422, 0.1296, 0.1469),
+        ("Q9", 0.1727, 0.1679, 0.1811),
+        ("Q1", 0.2026, 0.1941, 0.2101),
+        ("Q18", 0.2848, 0.265, 0.2994),
+    )
+    assert BAND == 4.0
+    assert latency_groups(trained.classes) == [0, 0, 0, 0, 1, 1, 1, 1]
+    bias = POLICIES["latency"].build(trained).bias
+    assert bias == (-0.0227,) * 4 + (-0.1422,) * 4
+    assert len(set(POLICIES["sept"].build(trained).bias)) == 6  # SEPT: Q2 ≈ Q11 ≈ Q6 tie only
+    # the band is measured from the group's first value, not chained from neighbour to neighbour
+    values = [1.0, 1.5, 2.25, 3.4, 5.1]  # each within 1.5× of the last
+    none: list[float | None] = [None] * 5
+    assert banded_groups(values, none, none, 4.0) == [0, 0, 0, 0, 1]
+    # band 1 is overlap_groups
+    lows: list[float | None] = [0.9, None, 2.0, 3.0, None]
+    highs: list[float | None] = [1.6, None, 2.5, 3.5, None]
+    assert banded_groups(values, lows, highs, 1.0) == overlap_groups(values, lows, highs)
