@@ -230,6 +230,7 @@ class BenchResult:
             entry["errors"] = self.errors.get(name, 0)
             if name in self.open:
                 entry.update(self.open[name].json())
+            entry["repetitions"] = [_repetition(r, c) for r in self.runs if r.policy == name]
             policies[name] = entry
         out: dict[str, Any] = _finite(
             {
@@ -634,6 +635,18 @@ def quick_model(
     if path is not None:
         trained.save(path)
     return trained
+
+
+def _repetition(run: Run, config: BenchConfig) -> dict[str, Any]:
+    """One run's own numbers, for the JSON (paired comparisons, drift between repetitions)."""
+    w = _window(run, config)
+    times = [r for _, r in w.responses]
+    return {
+        "repetition": run.repetition,
+        "throughput": sum(w.completions.values()) / w.length,
+        "mean_response": statistics.fmean(times) if times else float("nan"),
+        "p99_response": float(np.percentile(times, 99)) if times else float("nan"),
+    }
 
 
 def _repetition_mean(result: BenchResult, policy: str, rep: int) -> float:

@@ -165,6 +165,8 @@ def test_open_arrivals_poisson_bursty_and_trace(tmp_path: Path) -> None:
         # an open load at ρ = 0.3 is carried: throughput near the rate (few statements: wide)
         assert 15 < p["throughput"] < 45, (name, p["throughput"])
         assert set(p["per_class_slo_attainment"]) == {"Q6", "Q14"}
+        assert [r["repetition"] for r in p["repetitions"]] == [0, 1]
+        assert all(r["throughput"] > 0 for r in p["repetitions"])
     assert "offered load ρ = λ·Σ p_r D_r = 0.3" in result.stderr
 
     bursts = _bench(
