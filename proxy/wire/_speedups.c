@@ -11,7 +11,7 @@
 #include <string.h>
 
 static PyObject *READY; /* State.READY */
-static PyObject *EMPTY_BYTES, *EMPTY_STR;
+static PyObject *EMPTY_BYTES;
 
 /* The attribute names these functions use, interned by setup() from the session module's
  * FAST_PATH_FIELDS (the contract lives there, in Python), in this order. */
@@ -57,20 +57,21 @@ attr_is(PyObject *obj, PyObject *name, PyObject *what)
     return same;
 }
 
-/* mapping.get(key, "") as a new reference */
+/* mapping.get(key) as a new reference: None when the key is missing */
 static PyObject *
-get_or_empty(PyObject *mapping, PyObject *key)
+get_or_none(PyObject *mapping, PyObject *key)
 {
     if (PyDict_CheckExact(mapping)) {
         PyObject *value = PyDict_GetItemWithError(mapping, key);
         if (value != NULL)
             return Py_NewRef(value);
-        return PyErr_Occurred() ? NULL : Py_NewRef(EMPTY_STR);
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     }
-    return PyObject_CallMethod(mapping, "get", "OO", key, EMPTY_STR);
+    return PyObject_CallMethod(mapping, "get", "O", key);
 }
 
-/* session.<attr>.get(buf[start:end], "") as a new reference: a statement's or a portal's SQL */
+/* session.<attr>.get(buf[start:end]) as a new reference: a statement's or a portal's SQL, None
+ * for a name the session does not know (the general path decides what that runs) */
 static PyObject *
 sql_named(PyObject *session, PyObject *attr, const char *buf, Py_ssize_t start, Py_ssize_t end)
 {
@@ -78,7 +79,7 @@ sql_named(PyObject *session, PyObject *attr, const char *buf, Py_ssize_t start, 
     if (mapping == NULL)
         return NULL;
     PyObject *name = PyBytes_FromStringAndSize(buf + start, end - start);
-    PyObject *value = name == NULL ? NULL : get_or_empty(mapping, name);
+    PyObject *value = name == NULL ? NULL : get_or_none(mapping, name);
     Py_XDECREF(name);
     Py_DECREF(mapping);
     return value;
@@ -94,7 +95,8 @@ find_nul(const char *buf, Py_ssize_t start, Py_ssize_t end)
 }
 
 /* Parse (statement name, SQL) or Bind (portal name, statement name) in buf[start:end]:
- * note the name it sets. 1 done, 0 a field is not NUL-terminated, -1 error. */
+ * note the name it sets. 1 done, 0 not for the fast path (a field is not NUL-terminated, or
+ * a Bind names a statement the session does not know), -1 error. */
 static int
 track(PyObject *session, char kind, const char *buf, Py_ssize_t start, Py_ssize_t end)
 {
@@ -114,6 +116,10 @@ track(PyObject *session, char kind, const char *buf, Py_ssize_t start, Py_ssize_
                         : sql_named(session, s_statements, buf, first + 1, second);
     if (value == NULL)
         goto done;
+    if (value == Py_None) { /* a statement with no Parse seen: the general path */
+        rc = 0;
+        goto done;
+    }
     rc = PyObject_SetItem(names, name, value) < 0 ? -1 : 1;
 done:
     Py_XDECREF(value);
@@ -223,6 +229,8 @@ fast_client(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         sql = sql_named(session, s_portals, buf, execute_at + 5, stop);
         if (sql == NULL)
             return NULL;
+        if (sql == Py_None) /* a portal with no Bind seen: the general path */
+            return sql;
     }
 
     PyObject *classify = NULL, *query_class = NULL, *job = NULL, *status = NULL;
@@ -365,8 +373,6 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     if ((EMPTY_BYTES = PyBytes_FromStringAndSize(NULL, 0)) == NULL)
-        return NULL;
-    if ((EMPTY_STR = PyUnicode_FromStringAndSize(NULL, 0)) == NULL)
         return NULL;
     return PyModule_Create(&module_def);
 }

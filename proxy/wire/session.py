@@ -324,7 +324,7 @@ class ProxySession:
                 portal = _portal(data, execute_at, execute_end)
             except pg.ProtocolViolation:
                 return None  # the general path reports it
-            sql = self._portals.get(portal, "")
+            sql = self._portal_sql(portal)
         query_class = self.classify(sql)
         job = next(self.job_ids)
         self._fast_job = job
@@ -450,7 +450,7 @@ class ProxySession:
             if batch.sql is None:
                 raw = frame.raw
                 portal = _portal(raw, 0, len(raw)) if kind == pg.EXECUTE else None
-                batch.sql = "fastpath" if portal is None else self._portals.get(portal, "")
+                batch.sql = "fastpath" if portal is None else self._portal_sql(portal)
         elif kind == pg.SYNC and batch.forwarded:
             batch.outstanding += 1
             self._replies.append(batch)
@@ -493,7 +493,17 @@ class ProxySession:
         if kind == pg.PARSE:
             self._statements[name] = data[first + 1 : second].decode("utf-8", "replace")
         else:
-            self._portals[name] = self._statements.get(data[first + 1 : second], "")
+            statement = data[first + 1 : second]
+            sql = self._statements.get(statement)
+            # A statement the proxy saw no Parse for (SQL PREPARE, or closed): it runs what
+            # SQL EXECUTE would, and is admitted as such — never as empty control text.
+            self._portals[name] = sql if sql is not None else f"EXECUTE {_quoted(statement)}"
+
+    def _portal_sql(self, portal: bytes) -> str:
+        """The SQL an Execute of ``portal`` runs; a portal the proxy saw no Bind for (a cursor
+        from SQL DECLARE) fetches from it, and is admitted as a FETCH."""
+        sql = self._portals.get(portal)
+        return sql if sql is not None else f"FETCH ALL FROM {_quoted(portal)}"
 
     # -- admission -------------------------------------------------------------------------
 
@@ -690,6 +700,12 @@ class ProxySession:
         self._leave_fast()
         self.state = State.CLOSED
         return [*self._release_all(), Close("client disconnected")]
+
+
+def _quoted(name: bytes) -> str:
+    """A statement or portal name as an SQL identifier (for classification only)."""
+    text = name.decode("utf-8", "replace").replace('"', '""')
+    return f'"{text}"'
 
 
 def _portal(data: bytes, execute_at: int, end: int) -> bytes:

@@ -31,6 +31,7 @@ from proxy.wire.session import (
     FastClient,
     FastServer,
     ProxySession,
+    Submit,
     fast_client,
     fast_server,
 )
@@ -344,6 +345,31 @@ def test_the_fast_path_waits_for_the_session_to_be_ready(impl: Impl) -> None:
     assert impl[0](session, query) is not None
     session.fast_wait()  # it waits: the general path holds it now
     assert session.job_is_queued(session.active_jobs[0])
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda impl: impl[0].__qualname__)  # type: ignore[index]
+def test_a_statement_or_portal_the_session_never_saw_is_admitted_not_bypassed(
+    impl: Impl,
+) -> None:
+    """A Bind to a statement prepared with SQL PREPARE, or an Execute of a cursor from SQL
+    DECLARE, runs real work: it is queued as EXECUTE / FETCH, never passed as empty text."""
+    assert impl is not None
+    for batch, expected in (
+        (bind("", "from_sql") + execute("") + m("S", b""), 'EXECUTE "from_sql"'),
+        (execute("cur") + m("S", b""), 'FETCH ALL FROM "cur"'),
+    ):
+        session = ProxySession()
+        session.client_data(startup())
+        session.server_data(AUTH_OK + RFQ)
+        submit = impl[0](session, batch)
+        if submit is None:  # the general path takes it
+            (action,) = [a for a in session.client_data(batch) if isinstance(a, Submit)]
+            assert not action.bypass and not action.query_class.control
+            sql = action.sql
+        else:
+            _, query_class, bypass, sql = submit
+            assert not bypass and not query_class.control
+        assert sql == expected
 
 
 @pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda impl: impl[0].__qualname__)  # type: ignore[index]
