@@ -140,7 +140,7 @@ def _check(result: TrainResult, classes: tuple[int, ...], least: int = 3) -> Eta
     _check_isolation(model, least)
     _check_q_intervals(model)
     assert len(model.A_matrix) == len(classes)
-    assert set(model.eta) == {"fcfs", "sept", "min-q", "min-a", "max-u", "max-p"}
+    assert set(model.eta) == {"fcfs", "sept", "min-q", "min-a", "max-u", "max-p", "latency"}
     checks = result.checks
     assert 0 < checks.u_sum <= 1.0
     # U_r matches the CPU time the OS reports for the database over the run, within 10 %
