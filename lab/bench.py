@@ -302,7 +302,7 @@ def run_bench(
         )
     target = open_target(config.backend, config.tpch, model=model, progress=progress)
     proxy, conninfo = target.proxy, target.conninfo
-    traced = _traced(trace, model) if trace is not None else None
+    traced, traced_demands = _traced(trace, model) if trace is not None else (None, {})
     try:
         gate = proxy.gate
         done = 0
@@ -359,7 +359,7 @@ def run_bench(
     finally:
         target.close()
     if traced is not None:  # the trace's classes, not the mix's
-        demands = {a.name: _class_demand(model, a.sql) for a in reversed(traced)}
+        demands = traced_demands
     if config.open:
         result.slo = _slos(config, demands)
     for policy in config.policies:
@@ -406,17 +406,18 @@ def _arrivals(
     )
 
 
-def _traced(rows: Sequence[Any], model: EtaModel) -> list[Arrival]:
+def _traced(rows: Sequence[Any], model: EtaModel) -> tuple[list[Arrival], dict[str, float]]:
     """A trace's statements, each named by its class in the model (its fingerprint's start
-    when the model does not know it)."""
+    when the model does not know it), and each class's D_r; each SQL is classified once."""
     index = model.index()
-    out = []
+    out, demands = [], {}
     for row in rows:
         fingerprint = classify_sql(row.sql).fingerprint
         i = index.get(fingerprint)
         name = model.classes[i].name if i is not None else f"class {fingerprint[:8]}"
+        demands[name] = model.classes[i].D if i is not None else model.default_profile().D
         out.append(Arrival(row.offset, 0, name, row.sql))
-    return out
+    return out, demands
 
 
 def _class_demand(model: EtaModel, sql: str) -> float:

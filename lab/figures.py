@@ -14,6 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from admission.model import EtaModel
 from admission.policies import POLICIES
@@ -85,6 +86,16 @@ def policy_figures(
     return written
 
 
+def _save(fig: Figure, path: str | Path) -> Path:
+    """Write the figure as a PNG (creating its directory) and free it."""
+    fig.tight_layout()
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    return target
+
+
 Timeline = Sequence[tuple[float, int, int]]  # (seconds from the start, queued, in service)
 
 
@@ -120,12 +131,7 @@ def timeline_figure(
     axes[2].set_xlabel("seconds from the start of the run (by arrival)")
     axes[0].legend(fontsize=8, ncol=3)
     axes[0].set_title(title)
-    fig.tight_layout()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=110)
-    plt.close(fig)
-    return target
+    return _save(fig, path)
 
 
 _PANELS = ("min-q", "min-a", "max-u", "max-p")
@@ -147,9 +153,4 @@ def eta_heatmap(model: EtaModel, path: str | Path) -> Path:
         ax.set_ylabel("r (class scored)", fontsize=8)
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.suptitle(f"η — {model.backend} {model.dataset}, {model.cores} cores", fontsize=11)
-    fig.tight_layout()
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=110)
-    plt.close(fig)
-    return target
+    return _save(fig, path)
