@@ -14,4 +14,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
     && apt-get purge -y gcc libc6-dev && apt-get autoremove -y && rm -rf /var/lib/apt/lists/*
 ENV ADMISSION_DATA=/data
 EXPOSE 6432 6433
+# Beyond loopback the server needs TLS and a password (ADMISSION_TLS_CERT, ADMISSION_TLS_KEY,
+# ADMISSION_PASSWORD or ADMISSION_USERS) or, for a trial on your own machine,
+# ADMISSION_INSECURE=true with the port published on loopback (-p 127.0.0.1:6432:6432).
 CMD ["admission", "serve", "--listen", "0.0.0.0:6432", "--tpch", "0.1"]

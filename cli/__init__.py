@@ -26,6 +26,7 @@ EXTRA_MODULES = frozenset(
         "psycopg",
         "pytz",
         "rich",
+        "scramp",
         "starlette",
         "typer",
         "uvicorn",

@@ -11,6 +11,7 @@ import typer
 from cli.bench import bench
 from cli.classify import classify
 from cli.model import model_app
+from cli.passwd import passwd
 from cli.serve import serve
 from cli.simulate import simulate
 from cli.train import train
@@ -28,3 +29,4 @@ app.command()(serve)
 app.command()(classify)
 app.command()(train)
 app.command()(bench)
+app.command()(passwd)

@@ -122,6 +122,46 @@ def serve(
     tls_key: Annotated[
         Path | None, typer.Option(help="Private key for --tls-cert.", envvar=env("tls_key"))
     ] = None,
+    users: Annotated[
+        Path | None,
+        typer.Option(
+            help='Embedded DuckDB only: who may connect, one `"user" "password"` per line (the '
+            "password may be a SCRAM-SHA-256 verifier from `admission passwd`); clients then "
+            "authenticate with SCRAM-SHA-256. Without it, ADMISSION_PASSWORD is every user's "
+            "password; with neither, clients are trusted (loopback only, unless --insecure). "
+            "With --backend, PostgreSQL authenticates its clients itself.",
+            envvar=env("users"),
+        ),
+    ] = None,
+    allow_file_access: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-file-access",
+            help="Embedded DuckDB only: a directory or file clients may read and write with SQL "
+            "(read_csv, COPY, ATTACH); repeat for more. By default clients reach no file of "
+            "this machine: DuckDB's external access is off once the server's data is loaded.",
+            envvar=env("allow_file_access"),
+        ),
+    ] = None,
+    allow_extensions: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-extensions",
+            help="Embedded DuckDB only: a DuckDB extension to install and load at start, before "
+            "the database is locked down (clients cannot install or load any); repeat or "
+            "separate with commas.",
+            envvar=env("allow_extensions"),
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="Listen beyond loopback without TLS (and, embedded, without authentication). "
+            "Refused otherwise: anyone who reaches the port would read the data.",
+            envvar=env("insecure"),
+        ),
+    ] = False,
     admin: Annotated[
         str | None,
         typer.Option(
@@ -145,10 +185,14 @@ def serve(
 
     By default the proxy hosts an in-memory DuckDB database and answers the PostgreSQL protocol
     for it (--tpch SF loads TPC-H into it); with --backend it sits in front of a PostgreSQL
-    server. Clients connect here instead of to the database. Every statement is classified by
-    its SQL skeleton and waits in the admission queue until the policy admits it under the MPL
-    and the thread budget; session control and statements inside a transaction block pass at
-    once.
+    server. The embedded database is closed to the host: clients read and write no files and
+    install no extensions (--allow-file-access, --allow-extensions open that up), and change
+    none of its server-wide settings. It listens on loopback by default; beyond it, it needs
+    TLS and authentication (--users or ADMISSION_PASSWORD) or --insecure.
+
+    Clients connect here instead of to the database. Every statement is classified by its SQL
+    skeleton and waits in the admission queue until the policy admits it under the MPL and the
+    thread budget; session control and statements inside a transaction block pass at once.
     """
     import logging
 
@@ -160,6 +204,17 @@ def serve(
     )
     chosen = policy or (RECOMMENDED_POLICY if model is not None else "fcfs")
     _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
+    if backend is not None and (users or allow_file_access or allow_extensions):
+        raise fail(
+            "--users, --allow-file-access and --allow-extensions belong to the embedded DuckDB "
+            "backend; PostgreSQL keeps its own users and permissions"
+        )
+    extensions = tuple(
+        name.strip()
+        for value in allow_extensions or ()
+        for name in value.split(",")
+        if name.strip()
+    )
     try:
         address = parse_backend(backend) if backend is not None else None
         host, _, port = listen.rpartition(":")
@@ -188,6 +243,10 @@ def serve(
             prepare=prepare,
             dataset=dataset,
             workers=workers,
+            file_access=tuple(allow_file_access or ()),
+            extensions=extensions,
+            users_file=users,
+            insecure=insecure,
         )
     except (ValueError, ModelError) as e:
         raise fail(str(e)) from None

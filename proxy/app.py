@@ -58,9 +58,43 @@ class ProxyConfig:
     prepare: Prepare | None = None  # loads data into it before clients are accepted
     dataset: str | None = None  # what ``prepare`` loads, for the log ("TPC-H SF 1")
     workers: int = 8  # the embedded backend's worker threads (statements running at once)
+    file_access: tuple[Path, ...] = ()  # what clients of the embedded database may still read
+    extensions: tuple[str, ...] = ()  # DuckDB extensions loaded before it is locked down
+    users_file: Path | None = None  # embedded: who may connect (else ADMISSION_PASSWORD)
+    insecure: bool = False  # allow listening beyond loopback without authentication and TLS
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def check_exposure(config: ProxyConfig, users: object | None) -> None:
+    """Listening beyond this machine needs TLS, and (embedded) authentication, unless the
+    operator says ``insecure``: the embedded server would otherwise give its data to anyone
+    who can reach the port, and any client's statements would cross the network in clear."""
+    if config.listen_host in LOOPBACK or config.insecure:
+        return
+    missing = []
+    if config.backend is None and users is None:
+        missing.append("authentication (--users FILE or ADMISSION_PASSWORD)")
+    if config.tls_cert is None:
+        missing.append("TLS (--tls-cert and --tls-key)")
+    if missing:
+        raise ValueError(
+            f"listening on {config.listen_host} (beyond this machine) needs "
+            + " and ".join(missing)
+            + "; --insecure listens without them"
+        )
+
+
+def tls_context(config: ProxyConfig) -> ssl.SSLContext | None:
+    if config.tls_cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(config.tls_cert, config.tls_key)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"cannot load the TLS certificate {config.tls_cert}: {e}") from None
+    return context
 
 
 def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, AdminMetrics]:
@@ -71,21 +105,34 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
     if config.backend is None:
         return embedded_server(config, gate, progress), metrics
-    tls = None
-    if config.tls_cert is not None:
-        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        tls.load_cert_chain(config.tls_cert, config.tls_key)
+    check_exposure(config, None)
+    tls = tls_context(config)
     server = ProxyServer(gate, config.backend, max_message=config.max_message, tls=tls)
     return server, metrics
 
 
 def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress) -> Listener:
-    from proxy.backends.embedded import DuckDBBackend, EmbeddedServer
+    from proxy.backends.embedded import DuckDBBackend, EmbeddedServer, Lockdown, Users
 
+    users = Users.configured(config.users_file)
+    check_exposure(config, users)
+    tls = tls_context(config)
     backend = DuckDBBackend(config.database, workers=config.workers)
-    if config.prepare is not None:
-        config.prepare(backend.connection, progress)
-    return EmbeddedServer(gate, backend, max_message=config.max_message)
+    try:
+        if config.prepare is not None:
+            config.prepare(backend.connection, progress)
+        backend.lock(Lockdown(config.file_access, config.extensions))
+    except BaseException:
+        backend.close()
+        raise
+    return EmbeddedServer(
+        gate,
+        backend,
+        max_message=config.max_message,
+        users=users,
+        tls=tls,
+        require_tls=tls is not None and config.listen_host not in LOOPBACK and not config.insecure,
+    )
 
 
 def describe_backend(config: ProxyConfig) -> str:

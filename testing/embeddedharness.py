@@ -4,6 +4,7 @@ sockets, a real DuckDB database, the scheduler's books readable through ``call``
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -13,7 +14,7 @@ import duckdb
 import psycopg
 
 from admission import Limits, Scheduler
-from proxy.backends.embedded import DuckDBBackend, EmbeddedServer
+from proxy.backends.embedded import DuckDBBackend, EmbeddedServer, Lockdown, Users
 from proxy.gate import AdmissionGate
 
 
@@ -24,6 +25,11 @@ class Embedded:
         setup: Callable[[duckdb.DuckDBPyConnection], None] | None = None,
         workers: int = 4,
         policy: str = "fcfs",
+        lockdown: Lockdown | None = Lockdown(),  # noqa: B008 (frozen, no state)
+        users: Users | None = None,
+        tls: ssl.SSLContext | None = None,
+        require_tls: bool = False,
+        host: str = "127.0.0.1",
     ) -> None:
         self.loop = asyncio.new_event_loop()
         self.errors: list[dict[str, Any]] = []
@@ -31,11 +37,19 @@ class Embedded:
         self.backend = DuckDBBackend(workers=workers)
         if setup is not None:
             setup(self.backend.connection)
+        if lockdown is not None:  # as `admission serve` runs it
+            self.backend.lock(lockdown)
         self.scheduler = Scheduler(None, policy, limits)
-        self.server = EmbeddedServer(AdmissionGate(self.scheduler), self.backend)
+        self.server = EmbeddedServer(
+            AdmissionGate(self.scheduler),
+            self.backend,
+            users=users,
+            tls=tls,
+            require_tls=require_tls,
+        )
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.call(lambda: self.server.start("127.0.0.1", 0))
+        self.call(lambda: self.server.start(host, 0))
         self.port = self.server.port
 
     def call(self, fn: Any) -> Any:

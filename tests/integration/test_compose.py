@@ -47,8 +47,9 @@ def test_compose_file_is_valid() -> None:
         assert ("image" in service) != ("build" in service), name
         assert isinstance(service.get("command", []), list), name
         for port in service.get("ports", []):
-            host, _, container = str(port).partition(":")
+            *address, host, container = str(port).split(":")
             assert host.isdigit() and container.isdigit(), (name, port)
+            assert address in ([], ["127.0.0.1"]), (name, port)
         depends = service.get("depends_on", {})
         for other in depends:
             assert other in services, (name, other)
@@ -64,7 +65,7 @@ def test_compose_file_is_valid() -> None:
             assert source in spec.get("volumes", {}) or source.startswith((".", "/")), volume
     assert "/var/lib/postgresql/data" in services["postgres"]["tmpfs"]  # an in-memory database
     assert "healthcheck" in services["postgres"]
-    assert services["proxy"]["ports"] == ["6432:6432", "6433:6433"]
+    assert services["proxy"]["ports"] == ["127.0.0.1:6432:6432", "127.0.0.1:6433:6433"]
     assert (ROOT / services["proxy"]["build"] / "Dockerfile").exists()
 
 

@@ -14,6 +14,11 @@ With ``profile`` on, each statement's CPU time and wall time come from DuckDB's 
 observers registered with ``EmbeddedServer.observe`` receive one ``Measurement`` per statement
 (what training needs).
 
+It is safe to put on a network: ``lockdown`` closes DuckDB to the host's files and to
+extension downloads once the server's own data is in, and guards its configuration from
+clients; ``auth`` asks clients for a password (SCRAM-SHA-256) when the server has users; TLS
+is offered when it has a certificate.
+
 The modules, from the socket inwards:
 
 - ``server``: the asyncio shell. ``EmbeddedServer`` accepts clients; each connection reads its
@@ -26,9 +31,13 @@ The modules, from the socket inwards:
   and encoding its result as PostgreSQL messages.
 - ``compat``: what PostgreSQL clients send that DuckDB does not understand, answered the
   PostgreSQL way (SHOW, SET, savepoints, drivers' catalog queries).
+- ``lockdown``: no file access, no extension downloads, no server-wide settings for clients.
+- ``auth``: SCRAM-SHA-256 against a users file or one password.
 """
 
+from proxy.backends.embedded.auth import Users
 from proxy.backends.embedded.executor import DuckDBBackend, Measurement
+from proxy.backends.embedded.lockdown import Lockdown
 from proxy.backends.embedded.server import EmbeddedServer
 
-__all__ = ["DuckDBBackend", "EmbeddedServer", "Measurement"]
+__all__ = ["DuckDBBackend", "EmbeddedServer", "Lockdown", "Measurement", "Users"]

@@ -22,7 +22,7 @@ from typing import Any
 
 import duckdb
 
-from proxy.backends.embedded import compat
+from proxy.backends.embedded import compat, lockdown
 from proxy.backends.errors import sqlstate_for
 from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type
 from proxy.wire import protocol as pg
@@ -60,6 +60,7 @@ class DuckDBBackend:
             self.connection = duckdb.connect(database)
         except duckdb.Error as e:
             raise ValueError(f"cannot open the DuckDB database {database}: {first_line(e)}") from e
+        self.connection.execute("SET TimeZone = 'UTC'")  # server-wide in DuckDB
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="duckdb")
         self.version = duckdb.__version__
         self.profile = profile
@@ -68,12 +69,19 @@ class DuckDBBackend:
 
     def cursor(self, user: str = "duckdb") -> duckdb.DuckDBPyConnection:
         cursor = self.connection.cursor()
-        cursor.execute("SET TimeZone = 'UTC'")
         for macro in compat.session_macros(user):
             cursor.execute(macro)
         if self.profile:
             cursor.execute("PRAGMA enable_profiling = 'no_output'")
         return cursor
+
+    def lock(self, rules: lockdown.Lockdown) -> None:
+        """Close the database to the host (``proxy.backends.embedded.lockdown``): after the
+        server loaded its own data, before clients come."""
+        try:
+            rules.apply(self.connection)
+        except duckdb.Error as e:
+            raise ValueError(f"cannot lock the DuckDB database down: {first_line(e)}") from e
 
     def close(self) -> None:
         """Stop: statements not started are dropped, running ones (interrupted by their
@@ -220,6 +228,12 @@ def execute(
     format_codes: Sequence[int] = (),
     profile: bool = False,
 ) -> Result:
+    if kind == "SET" or kind == "PRAGMA":
+        try:
+            if lockdown.check(query, kind):
+                return Result([], [], "SET", [])
+        except lockdown.LockdownError as e:
+            raise QueryError(e.sqlstate, str(e)) from None
     started = time.perf_counter()
     try:
         relation = cursor.execute(query, list(params) if params else None)

@@ -1,13 +1,14 @@
 """The asyncio shell of the embedded backend: accept clients, read them, admit their batches.
 
 Each client connection reads its bytes through ``FrontendCore`` (proxy.wire.frontend), the core
-the relay drives too: the core answers the startup phase (SSLRequest and GSSENCRequest get
-'N': no TLS here), recognises a CancelRequest and groups messages into batches. This module
-answers the startup message (trust authentication, PostgreSQL's parameter status, a backend
-key), queues the messages for one task per client that hands them to its ``DuckDBSession`` one
-at a time, and takes a batch's admission from the gate when its first statement is about to
-run; the job is released at the batch's end (its Sync, or the end of its Query). An error
-before the Sync skips the client's messages up to it, as PostgreSQL does.
+the relay drives too: the core answers the startup phase (SSLRequest gets 'S' when the server
+has a certificate, GSSENCRequest 'N'), recognises a CancelRequest and groups messages into
+batches. This module answers the startup message (SCRAM-SHA-256 when the server has users,
+``auth``; PostgreSQL's parameter status; a backend key), does TLS when it has a certificate,
+queues the messages for one task per client that hands them to its ``DuckDBSession`` one at a
+time, and takes a batch's admission from the gate when its first statement is about to run; the
+job is released at the batch's end (its Sync, or the end of its Query). An error before the Sync
+skips the client's messages up to it, as PostgreSQL does.
 
 A CancelRequest withdraws the target's queued statement or interrupts its running one.
 """
@@ -18,11 +19,13 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import ssl
 import struct
 from collections.abc import Callable
 
 import duckdb
 
+from proxy.backends.embedded.auth import AuthenticationFailed, Exchange, Users
 from proxy.backends.embedded.executor import DuckDBBackend, Measurement, QueryError, Refused
 from proxy.backends.embedded.session import DuckDBSession
 from proxy.gate import AdmissionGate
@@ -49,7 +52,15 @@ class EmbeddedConnection(asyncio.Protocol):
 
     def __init__(self, server: EmbeddedServer) -> None:
         self.server = server
-        self.core = FrontendCore(Batch, max_message=server.max_message, job_ids=server.gate.job_ids)
+        self.core = FrontendCore(
+            Batch,
+            tls_available=server.tls is not None,
+            max_message=server.max_message,
+            job_ids=server.gate.job_ids,
+        )
+        self.exchange: Exchange | None = None  # SCRAM under way: the session waits for it
+        self.parameters: dict[str, str] = {}  # the startup message's
+        self.encrypted = False
         self.inbox: asyncio.Queue[Frame | None] = asyncio.Queue()
         self.transport: asyncio.Transport | None = None
         self.out = bytearray()  # replies not yet written
@@ -74,12 +85,20 @@ class EmbeddedConnection(asyncio.Protocol):
         try:
             core.receive_data(data)
             while (event := core.next_event()) is not None:
+                if self.transport is None or self.transport.is_closing():
+                    return  # closed by the last event (a refusal, a failed authentication)
                 if isinstance(event, Frame):
-                    self.inbox.put_nowait(event)
+                    if self.exchange is not None:
+                        self._authenticate(event)
+                    else:
+                        self.inbox.put_nowait(event)
                 elif isinstance(event, StartupMessage):
-                    self._start(event.parameters)
+                    self._startup(event.parameters)
                 elif isinstance(event, EncryptionRequest):
-                    self._write(event.answer)  # 'N': no TLS here, the client goes on in clear
+                    self._write(event.answer)
+                    if event.start_tls:
+                        asyncio.get_running_loop().create_task(self._start_tls())
+                        return
                 elif isinstance(event, CancelRequest):
                     self.server.cancel(event.pid, event.secret)
                     self._close()
@@ -95,8 +114,72 @@ class EmbeddedConnection(asyncio.Protocol):
             with contextlib.suppress(duckdb.Error):  # the database may be closing already
                 self.session.interrupt()
 
-    def _start(self, params: dict[str, str]) -> None:
-        """Trust authentication: AuthenticationOk, the parameters, the key, ReadyForQuery."""
+    async def _start_tls(self) -> None:
+        assert self.transport is not None and self.server.tls is not None
+        self.transport.pause_reading()
+        try:
+            new = await asyncio.get_running_loop().start_tls(
+                self.transport, self, self.server.tls, server_side=True
+            )
+        except (OSError, ssl.SSLError) as e:
+            log.info("TLS handshake with a client failed: %s", e)
+            self.transport.close()
+            return
+        assert new is not None
+        self.transport = new
+        self.encrypted = True
+
+    def _startup(self, params: dict[str, str]) -> None:
+        """The startup message: refuse a client from another host that did not start TLS
+        when the server requires it, then authenticate (SCRAM) or let it in."""
+        self.parameters = params
+        user = params.get("user", "")
+        server = self.server
+        if server.require_tls and not self.encrypted and not self._local_peer():
+            self._fatal(
+                "28000",
+                f'connection from another host for user "{user}" refused: no encryption '
+                "(this server requires TLS: connect with sslmode=require)",
+            )
+            return
+        if server.users is None:
+            self._start(params)
+            return
+        self.exchange = server.users.exchange(user)
+        self._write(self.exchange.start())
+
+    def _local_peer(self) -> bool:
+        peer = self.transport.get_extra_info("peername") if self.transport else None
+        host = peer[0] if isinstance(peer, tuple) and peer else None
+        return host is None or host in ("127.0.0.1", "::1") or str(host).startswith("::ffff:127.")
+
+    def _authenticate(self, frame: Frame) -> None:
+        """One SASL message of the client's SCRAM exchange; the session starts after the last."""
+        exchange = self.exchange
+        assert exchange is not None
+        if frame.type == pg.TERMINATE:
+            self._close()
+            return
+        if frame.type != pg.PASSWORD:
+            raise pg.ProtocolViolation(
+                f"expected a SASL response during authentication, got message {frame.name!r}"
+            )
+        try:
+            answer = exchange.step(frame.body)
+        except AuthenticationFailed:
+            log.info("password authentication failed for user %r", exchange.user)
+            self.exchange = None
+            self._fatal("28P01", f'password authentication failed for user "{exchange.user}"')
+            return
+        if not exchange.done:
+            self._write(answer)
+            return
+        self.exchange = None
+        self._start(self.parameters, answer)
+
+    def _start(self, params: dict[str, str], auth: bytes = b"") -> None:
+        """The client is in: AuthenticationOk (after ``auth``, the SCRAM exchange's last
+        messages, which end with it), the parameters, the key, ReadyForQuery."""
         backend = self.server.backend
         self.session = DuckDBSession(
             self,
@@ -106,7 +189,7 @@ class EmbeddedConnection(asyncio.Protocol):
             self.server.observers,
         )
         self.session.settings["application_name"] = params.get("application_name", "")
-        out = bytearray(pg.message(b"R", _INT32.pack(0)))
+        out = bytearray(auth or pg.message(b"R", _INT32.pack(0)))
         settings = {
             "server_version": backend.server_version,
             "server_encoding": "UTF8",
@@ -282,11 +365,21 @@ class EmbeddedServer(Listener):
     """Accepts clients and serves them from one ``DuckDBBackend`` through the gate."""
 
     def __init__(
-        self, gate: AdmissionGate, backend: DuckDBBackend, *, max_message: int = DEFAULT_MAX_MESSAGE
+        self,
+        gate: AdmissionGate,
+        backend: DuckDBBackend,
+        *,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+        users: Users | None = None,
+        tls: ssl.SSLContext | None = None,
+        require_tls: bool = False,
     ) -> None:
         self.gate = gate
         self.backend = backend
         self.max_message = max_message
+        self.users = users  # None: trust (only for clients of this machine; see ``serve``)
+        self.tls = tls
+        self.require_tls = require_tls  # clients from other hosts must use TLS
         self.connections: set[EmbeddedConnection] = set()
         self.by_key: dict[tuple[int, int], EmbeddedConnection] = {}
         # sessions read this list; only ``observe`` and what it returns change it
