@@ -22,7 +22,6 @@ import subprocess
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +177,10 @@ class Front:
         """Statements carrying ``marker`` executing inside the database now."""
         raise NotImplementedError
 
+    def remember_sessions(self) -> None:
+        """Keep every client's database session alive in the test from now on, so that only
+        the server, not the garbage collector, can end what a dead client left open."""
+
     def rows(self) -> list[tuple[int, str]]:
         """The ledger as the database has it committed, read around the proxy."""
         raise NotImplementedError
@@ -308,8 +311,8 @@ class EmbeddedFront(Front):
         self.port = self.harness.port
         self.gate = self.harness.server.gate
         self.admin: AdminServer | None = None
-        # every session seen, to tell whether the database still runs a dead client's work
-        self._sessions: weakref.WeakSet[DuckDBSession] = weakref.WeakSet()
+        # every session seen: whether the database still runs a dead client's work
+        self._sessions: list[DuckDBSession] = []
 
         def configure() -> None:
             self.gate.max_queue = max_queue
@@ -335,14 +338,17 @@ class EmbeddedFront(Front):
         return f"select count(*), '{marker}' from range(100000000000) t(x) where x % 7 = 3"
 
     def running(self, marker: str) -> int:
-        def count() -> int:
-            for conn in self.harness.server.connections:
-                if conn.session is not None:
-                    self._sessions.add(conn.session)
-            return sum(1 for s in self._sessions if s.running)
-
-        result: int = self.call(count)
+        self.remember_sessions()
+        result: int = self.call(lambda: sum(1 for s in self._sessions if s.running))
         return result
+
+    def remember_sessions(self) -> None:
+        def remember() -> None:
+            for conn in self.harness.server.connections:
+                if conn.session is not None and conn.session not in self._sessions:
+                    self._sessions.append(conn.session)
+
+        self.call(remember)
 
     def rows(self) -> list[tuple[int, str]]:
         cursor = self.harness.backend.connection.cursor()  # a connection of its own
@@ -436,7 +442,7 @@ def test_client_killed_while_queued(make_front: MakeFront) -> None:
     front = make_front(limits=Limits(mpl=1))
     front.commit(1, "committed before")
     with front.connect() as bystander:
-        blocker = in_thread(lambda: front.run("select pg_sleep(1.5)"))
+        blocker = in_thread(lambda: front.run("select pg_sleep(2.5)"))
         wait_for(lambda: front.state()["in_service"] == 1, what="the blocker admitted")
         victim = front.raw()
         victim.send(_query(f"insert into {front.table} values (2, 'queued, then killed')"))
@@ -494,6 +500,7 @@ def test_client_killed_idle_in_transaction(make_front: MakeFront) -> None:
         replies = victim.read_until(b"Z")
         assert not [body for kind, body in replies if kind == b"E"], replies
         assert replies[-1] == (b"Z", b"T")  # idle in a transaction
+        front.remember_sessions()
         victim.reset()
         front.wait_idle(connections=1)
         assert front.rows() == [(1, "committed before")]
@@ -650,7 +657,7 @@ def test_cancel_of_a_queued_statement(make_front: MakeFront) -> None:
     """57014 at once, withdrawn from the queue (it never runs), the connection usable."""
     front = make_front(limits=Limits(mpl=1))
     front.commit(1, "committed before")
-    blocker = in_thread(lambda: front.run("select pg_sleep(1.0)"))
+    blocker = in_thread(lambda: front.run("select pg_sleep(2.0)"))
     wait_for(lambda: front.state()["in_service"] == 1, what="the blocker admitted")
     with front.connect() as conn:
         queued = in_thread(
@@ -701,7 +708,7 @@ def test_cancel_of_a_running_statement(make_front: MakeFront) -> None:
 def test_queue_full_answers_53300(make_front: MakeFront) -> None:
     front = make_front(limits=Limits(mpl=1), max_queue=1)
     front.commit(1, "committed before")
-    blocker = in_thread(lambda: front.run("select pg_sleep(1.0)"))
+    blocker = in_thread(lambda: front.run("select pg_sleep(1.5)"))
     wait_for(lambda: front.state()["in_service"] == 1, what="the blocker admitted")
     queued = in_thread(lambda: front.run(f"insert into {front.table} values (2, 'waited')"))
     wait_for(lambda: front.state()["queued"] == 1, what="one statement queued")
@@ -722,7 +729,7 @@ def test_queue_full_answers_53300(make_front: MakeFront) -> None:
 def test_queue_timeout_answers_57014(make_front: MakeFront) -> None:
     front = make_front(limits=Limits(mpl=1, queue_timeout=0.3))
     front.commit(1, "committed before")
-    blocker = in_thread(lambda: front.run("select pg_sleep(1.0)"))
+    blocker = in_thread(lambda: front.run("select pg_sleep(1.5)"))
     wait_for(lambda: front.state()["in_service"] == 1, what="the blocker admitted")
     with front.connect() as conn:
         started = time.monotonic()
