@@ -153,6 +153,15 @@ def serve(
             envvar=env("allow_extensions"),
         ),
     ] = None,
+    startup_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a client has from connecting to being ready for queries (startup, "
+            "TLS, authentication); then it is closed with 08P01.",
+            envvar=env("startup_timeout"),
+            min=0.1,
+        ),
+    ] = 60.0,
     insecure: Annotated[
         bool,
         typer.Option(
@@ -247,6 +256,7 @@ def serve(
             extensions=extensions,
             users_file=users,
             insecure=insecure,
+            startup_timeout=startup_timeout,
         )
     except (ValueError, ModelError) as e:
         raise fail(str(e)) from None

@@ -62,6 +62,7 @@ class ProxyConfig:
     extensions: tuple[str, ...] = ()  # DuckDB extensions loaded before it is locked down
     users_file: Path | None = None  # embedded: who may connect (else ADMISSION_PASSWORD)
     insecure: bool = False  # allow listening beyond loopback without authentication and TLS
+    startup_timeout: float = 60.0  # seconds from connecting to ready for queries
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -103,12 +104,15 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
     scheduler = Scheduler(config.model, config.policy, config.limits)
     metrics = AdminMetrics(scheduler)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
+    listener: Listener
     if config.backend is None:
-        return embedded_server(config, gate, progress), metrics
-    check_exposure(config, None)
-    tls = tls_context(config)
-    server = ProxyServer(gate, config.backend, max_message=config.max_message, tls=tls)
-    return server, metrics
+        listener = embedded_server(config, gate, progress)
+    else:
+        check_exposure(config, None)
+        tls = tls_context(config)
+        listener = ProxyServer(gate, config.backend, max_message=config.max_message, tls=tls)
+    listener.startup_timeout = config.startup_timeout
+    return listener, metrics
 
 
 def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress) -> Listener:

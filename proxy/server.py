@@ -35,12 +35,20 @@ from proxy.wire.session import (
     SendToClient,
     SendToServer,
     StartTLS,
+    State,
     Submit,
     fast_client,
     fast_server,
 )
 
-__all__ = ["BackendAddress", "ProxyServer", "parse_backend", "url_identity"]
+__all__ = [
+    "STARTUP_TIMEOUT",
+    "BackendAddress",
+    "ProxyServer",
+    "parse_backend",
+    "startup_expired",
+    "url_identity",
+]
 
 log = logging.getLogger("admission.proxy")
 
@@ -97,6 +105,22 @@ class CancelTarget(Protocol):
         """Withdraw the queued statement, or stop the running one."""
 
 
+# A client has this long from connecting to being ready for queries (PostgreSQL's
+# authentication_timeout): idle or stalled connections in startup cannot pile up.
+STARTUP_TIMEOUT = 60.0
+# Clients waiting for a free accept slot: a burst of thousands of connects is queued by the
+# kernel, not refused.
+LISTEN_BACKLOG = 4096
+
+
+def startup_expired(timeout: float) -> bytes:
+    return pg.error_response(
+        pg.SQLSTATE_PROTOCOL_VIOLATION,
+        f"the connection's startup and authentication did not finish within {timeout:g} s",
+        severity="FATAL",
+    )
+
+
 class Listener:
     """What every front end shares: a listening socket, its clients' protocol factory, and its
     clients by the backend key each was given, which a CancelRequest names."""
@@ -104,6 +128,7 @@ class Listener:
     _server: asyncio.Server | None = None
     gate: AdmissionGate
     by_key: Mapping[tuple[int, int], CancelTarget]
+    startup_timeout: float = STARTUP_TIMEOUT
 
     def protocol(self) -> asyncio.Protocol:
         raise NotImplementedError
@@ -113,7 +138,7 @@ class Listener:
 
     async def start(self, host: str, port: int) -> asyncio.Server:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self.protocol, host, port)
+        self._server = await loop.create_server(self.protocol, host, port, backlog=LISTEN_BACKLOG)
         return self._server
 
     @property
@@ -229,6 +254,9 @@ class ClientConnection(asyncio.Protocol):
         self._closed = False
         self._key: tuple[int, int] | None = None
         self._reading_paused = False
+        self._startup_timer: asyncio.TimerHandle | None = None
+        # bytes decrypted before ``start_tls`` returned the TLS transport to answer them on
+        self._early: list[bytes] | None = None
 
     @property
     def backend_pid(self) -> int | None:
@@ -241,8 +269,24 @@ class ClientConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.server.connections.add(self)
+        self._startup_timer = asyncio.get_running_loop().call_later(
+            self.server.startup_timeout, self._startup_expired
+        )
+
+    def _startup_expired(self) -> None:
+        """Still not ready for queries after the startup timeout: close, server side too."""
+        self._startup_timer = None
+        if self.session.state in (State.STARTUP, State.AUTH) and not self._closed:
+            log.info("client closed: startup not finished in %g s", self.server.startup_timeout)
+            self._apply([SendToClient(startup_expired(self.server.startup_timeout))])
+            self._apply(self.session.client_lost())
+            if not self._closed and self.transport is not None:
+                self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self._early is not None:
+            self._early.append(data)
+            return
         session = self.session
         submit = self._fast_client(session, data)
         if submit is None:
@@ -364,6 +408,11 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(action, ForwardCancel):
                 self.server.cancel(action.pid, action.secret)
             elif isinstance(action, StartTLS):
+                # the client's handshake must not be read as a startup packet: stop reading
+                # now, not when the task runs
+                if self.transport is not None:
+                    self.transport.pause_reading()
+                self._early = []
                 asyncio.get_running_loop().create_task(self._start_tls())
             elif isinstance(action, Close):
                 self._closed = True
@@ -394,7 +443,6 @@ class ClientConnection(asyncio.Protocol):
     async def _start_tls(self) -> None:
         assert self.transport is not None and self.server.tls is not None
         loop = asyncio.get_running_loop()
-        self.transport.pause_reading()
         try:
             new = await loop.start_tls(self.transport, self, self.server.tls, server_side=True)
         except (OSError, ssl.SSLError) as e:
@@ -403,6 +451,9 @@ class ClientConnection(asyncio.Protocol):
             return
         assert new is not None
         self.transport = new
+        early, self._early = self._early or [], None
+        for data in early:
+            self.data_received(data)
 
     def shutdown(self, why: str) -> None:
         error = pg.error_response(pg.SQLSTATE_ADMIN_SHUTDOWN, why, severity="FATAL")
@@ -413,6 +464,9 @@ class ClientConnection(asyncio.Protocol):
             self.backend.transport.close()
 
     def _teardown(self) -> None:
+        if self._startup_timer is not None:
+            self._startup_timer.cancel()
+            self._startup_timer = None
         self.server.connections.discard(self)
         if self._key is not None and self.server.by_key.get(self._key) is self:
             del self.server.by_key[self._key]

@@ -69,6 +69,16 @@ class Embedded:
             host="127.0.0.1", port=self.port, user="app", dbname="app", autocommit=autocommit
         )
 
+    def connect_as(self, user: str, password: str) -> psycopg.Connection:
+        return psycopg.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=user,
+            dbname="app",
+            password=password,
+            autocommit=True,
+        )
+
     def close(self) -> None:
         self.call(self.server.close)  # closes the backend too
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -29,7 +29,7 @@ from proxy.backends.embedded.auth import AuthenticationFailed, Exchange, Users
 from proxy.backends.embedded.executor import DuckDBBackend, Measurement, QueryError, Refused
 from proxy.backends.embedded.session import DuckDBSession
 from proxy.gate import AdmissionGate
-from proxy.server import Listener
+from proxy.server import Listener, startup_expired
 from proxy.wire import protocol as pg
 from proxy.wire.framing import DEFAULT_MAX_MESSAGE
 from proxy.wire.frontend import (
@@ -45,6 +45,9 @@ __all__ = ["EmbeddedConnection", "EmbeddedServer"]
 
 log = logging.getLogger("admission.duckdb")
 _INT32 = struct.Struct("!i")
+# A client's messages buffered before they are handled; beyond it the proxy stops reading the
+# client until it catches up (a message larger than this is still taken whole).
+INBOX_LIMIT = 1 << 20
 
 
 class EmbeddedConnection(asyncio.Protocol):
@@ -61,6 +64,8 @@ class EmbeddedConnection(asyncio.Protocol):
         self.exchange: Exchange | None = None  # SCRAM under way: the session waits for it
         self.parameters: dict[str, str] = {}  # the startup message's
         self.encrypted = False
+        # bytes decrypted before ``start_tls`` returned the TLS transport to answer them on
+        self.early: list[bytes] | None = None
         self.inbox: asyncio.Queue[Frame | None] = asyncio.Queue()
         self.transport: asyncio.Transport | None = None
         self.out = bytearray()  # replies not yet written
@@ -69,6 +74,13 @@ class EmbeddedConnection(asyncio.Protocol):
         self._batch: Batch | None = None  # the batch whose messages run now
         self.waiting: dict[int, asyncio.Future[None]] = {}
         self.task: asyncio.Task[None] | None = None
+        # back-pressure: the client's messages not yet handled (reading pauses above
+        # INBOX_LIMIT bytes), and whether its socket takes more replies now
+        self.inbox_bytes = 0
+        self.reading_paused = False
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.startup_timer: asyncio.TimerHandle | None = None
 
     @property
     def batch(self) -> Batch | None:
@@ -79,8 +91,27 @@ class EmbeddedConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.server.connections.add(self)
+        self.startup_timer = asyncio.get_running_loop().call_later(
+            self.server.startup_timeout, self._startup_expired
+        )
+
+    def _startup_expired(self) -> None:
+        self.startup_timer = None
+        if self.session is None and self.transport is not None:
+            log.info("client closed: startup not finished in %g s", self.server.startup_timeout)
+            self._write(startup_expired(self.server.startup_timeout))
+            self._close()
+
+    def pause_writing(self) -> None:
+        self.writable.clear()  # the client reads slower than it is answered: wait for it
+
+    def resume_writing(self) -> None:
+        self.writable.set()
 
     def data_received(self, data: bytes) -> None:
+        if self.early is not None:
+            self.early.append(data)
+            return
         core = self.core
         try:
             core.receive_data(data)
@@ -92,11 +123,20 @@ class EmbeddedConnection(asyncio.Protocol):
                         self._authenticate(event)
                     else:
                         self.inbox.put_nowait(event)
+                        self.inbox_bytes += len(event.raw)
+                        if self.inbox_bytes > INBOX_LIMIT and not self.reading_paused:
+                            self.reading_paused = True  # the client sends faster than it is
+                            self.transport.pause_reading()  # served: stop reading it
                 elif isinstance(event, StartupMessage):
                     self._startup(event.parameters)
                 elif isinstance(event, EncryptionRequest):
                     self._write(event.answer)
                     if event.start_tls:
+                        # the client's handshake must not be read as a startup packet: stop
+                        # reading now, not when the task runs
+                        assert self.transport is not None
+                        self.transport.pause_reading()
+                        self.early = []
                         asyncio.get_running_loop().create_task(self._start_tls())
                         return
                 elif isinstance(event, CancelRequest):
@@ -107,6 +147,9 @@ class EmbeddedConnection(asyncio.Protocol):
             self._fatal(pg.SQLSTATE_PROTOCOL_VIOLATION, f"protocol violation: {e}")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.startup_timer is not None:
+            self.startup_timer.cancel()
+        self.writable.set()  # nothing waits for a socket that is gone
         self.inbox.put_nowait(None)
         self.server.connections.discard(self)
         self.server.by_key.pop(self.key, None)
@@ -116,7 +159,6 @@ class EmbeddedConnection(asyncio.Protocol):
 
     async def _start_tls(self) -> None:
         assert self.transport is not None and self.server.tls is not None
-        self.transport.pause_reading()
         try:
             new = await asyncio.get_running_loop().start_tls(
                 self.transport, self, self.server.tls, server_side=True
@@ -128,6 +170,9 @@ class EmbeddedConnection(asyncio.Protocol):
         assert new is not None
         self.transport = new
         self.encrypted = True
+        early, self.early = self.early or [], None
+        for data in early:
+            self.data_received(data)
 
     def _startup(self, params: dict[str, str]) -> None:
         """The startup message: refuse a client from another host that did not start TLS
@@ -209,6 +254,9 @@ class EmbeddedConnection(asyncio.Protocol):
         out += pg.ready_for_query(b"I")
         self._write(bytes(out))
         self.server.by_key[self.key] = self
+        if self.startup_timer is not None:
+            self.startup_timer.cancel()
+            self.startup_timer = None
         self.task = asyncio.get_running_loop().create_task(self._serve())
 
     # the message loop
@@ -219,6 +267,13 @@ class EmbeddedConnection(asyncio.Protocol):
                 frame = await self.inbox.get()
                 if frame is None:
                     break
+                self.inbox_bytes -= len(frame.raw)
+                if self.reading_paused and self.inbox_bytes <= INBOX_LIMIT // 2:
+                    self.reading_paused = False
+                    if self.transport is not None:
+                        self.transport.resume_reading()
+                if not self.writable.is_set():
+                    await self.writable.wait()
                 if not await self._handle(frame):
                     break
         except Exception:  # an unexpected failure: close this client only

@@ -1,0 +1,129 @@
+"""Bounded everything: a connection that never finishes its startup is closed after the
+startup timeout (both front ends), and a client that sends faster than it reads makes the
+embedded server stop reading it instead of buffering without bound."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import time
+from collections.abc import Callable
+
+import pytest
+
+from admission import Limits
+from proxy.backends.embedded import Users
+from proxy.backends.embedded.server import INBOX_LIMIT
+from testing.embeddedharness import Embedded
+from testing.proxyharness import ProxyHarness
+
+
+def startup_packet(user: str = "app") -> bytes:
+    body = struct.pack("!i", 196608) + f"user\0{user}\0database\0app\0\0".encode()
+    return struct.pack("!i", len(body) + 4) + body
+
+
+def read_until_closed(s: socket.socket, limit: float = 10.0) -> tuple[bytes, float]:
+    """Everything the server sends until it closes, and how long that took."""
+    start = time.monotonic()
+    s.settimeout(limit)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data, time.monotonic() - start
+
+
+@pytest.mark.parametrize("sends", [b"", startup_packet()[:6]], ids=["nothing", "half a startup"])
+def test_relay_closes_a_startup_that_stalls(
+    make_proxy: Callable[..., ProxyHarness], sends: bytes
+) -> None:
+    proxy = make_proxy()
+    proxy.server.startup_timeout = 0.5
+    with socket.create_connection(("127.0.0.1", proxy.port)) as s:
+        s.sendall(sends)
+        data, took = read_until_closed(s)
+    assert b"08P01" in data and b"did not finish within 0.5 s" in data
+    assert 0.4 < took < 5
+    assert proxy.call(lambda: len(proxy.server.connections)) == 0
+
+
+def test_relay_keeps_a_client_that_finished_its_startup(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    proxy = make_proxy()
+    proxy.server.startup_timeout = 0.5
+    import psycopg
+
+    with psycopg.connect(
+        proxy.dsn_base + " user=postgres dbname=postgres", autocommit=True
+    ) as conn:
+        time.sleep(1.0)
+        assert conn.execute("select 1").fetchone() == (1,)
+
+
+@pytest.mark.parametrize("stage", ["nothing", "startup sent, no password"])
+def test_embedded_closes_a_startup_that_stalls(stage: str) -> None:
+    e = Embedded(Limits(), users=Users.from_password("pw"))
+    e.server.startup_timeout = 0.5
+    try:
+        with socket.create_connection(("127.0.0.1", e.port)) as s:
+            if stage != "nothing":
+                s.sendall(startup_packet())
+            data, took = read_until_closed(s)
+        assert b"08P01" in data and b"did not finish within 0.5 s" in data
+        assert 0.4 < took < 5
+        with e.connect_as("app", "pw") as conn:  # others still get in, and stay in
+            time.sleep(1.0)
+            assert conn.execute("select 1").fetchone() == (1,)
+    finally:
+        e.close()
+
+
+def test_embedded_stops_reading_a_client_that_does_not_read() -> None:
+    """Thousands of pipelined queries from a client that reads no reply: the server holds at
+    most about INBOX_LIMIT bytes of them (and its replies wait in the socket), then answers
+    every one once the client reads."""
+    e = Embedded(Limits(mpl=1))
+    try:
+        # big queries and bigger replies: the kernel's socket buffers (a few MB) fill fast
+        query = b"select repeat('y', 5000) /* " + b"x" * 4000 + b" */\0"
+        message = b"Q" + struct.pack("!i", len(query) + 4) + query
+        count = 8_000  # ~32 MB of queries, ~40 MB of replies
+        with socket.create_connection(("127.0.0.1", e.port)) as s:
+            s.sendall(startup_packet())
+            s.settimeout(10)
+            greeting = b""
+            while not greeting.endswith(b"Z\0\0\0\x05I"):
+                greeting += s.recv(4096)
+            s.setblocking(False)
+            payload = memoryview(message * count)
+            sent, peak, progress = 0, 0, time.monotonic()
+            while sent < len(payload) and time.monotonic() - progress < 1.5:
+                try:
+                    sent += s.send(payload[sent : sent + 65536])
+                    progress = time.monotonic()
+                except BlockingIOError:
+                    time.sleep(0.05)  # the proxy stopped reading us, as it should
+                peak = max(peak, e.call(lambda: max(c.inbox_bytes for c in e.server.connections)))
+            assert sent < len(payload), "the proxy took everything without being read"
+            # what one read from the socket brings is queued before reading pauses
+            assert peak <= INBOX_LIMIT + 256 * 1024 + len(message)
+            # now read: every query is answered, in order
+            s.setblocking(True)
+            s.settimeout(30)
+            ready = b"Z\0\0\0\x05I"
+            tail, answered = b"", 0
+            while answered < count:
+                if sent < len(payload):
+                    s.setblocking(False)
+                    with contextlib.suppress(BlockingIOError):
+                        sent += s.send(payload[sent : sent + 65536])
+                    s.setblocking(True)
+                    s.settimeout(30)
+                chunk = tail + s.recv(1 << 20)
+                answered += chunk.count(ready)
+                tail = chunk[-(len(ready) - 1) :]  # a marker cut in two is counted once
+            assert answered == count and sent == len(payload)
+    finally:
+        e.close()
