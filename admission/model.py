@@ -244,6 +244,8 @@ class EtaModel(_Frozen):
             raw = json.loads(text)
         except json.JSONDecodeError as e:
             raise ModelError(f"{source}: not valid JSON ({e})") from None
+        except RecursionError:
+            raise ModelError(f"{source}: not a model file (JSON nested too deeply)") from None
         if not isinstance(raw, dict):
             raise ModelError(f"{source}: expected a JSON object at the top level")
         try:
@@ -259,9 +261,11 @@ class EtaModel(_Frozen):
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> EtaModel:
         try:
-            text = Path(path).read_text()
+            text = Path(path).read_text(encoding="utf-8")
         except OSError as e:
             raise ModelError(f"{path}: cannot read the model file ({e.strerror})") from None
+        except UnicodeDecodeError:
+            raise ModelError(f"{path}: not a model file (not UTF-8 text)") from None
         return cls.from_json(text, str(path))
 
     def _check_eta(self, source: str) -> None:

@@ -429,14 +429,8 @@ def assert_unaffected(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
 
 # -- the client dies -------------------------------------------------------------------------
 
-EMBEDDED_KILLED_QUEUED = (
-    "EmbeddedConnection.connection_lost does not withdraw the statement its client left "
-    "queued: _serve is parked in admit() awaiting the gate, so the job stays queued until "
-    "capacity frees, is then admitted and runs for nobody (the dead client's INSERT commits)"
-)
 
-
-@both(embedded=EMBEDDED_KILLED_QUEUED)
+@both()
 def test_client_killed_while_queued(make_front: MakeFront) -> None:
     """The dead client's statement leaves the queue at once and never runs."""
     front = make_front(limits=Limits(mpl=1))
@@ -475,16 +469,7 @@ def test_client_killed_while_running(make_front: MakeFront) -> None:
     assert front.rows() == [(1, "committed before")]
 
 
-EMBEDDED_KILLED_IN_TRANSACTION = (
-    "EmbeddedConnection never closes (so never rolls back) its DuckDB cursor when its client "
-    "goes away: connection_lost only interrupts a running statement and _serve's finally only "
-    "releases the batch, so an open transaction lives on until the garbage collector frees the "
-    "session/connection cycle, and another client's UPDATE of a row it wrote fails "
-    "('TransactionContext Error: Conflict on update!')"
-)
-
-
-@both(embedded=EMBEDDED_KILLED_IN_TRANSACTION)
+@both()
 def test_client_killed_idle_in_transaction(make_front: MakeFront) -> None:
     """The dead client's transaction rolls back: its writes never show and hold nothing."""
     front = make_front(limits=Limits(mpl=1))
@@ -513,16 +498,7 @@ def test_client_killed_idle_in_transaction(make_front: MakeFront) -> None:
     front.wait_idle()
 
 
-EMBEDDED_COPY = (
-    "DuckDBSession hands COPY … FROM STDIN to DuckDB as it is, and DuckDB takes STDIN for the "
-    "file /dev/stdin of the proxy process: the client's CopyData is never read; locked down (as "
-    'served) the client gets 42501 \'Cannot access file "/dev/stdin" - file system operations '
-    "are disabled', unlocked 22023 after DuckDB read the server's own stdin (on a terminal the "
-    "worker blocks); it should answer CopyInResponse and take CopyData, or refuse with 0A000"
-)
-
-
-@both(embedded=EMBEDDED_COPY)
+@both()
 @pytest.mark.usefixtures("stdin_is_null")
 def test_client_killed_during_copy_from_stdin(make_front: MakeFront) -> None:
     """Half a COPY from a client that dies is rolled back; capacity comes back."""
@@ -753,16 +729,6 @@ MODEL = EtaModel(
         ClassProfile(fingerprint="hint:long", name="long", D=2.0, f=1, Q=3),
     )
 )
-GARBAGE_NOT_TEXT = (
-    "EtaModel.load (admission/model.py) catches only OSError around Path.read_text(): a file "
-    "that is not UTF-8 raises UnicodeDecodeError, which POST /model/reload does not catch "
-    "(it catches ModelError), so the reload answers 500 Internal Server Error instead of 422"
-)
-GARBAGE_TOO_DEEP = (
-    "EtaModel.from_json (admission/model.py) catches only json.JSONDecodeError: JSON nested "
-    "deeper than the parser's recursion limit raises RecursionError, which POST /model/reload "
-    "does not catch, so the reload answers 500 Internal Server Error instead of 422"
-)
 GARBAGE: dict[str, Callable[[bytes], bytes]] = {
     "truncated": lambda good: good[: len(good) // 2],
     "empty": lambda good: b"",
@@ -779,8 +745,8 @@ GARBAGE: dict[str, Callable[[bytes], bytes]] = {
         "truncated",
         "empty",
         "wrong-shape",
-        pytest.param("not-text", marks=pytest.mark.xfail(strict=True, reason=GARBAGE_NOT_TEXT)),
-        pytest.param("too-deep", marks=pytest.mark.xfail(strict=True, reason=GARBAGE_TOO_DEEP)),
+        "not-text",
+        "too-deep",
     ],
 )
 def test_reload_of_a_garbage_model_is_refused(

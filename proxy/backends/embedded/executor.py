@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,7 @@ __all__ = [
     "row_description",
 ]
 
+_STDIO = re.compile(r"\b(?:stdin|stdout)\b", re.I)
 _INT16 = struct.Struct("!h")
 _INT32 = struct.Struct("!i")
 SERVER_VERSION = "15.0"
@@ -228,6 +230,12 @@ def execute(
     format_codes: Sequence[int] = (),
     profile: bool = False,
 ) -> Result:
+    if kind == "COPY" and _STDIO.search(query):
+        raise QueryError(
+            "0A000",
+            "COPY FROM STDIN and COPY TO STDOUT are not supported by the embedded DuckDB "
+            "server: use INSERT (executemany) to load rows and SELECT to read them",
+        )
     if kind == "SET" or kind == "PRAGMA":
         try:
             if lockdown.check(query, kind):

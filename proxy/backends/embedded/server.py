@@ -153,6 +153,8 @@ class EmbeddedConnection(asyncio.Protocol):
         self.inbox.put_nowait(None)
         self.server.connections.discard(self)
         self.server.by_key.pop(self.key, None)
+        for job in list(self.waiting):  # a queued statement nobody will read: withdrawn
+            self.server.gate.cancel(job, "the client went away")
         if self.session is not None:
             with contextlib.suppress(duckdb.Error):  # the database may be closing already
                 self.session.interrupt()
@@ -281,6 +283,27 @@ class EmbeddedConnection(asyncio.Protocol):
             self._fatal("XX000", "internal error in the embedded backend")
         finally:
             self._finish_batch()
+            await self._end_session()
+
+    async def _end_session(self) -> None:
+        """The client is gone: roll back what its transaction left open and close its cursor
+        now, not when the garbage collector gets to it (its locks would block others)."""
+        session = self.session
+        if session is None:
+            return
+        cursor = session.cursor
+
+        def end() -> None:
+            with contextlib.suppress(duckdb.Error):
+                if session.status != b"I":
+                    cursor.execute("ROLLBACK")
+            with contextlib.suppress(duckdb.Error):
+                cursor.close()
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.server.backend.pool, end)
+        except RuntimeError:  # the pool is shut down: the database is closing anyway
+            end()
 
     async def _handle(self, frame: Frame) -> bool:
         kind = frame.type
