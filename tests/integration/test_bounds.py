@@ -127,3 +127,43 @@ def test_embedded_stops_reading_a_client_that_does_not_read() -> None:
             assert answered == count and sent == len(payload)
     finally:
         e.close()
+
+
+def test_embedded_streams_a_long_result_whole() -> None:
+    """A result longer than a chunk is sent a chunk at a time (what keeps a slow reader's
+    memory bounded, ``benchmarks.slow_reader``), and arrives whole, in order, with its tag —
+    simple protocol, extended protocol, and a portal read with a row limit (asyncpg's cursor)."""
+    import asyncio
+
+    import asyncpg
+
+    from proxy.backends.embedded.executor import CHUNK_ROWS
+
+    n = 2 * CHUNK_ROWS + 7
+    e = Embedded(Limits(mpl=2))
+    try:
+        with e.connect() as conn:
+            cur = conn.execute(f"select x, x::text from range({n}) t(x)")
+            rows = cur.fetchall()
+            assert cur.statusmessage == f"SELECT {n}"
+            assert rows[0] == (0, "0") and rows[-1] == (n - 1, str(n - 1)) and len(rows) == n
+            cur = conn.execute(f"select x from range({n}) t(x) where x >= %s", (3,))
+            assert len(cur.fetchall()) == n - 3 and cur.statusmessage == f"SELECT {n - 3}"
+
+        async def with_asyncpg() -> tuple[int, int]:
+            client = await asyncpg.connect(
+                host="127.0.0.1", port=e.port, user="app", database="app"
+            )
+            try:
+                fetched = len(await client.fetch(f"select x from range({n}) t(x)"))
+                async with client.transaction():
+                    cursor = client.cursor(f"select x from range({n}) t(x)", prefetch=5000)
+                    counted = [r async for r in cursor]
+                return fetched, len(counted)
+            finally:
+                await client.close()
+
+        assert asyncio.run(with_asyncpg()) == (n, n)
+        assert e.call(lambda: e.scheduler.in_service) == 0
+    finally:
+        e.close()

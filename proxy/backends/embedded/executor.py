@@ -44,6 +44,9 @@ __all__ = [
     "row_description",
 ]
 
+# Rows fetched from DuckDB and encoded at a time: a result longer than this is sent while it is
+# read, as fast as the client takes it, so the proxy never holds more than a chunk of it.
+CHUNK_ROWS = 50_000
 _STDIO = re.compile(r"\b(?:stdin|stdout)\b", re.I)
 _INT16 = struct.Struct("!h")
 _INT32 = struct.Struct("!i")
@@ -113,6 +116,9 @@ class Result:
     formats: list[int]  # per column: 0 text, 1 binary
     latency: float = 0.0  # DuckDB's own wall time for the statement, seconds
     cpu_time: float | None = None  # summed over DuckDB's threads (profiler), seconds
+    # a long result comes in chunks: each call (in a worker thread) gives the next chunk's
+    # DataRows, an empty list at the end; ``rows`` is the first chunk, ``tag`` is final then
+    more: Callable[[], list[bytes]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +252,7 @@ def execute(
     try:
         relation = cursor.execute(query, list(params) if params else None)
         description = relation.description
-        rows = relation.fetchall() if description else []
+        rows = relation.fetchmany(CHUNK_ROWS) if description else []
     except duckdb.Error as e:
         raise QueryError(sqlstate_for(e), first_line(e)) from None
     latency = time.perf_counter() - started
@@ -259,8 +265,19 @@ def execute(
     if is_count:
         return Result([], [], tag, [], latency, cpu_time)
     formats = column_formats(format_codes, len(columns))
-    encoded = data_rows(rows, [t for _, t in columns], formats)
-    return Result(columns, encoded, tag, formats, latency, cpu_time)
+    types = [t for _, t in columns]
+    encoded = data_rows(rows, types, formats)
+    if len(rows) < CHUNK_ROWS:
+        return Result(columns, encoded, tag, formats, latency, cpu_time)
+
+    def more() -> list[bytes]:  # the rest, a chunk at a time, as the client reads it
+        try:
+            chunk = relation.fetchmany(CHUNK_ROWS)
+        except duckdb.Error as e:
+            raise QueryError(sqlstate_for(e), first_line(e)) from None
+        return data_rows(chunk, types, formats)
+
+    return Result(columns, encoded, tag, formats, latency, cpu_time, more)
 
 
 def _profiled(cursor: duckdb.DuckDBPyConnection, latency: float) -> tuple[float, float | None]:

@@ -416,6 +416,14 @@ class EmbeddedConnection(asyncio.Protocol):
             self._write(bytes(self.out))
             self.out.clear()
 
+    async def drain(self) -> bool:
+        """Write what is pending and wait while the client's socket is full; False when the
+        client is gone (a long result stops being fetched then)."""
+        self._flush()
+        if not self.writable.is_set():
+            await self.writable.wait()
+        return self.transport is not None and not self.transport.is_closing()
+
     def _fatal(self, sqlstate: str, message: str) -> None:
         self._flush()
         self._write(pg.error_response(sqlstate, message, severity="FATAL"))

@@ -59,6 +59,10 @@ class Admission(Protocol):
 
     async def admit(self, sql: str) -> None: ...
 
+    async def drain(self) -> bool:
+        """Write the replies so far, and wait while the client is slower to read them;
+        False when the client is gone."""
+
 
 @dataclass(slots=True)
 class Prepared:
@@ -214,7 +218,7 @@ class DuckDBSession:
         """A Query message's replies, up to (not including) its ReadyForQuery."""
         local = self._local(text)
         if local is not None:
-            self._send_result(local)
+            await self._send_result(local)
             return
         statements = self._statements(text)
         if not statements:
@@ -222,7 +226,7 @@ class DuckDBSession:
             return
         await self.connection.admit(text)
         for query, kind in statements:
-            self._send_result(await self._run(query, (), kind))
+            await self._send_result(await self._run(query, (), kind))
 
     def _statements(self, text: str) -> list[tuple[str, str]]:
         """The statements of a Query message and their kinds. When DuckDB's parser fails on
@@ -250,11 +254,38 @@ class DuckDBSession:
             out.extend(self._statements(piece))
         return out
 
-    def _send_result(self, result: Result) -> None:
+    async def _send_result(self, result: Result) -> None:
         if result.columns:
             self.out += row_description(result.columns)
             self.out += b"".join(result.rows)
+        if result.more is not None:
+            await self._stream(result)
         self.out += pg.message(b"C", result.tag.encode() + b"\0")
+
+    async def _stream(self, result: Result, portal: Portal | None = None) -> None:
+        """The rest of a long result, chunk by chunk, each written before the next is fetched
+        and only as fast as the client reads (``drain``): the proxy holds one chunk of it."""
+        more = result.more
+        assert more is not None
+        count = len(result.rows)
+        loop = asyncio.get_running_loop()
+        self.running = True  # a CancelRequest interrupts the fetching too
+        try:
+            while True:
+                if not await self.connection.drain():
+                    break  # nobody reads the rest: stop fetching it
+                chunk = await loop.run_in_executor(self.backend.pool, more)
+                if not chunk:
+                    break
+                self.out += b"".join(chunk)
+                count += len(chunk)
+        finally:
+            self.running = False
+            result.more = None
+        result.rows = []  # sent: nothing of it stays
+        result.tag = f"SELECT {count}"
+        if portal is not None:
+            portal.sent = 0
 
     # extended protocol
 
@@ -386,6 +417,17 @@ class DuckDBSession:
             self.out += pg.message(b"I")
             return
         result = await self._portal_result(portal)
+        if result.more is not None and limit <= 0:  # all of it, streamed
+            self.out += b"".join(result.rows)
+            await self._stream(result, portal)
+            self.out += pg.message(b"C", result.tag.encode() + b"\0")
+            return
+        while result.more is not None:  # a row limit: kept whole, as before, to count it
+            chunk = await asyncio.get_running_loop().run_in_executor(self.backend.pool, result.more)
+            if not chunk:
+                result.more = None
+                result.tag = f"SELECT {len(result.rows)}"
+            result.rows += chunk
         rows = result.rows[portal.sent :]
         if limit > 0 and len(rows) > limit:
             self.out += b"".join(rows[:limit])
