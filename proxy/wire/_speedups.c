@@ -303,8 +303,8 @@ fast_server(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         unsigned char kind = ubuf[pos];
         long long length = be32(ubuf + pos + 1);
         Py_ssize_t nxt = pos + 1 + (Py_ssize_t)length;
-        if (length < 4 || nxt > end || kind == 'K')
-            break;
+        if (length < 4 || nxt > end || kind == 'K' || kind == 'E')
+            break; /* an error: the general path notes whether it is FATAL */
         if (kind == 'Z') {
             if (nxt != end)
                 break;

@@ -20,7 +20,7 @@ __all__ = ["DEFAULT_MAX_MESSAGE", "STARTUP", "Frame", "FrameScanner"]
 
 DEFAULT_MAX_MESSAGE = 256 * 1024 * 1024  # PostgreSQL's own limit is 1 GB for most messages
 MAX_STARTUP = 10_000  # PostgreSQL rejects longer startup packets
-STARTUP = 0  # Frame.type of an untyped (startup-phase) message
+STARTUP = -1  # Frame.type of an untyped (startup-phase) message: no type byte is -1
 
 _LEN = struct.Struct("!I")
 _TYPED = struct.Struct("!BI")
@@ -42,7 +42,7 @@ class Frame:
 
     @property
     def name(self) -> str:
-        return chr(self.type) if self.type else "startup"
+        return "startup" if self.type == STARTUP else chr(self.type)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Frame) and (self.type, self.raw) == (other.type, other.raw)

@@ -27,8 +27,11 @@ declined; bytes that came after an SSLRequest answered 'S' and before the handsh
 protocol violation (they were never encrypted). A CancelRequest comes on a connection of its
 own and nothing else follows it. In MESSAGES every typed message is an event of its own, a
 ``Frame`` (type and raw bytes, to forward untouched or to answer). Malformed input — a length
-out of range, a short CancelRequest, a protocol version other than 3 — raises
-``ProtocolViolation`` and nothing else; the front end answers FATAL 08P01 and closes. Feeding a
+out of range, a short CancelRequest, a protocol version other than 3, a message type no client
+sends (PostgreSQL ends the session for one too) — raises ``ProtocolViolation`` and nothing
+else; the front end answers FATAL 08P01 and closes. A relay may take messages of any type
+instead (``reject_unknown_types=False``) and leave them to its server, which answers them
+after everything before them. Feeding a
 stream whole, byte by byte or cut anywhere gives the same events.
 
 **Batches.** Admission works on *batches*: a simple Query is one; extended-protocol messages up
@@ -38,7 +41,7 @@ it): the open batch, or a new one after a boundary. A Query or a Sync completes 
 (a Query that arrives before a Sync joins the batch it interrupts); a Flush makes it *ready*
 (the client now waits for answers, so an admission decision cannot wait for the Sync). A batch
 that went on without admission (``forwarded`` with no job: it had nothing to execute when it
-was decided) takes no Execute: an Execute starts a new batch instead.
+was decided) takes no Execute, FunctionCall or Query: one starts a new batch instead.
 
 A batch that executes becomes one admission job: ``new_job`` draws its id from the gate's
 counter, classifies it by its SQL, and says whether it bypasses the queue (a session-control
@@ -46,6 +49,14 @@ statement, or anything inside a transaction block). A batch the front end fails 
 Sync (an error, the gate's refusal) makes ``join`` skip the client's messages up to that Sync,
 as PostgreSQL does after an error: ``join`` returns None for them, and for the Sync itself,
 which the front end answers with ReadyForQuery.
+
+A relay counts the server's ReadyForQuery messages, so it needs batches exactly as PostgreSQL
+answers them (``exact_spans=True``): a FunctionCall, like a Query, is answered with a
+ReadyForQuery of its own and ends its batch; one that interrupts extended messages not yet
+synced joins their batch without ending it — PostgreSQL runs it (with its ReadyForQuery) unless
+an earlier message of the batch failed, in which case it skips it with everything up to the
+Sync, and only the Sync's ReadyForQuery surely comes. Such a batch is ``mixed``; it is ready
+at once (the client waits for the Query's answer).
 
 What differs between the front ends stays with them: the relay holds a batch's messages until
 its admission and forwards them; the embedded server runs them one by one and takes admission
@@ -136,7 +147,17 @@ class Batch:
     end sets ``sql`` and ``executes`` when it sees what the batch executes; ``join`` keeps the
     boundaries (``ready``, ``complete``, ``syncs``), ``new_job`` the job."""
 
-    __slots__ = ("complete", "executes", "forwarded", "job", "query_class", "ready", "sql", "syncs")
+    __slots__ = (
+        "complete",
+        "executes",
+        "forwarded",
+        "job",
+        "mixed",
+        "query_class",
+        "ready",
+        "sql",
+        "syncs",
+    )
 
     def __init__(self, ready: bool = False, syncs: int = 0) -> None:
         self.sql: str | None = None  # what decides the class: the first executed statement
@@ -145,6 +166,7 @@ class Batch:
         self.complete = ready and syncs > 0  # its last Sync (or the Query) seen
         self.syncs = syncs  # Sync/Query messages in the batch
         self.forwarded = False  # its messages went on (to the database)
+        self.mixed = False  # a Query or FunctionCall inside its extended messages (exact_spans)
         self.job: int | None = None
         self.query_class: QueryClass | None = None
 
@@ -158,10 +180,12 @@ class FrontendCore(Generic[B]):
     __slots__ = (
         "_batch",
         "_frames",
+        "_reject_unknown",
         "_scanner",
         "buffer",
         "classify",
         "discarding",
+        "exact_spans",
         "job_ids",
         "open",
         "phase",
@@ -176,8 +200,12 @@ class FrontendCore(Generic[B]):
         max_message: int = DEFAULT_MAX_MESSAGE,
         job_ids: Iterator[int],
         classify: Callable[[str], QueryClass] = classify_sql,
+        reject_unknown_types: bool = True,
+        exact_spans: bool = False,
     ) -> None:
         self.phase = Phase.STARTUP
+        self._reject_unknown = reject_unknown_types
+        self.exact_spans = exact_spans
         self.tls_available = tls_available
         self._scanner = FrameScanner(startup=True, max_message=max_message)
         self.buffer = self._scanner.buffer  # bytes of an incomplete message (read-only outside)
@@ -207,6 +235,8 @@ class FrontendCore(Generic[B]):
                 return None
         frame = frames.popleft()
         if frame.type != STARTUP:
+            if self._reject_unknown and frame.type not in pg.FRONTEND_TYPES:
+                raise pg.ProtocolViolation(f"invalid frontend message type {frame.type}")
             return frame
         event = self._startup(frame.raw, frame.body)
         if isinstance(event, EncryptionRequest) and event.start_tls and (frames or self.buffer):
@@ -248,16 +278,21 @@ class FrontendCore(Generic[B]):
                 self.discarding = False
             return None
         batch = self.open
+        fresh = batch is None
         if batch is None:
             batch = self.open = self._batch()
         elif (
-            (kind == pg.EXECUTE or kind == pg.FUNCTION_CALL)
+            (kind == pg.EXECUTE or kind == pg.FUNCTION_CALL or kind == pg.QUERY)
             and batch.forwarded
             and batch.job is None
         ):
-            batch.complete = True  # went through unadmitted: this Execute starts anew
+            batch.complete = True  # went through unadmitted: what executes starts anew
             batch = self.open = self._batch()
-        if kind == pg.SYNC or kind == pg.QUERY:
+            fresh = True
+        if kind == pg.SYNC or kind == pg.QUERY or (kind == pg.FUNCTION_CALL and self.exact_spans):
+            if self.exact_spans and kind != pg.SYNC and not fresh:
+                batch.mixed = batch.ready = True  # joins the extended messages before it
+                return batch
             batch.syncs += 1
             batch.ready = batch.complete = True
             self.open = None

@@ -38,6 +38,18 @@ way. ``fast_client`` and ``fast_server`` also exist in C (proxy/wire/_speedups.c
 built); a property test holds the general path, these methods and the C functions to the same
 bytes and the same scheduler state.
 
+**Messages the server judges.** A Terminate, or a message of a type no client may send now (no
+frontend type, a password message after authentication), goes to the server in order — after
+every batch before it, held or queued — and, like a Flush, makes the open batch ready (the
+client may now wait for the server to close). PostgreSQL answers what came before, then closes
+(after a FATAL for a bad type) — or, in the middle of a COPY FROM STDIN, fails the COPY and goes
+on — and the client hears exactly what PostgreSQL says, in PostgreSQL's order. A malformed
+Parse, Bind, Close or Execute is forwarded too (its names are not noted): PostgreSQL answers it
+with an error and goes on. The proxy answers for the server only what it cannot forward: a
+stream it cannot frame (a length out of range: FATAL 08P01 at once). When the server closes
+after a FATAL of its own, or after the client's Terminate, the client hears nothing more from
+the proxy.
+
 When the proxy itself fails a batch (queue timeout, cancel while queued, queue full) the client
 gets an ErrorResponse and one ReadyForQuery per Sync/Query of that batch, placed in the reply
 stream after the replies to every earlier batch. A batch failed before its Sync arrived makes the
@@ -163,10 +175,67 @@ Action = (
 # -- batches -------------------------------------------------------------------------------
 
 
+_PARSE_COMPLETE, _BIND_COMPLETE, _CLOSE_COMPLETE = ord("1"), ord("2"), ord("3")
+_ROW_DESCRIPTION, _NO_DATA = ord("T"), ord("n")
+_COMMAND_COMPLETE, _EMPTY_QUERY, _PORTAL_SUSPENDED = ord("C"), ord("I"), ord("s")
+_DESCRIBE_STATEMENT = 0x100  # a Describe of a statement: ParameterDescription before its end
+# what ends the answer to each extended message (an ErrorResponse ends any of them)
+_ANSWER_ENDS: dict[int, frozenset[int]] = {
+    pg.PARSE: frozenset((_PARSE_COMPLETE,)),
+    pg.BIND: frozenset((_BIND_COMPLETE,)),
+    pg.CLOSE: frozenset((_CLOSE_COMPLETE,)),
+    pg.DESCRIBE: frozenset((_ROW_DESCRIPTION, _NO_DATA)),
+    _DESCRIBE_STATEMENT: frozenset((_ROW_DESCRIPTION, _NO_DATA)),
+    pg.EXECUTE: frozenset((_COMMAND_COMPLETE, _EMPTY_QUERY, _PORTAL_SUSPENDED)),
+    pg.QUERY: frozenset((pg.READY_FOR_QUERY,)),
+    pg.FUNCTION_CALL: frozenset((pg.READY_FOR_QUERY,)),
+    pg.SYNC: frozenset((pg.READY_FOR_QUERY,)),
+}
+
+
+class _Span:
+    """The server's answers to a mixed batch (see proxy.wire.frontend), message by message,
+    to tell the ReadyForQuery of its Sync from those of the Queries inside it: PostgreSQL
+    answers each message in turn until an extended one fails, then skips everything up to the
+    Sync. Messages with no answer of their own (Flush, COPY data) are not listed."""
+
+    __slots__ = ("pending", "skipping")
+
+    def __init__(self) -> None:
+        self.pending: deque[int] = deque()  # the batch's messages not yet answered, in order
+        self.skipping = False
+
+    def add(self, raw: bytes) -> None:
+        kind = raw[0]
+        if kind == pg.DESCRIBE and raw[5:6] == b"S":
+            kind = _DESCRIBE_STATEMENT
+        if kind in _ANSWER_ENDS:
+            self.pending.append(kind)
+
+    def answer(self, reply: int) -> bool:
+        """The server's next message (of type ``reply``): whether it is the ReadyForQuery that
+        ends the batch."""
+        pending = self.pending
+        if self.skipping:
+            while pending and pending[0] != pg.SYNC:
+                pending.popleft()
+        if not pending:
+            return reply == pg.READY_FOR_QUERY
+        kind = pending[0]
+        if reply == pg.ERROR_RESPONSE and kind not in (pg.QUERY, pg.FUNCTION_CALL, pg.SYNC):
+            pending.popleft()  # an extended message failed: the server skips to the Sync
+            self.skipping = True
+            return False
+        if reply in _ANSWER_ENDS[kind]:
+            pending.popleft()
+            return kind == pg.SYNC
+        return False
+
+
 class _Batch(Batch):
     """A batch (see proxy.wire.frontend) and what relaying it takes."""
 
-    __slots__ = ("held", "outstanding", "submitted")
+    __slots__ = ("held", "outstanding", "span", "submitted")
 
     def __init__(
         self, held: list[bytes] | None = None, ready: bool = False, syncs: int = 0
@@ -175,6 +244,7 @@ class _Batch(Batch):
         self.held = [] if held is None else held  # raw messages not yet forwarded
         self.submitted = False
         self.outstanding = 0  # ReadyForQuery still expected from the server
+        self.span: _Span | None = None  # a mixed batch's answers, when read message by message
 
 
 @dataclass(slots=True)
@@ -209,6 +279,8 @@ class ProxySession:
             max_message=max_message,
             job_ids=self.job_ids,
             classify=classify,
+            reject_unknown_types=False,  # the server answers them, in order (_server_judges)
+            exact_spans=True,
         )
         self._max_message = max_message
         self._server_buf = bytearray()
@@ -223,6 +295,8 @@ class ProxySession:
         self._fast_data = b""  # its messages, until forwarded
         self._fast_sql = ""
         self.fast_sent = False  # the caller forwarded ``_fast_data`` (see fast_client)
+        # the server sent a FATAL error, or the client a Terminate: its close says nothing new
+        self._server_ends = False
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -316,14 +390,15 @@ class ProxySession:
         elif execute_at < 0:
             return None  # nothing to admit (Parse/Describe only)
         else:
-            try:  # noting a name twice is harmless if the general path has to do it again
-                if parse_at >= 0:
-                    self._track_names(pg.PARSE, data, parse_at + 5, parse_end)
-                if bind_at >= 0:
-                    self._track_names(pg.BIND, data, bind_at + 5, bind_end)
-                portal = _portal(data, execute_at, execute_end)
-            except pg.ProtocolViolation:
-                return None  # the general path reports it
+            # noting a name twice is harmless if the general path has to do it again; a
+            # malformed message goes the general way, forwarded for the server to answer
+            if parse_at >= 0 and not self._track_names(pg.PARSE, data, parse_at + 5, parse_end):
+                return None
+            if bind_at >= 0 and not self._track_names(pg.BIND, data, bind_at + 5, bind_end):
+                return None
+            portal = _portal(data, execute_at, execute_end)
+            if portal is None:
+                return None
             sql = self._portal_sql(portal)
         query_class = self.classify(sql)
         job = next(self.job_ids)
@@ -352,6 +427,8 @@ class ProxySession:
             nxt = pos + 1 + length
             if length < 4 or nxt > end or kind == pg.BACKEND_KEY_DATA:
                 return None
+            if kind == pg.ERROR_RESPONSE:
+                return None  # the general path notes whether it is FATAL
             if kind == pg.READY_FOR_QUERY:
                 if nxt != end:
                     return None
@@ -418,13 +495,10 @@ class ProxySession:
 
     def _ready_frame(self, frame: Frame, out: list[Action]) -> None:
         kind = frame.type
-        if kind not in pg.FRONTEND_TYPES or kind == pg.PASSWORD:
-            raise pg.ProtocolViolation(f"unexpected message type {frame.name!r}")
-        if kind == pg.TERMINATE:
-            self.state = State.CLOSED
-            out.extend(self._release_all())
-            out.append(SendToServer(frame.raw))
-            out.append(Close("client terminated"))
+        if kind == pg.TERMINATE or kind not in pg.FRONTEND_TYPES or kind == pg.PASSWORD:
+            self._server_judges(frame.raw, out)
+            if kind == pg.TERMINATE:
+                self._server_ends = True
             return
         if kind in (pg.COPY_DATA, pg.COPY_DONE, pg.COPY_FAIL):
             # part of a COPY: it follows its statement, held with it while that one waits
@@ -440,6 +514,15 @@ class ProxySession:
             return
         if kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
             self._track_names(kind, frame.raw, 5, len(frame.raw))
+        if batch.mixed and batch.span is None and not batch.forwarded:
+            # Read its answers message by message. (One that streams already, after a
+            # Flush, is not: its Queries' ReadyForQuery are relayed without being counted,
+            # so at worst it is released at one of them rather than at its Sync.)
+            batch.span = _Span()
+            for raw in batch.held:
+                batch.span.add(raw)
+        if batch.span is not None:
+            batch.span.add(frame.raw)
         self._add(batch, frame.raw, out)
         if kind == pg.QUERY:
             if batch.sql is None:
@@ -450,11 +533,24 @@ class ProxySession:
             if batch.sql is None:
                 raw = frame.raw
                 portal = _portal(raw, 0, len(raw)) if kind == pg.EXECUTE else None
+                # a function call, or an Execute the server will refuse (no portal name)
                 batch.sql = "fastpath" if portal is None else self._portal_sql(portal)
-        elif kind == pg.SYNC and batch.forwarded:
-            batch.outstanding += 1
+        elif kind == pg.SYNC and batch.forwarded and batch.span is None:
+            batch.outstanding += 1  # (a mixed batch expects its Sync's from its forwarding on)
             self._replies.append(batch)
         self._pump(out)
+
+    def _server_judges(self, raw: bytes, out: list[Action]) -> None:
+        """A Terminate, or a message of a type no client may send now: to the server after
+        everything before it (see the module docstring)."""
+        queue = self._queue
+        if queue and not queue[-1].forwarded:
+            tail = queue[-1]
+            tail.held.append(raw)
+            tail.ready = True  # as after a Flush: the client may wait for the server now
+            self._pump(out)
+        else:
+            out.append(SendToServer(raw))
 
     def _join(self, kind: int) -> _Batch | None:
         """The batch of a client message (see ``FrontendCore.join``), queued when new."""
@@ -473,22 +569,22 @@ class ProxySession:
         else:
             batch.held.append(raw)
 
-    def _track_names(self, kind: int, data: bytes, start: int, end: int) -> None:
-        """Note the names a Parse, Bind or Close (whose body is ``data[start:end]``) sets."""
+    def _track_names(self, kind: int, data: bytes, start: int, end: int) -> bool:
+        """Note the names a Parse, Bind or Close (whose body is ``data[start:end]``) sets;
+        False if it is malformed. A malformed one sets none: the server refuses it (an error,
+        not the end of the session) and it changes nothing there either."""
         if kind == pg.CLOSE:
-            if start == end:
-                return
-            stop = data.find(0, start + 1, end)
+            stop = data.find(0, start + 1, end) if start < end else -1
             if stop < 0:
-                raise pg.ProtocolViolation("a string field is not NUL-terminated")
+                return False
             names = self._statements if data[start] == ord("S") else self._portals
             names.pop(data[start + 1 : stop], None)
-            return
+            return True
         # Parse: statement name, SQL; Bind: portal name, statement name
         first = data.find(0, start, end)
         second = data.find(0, first + 1, end) if first >= 0 else -1
         if second < 0:
-            raise pg.ProtocolViolation("a string field is not NUL-terminated")
+            return False
         name = data[start:first]
         if kind == pg.PARSE:
             self._statements[name] = data[first + 1 : second].decode("utf-8", "replace")
@@ -498,6 +594,7 @@ class ProxySession:
             # A statement the proxy saw no Parse for (SQL PREPARE, or closed): it runs what
             # SQL EXECUTE would, and is admitted as such — never as empty control text.
             self._portals[name] = sql if sql is not None else f"EXECUTE {_quoted(statement)}"
+        return True
 
     def _portal_sql(self, portal: bytes) -> str:
         """The SQL an Execute of ``portal`` runs; a portal the proxy saw no Bind for (a cursor
@@ -537,8 +634,10 @@ class ProxySession:
             if batch.held:
                 out.append(SendToServer(b"".join(batch.held)))
                 batch.held = []
-            batch.outstanding += batch.syncs
-            self._replies.extend([batch] * batch.syncs)
+            # a mixed batch's answers are read from here on, up to its Sync's ReadyForQuery
+            expected = batch.syncs or (1 if batch.span is not None else 0)
+            batch.outstanding += expected
+            self._replies.extend([batch] * expected)
         if batch.complete and batch.outstanding == 0 and batch.job is not None:
             out.append(self._release(batch))
 
@@ -567,9 +666,10 @@ class ProxySession:
         """The proxy fails a queued job (timeout, cancel, queue full): answer for the server."""
         self._leave_fast()
         out: list[Action] = []
-        batch = self._jobs.pop(job, None)
+        batch = self._jobs.get(job)
         if batch is None or batch.forwarded:
-            return out
+            return out  # a forwarded job is the server's to answer, and released at its end
+        del self._jobs[job]
         if self._queue and self._queue[0] is batch:
             self._queue.popleft()
         error = pg.error_response(sqlstate, text)
@@ -607,6 +707,8 @@ class ProxySession:
         message boundary, the usual case); a message cut by the read waits in a buffer until
         its last byte is here."""
         self._leave_fast()
+        if self.state is State.CLOSED:
+            return []  # the client is gone or told why: nothing more reaches it
         buf = self._server_buf
         if buf:
             buf += data
@@ -616,6 +718,7 @@ class ProxySession:
             buf.clear()
         out: list[Action] = []
         pieces: list[bytes] | None = None  # only when the proxy inserts replies of its own
+        span = self._head_span()
         pos = start = 0
         end = len(data)
         need = 5
@@ -633,15 +736,23 @@ class ProxySession:
                 break
             if kind == pg.READY_FOR_QUERY:
                 self.transaction_status = data[pos + 5 : pos + 6]
-                synthetic = self._server_ready(out)
-                if synthetic:
-                    if pieces is None:
-                        pieces = []
-                    pieces.append(data[start:nxt])
-                    pieces.append(synthetic)
-                    start = nxt
-            elif kind == pg.BACKEND_KEY_DATA and length >= 12:
-                self.backend_key = struct.unpack_from("!II", data, pos + 5)
+                # (inside a mixed batch, only its Sync's ends it)
+                if span is None or span.answer(kind):
+                    synthetic = self._server_ready(out)
+                    span = self._head_span()
+                    if synthetic:
+                        if pieces is None:
+                            pieces = []
+                        pieces.append(data[start:nxt])
+                        pieces.append(synthetic)
+                        start = nxt
+            else:
+                if span is not None:
+                    span.answer(kind)
+                if kind == pg.BACKEND_KEY_DATA and length >= 12:
+                    self.backend_key = struct.unpack_from("!II", data, pos + 5)
+                elif kind == pg.ERROR_RESPONSE and _fatal(data, pos + 5, nxt):
+                    self._server_ends = True
             pos = nxt
         if pos < end:
             buf += data[pos:]
@@ -653,6 +764,12 @@ class ProxySession:
         elif pos > start:
             out.insert(0, SendToClient(data if pos == end else data[:pos]))
         return out
+
+    def _head_span(self) -> _Span | None:
+        """The span of the batch the server answers now, if it is read message by message."""
+        replies = self._replies
+        head = replies[0] if replies else None
+        return head.span if isinstance(head, _Batch) else None
 
     def _server_ready(self, out: list[Action]) -> bytes:
         """A ReadyForQuery: end authentication, or close a batch's reply (releasing its job
@@ -687,17 +804,24 @@ class ProxySession:
         return [SendToClient(error), *self._release_all(), Close(why)]
 
     def server_lost(self, why: str = "the database closed the connection") -> list[Action]:
-        """The backend connection died: tell the client (08006) and give everything back."""
+        """The backend connection died: tell the client (08006) — unless the server said why
+        itself (a FATAL error, relayed) or the client ended the session — and give everything
+        back."""
         self._leave_fast()
         if self.state is State.CLOSED:
             return self._release_all()
         self.state = State.CLOSED
+        if self._server_ends:
+            return [*self._release_all(), Close(why)]
         error = pg.error_response(pg.SQLSTATE_CONNECTION_FAILURE, why, severity="FATAL")
         return [SendToClient(error), *self._release_all(), Close(why)]
 
     def client_lost(self) -> list[Action]:
-        """The client went away: release (or withdraw) every job it had."""
+        """The client went away: release (or withdraw) every job it had (once: a session
+        already closed has nothing left to close)."""
         self._leave_fast()
+        if self.state is State.CLOSED:
+            return self._release_all()
         self.state = State.CLOSED
         return [*self._release_all(), Close("client disconnected")]
 
@@ -708,12 +832,26 @@ def _quoted(name: bytes) -> str:
     return f'"{text}"'
 
 
-def _portal(data: bytes, execute_at: int, end: int) -> bytes:
-    """The portal an Execute message (``data[execute_at:end]``) names."""
+def _portal(data: bytes, execute_at: int, end: int) -> bytes | None:
+    """The portal an Execute message (``data[execute_at:end]``) names; None if its name is not
+    NUL-terminated (the server refuses it)."""
     stop = data.find(0, execute_at + 5, end)
-    if stop < 0:
-        raise pg.ProtocolViolation("a string field is not NUL-terminated")
-    return data[execute_at + 5 : stop]
+    return None if stop < 0 else data[execute_at + 5 : stop]
+
+
+_FATAL_SEVERITIES = (b"FATAL", b"PANIC")
+
+
+def _fatal(data: bytes, start: int, end: int) -> bool:
+    """Whether the ErrorResponse whose fields are ``data[start:end]`` ends the session: its
+    severity (the untranslated V field, else S) is FATAL or PANIC."""
+    severity = b""
+    for field in data[start:end].split(b"\0"):
+        if field[:1] == b"V":
+            return field[1:] in _FATAL_SEVERITIES
+        if field[:1] == b"S" and not severity:
+            severity = field[1:]
+    return severity in _FATAL_SEVERITIES
 
 
 # -- the fast path in C ----------------------------------------------------------------------

@@ -310,10 +310,16 @@ def test_rejection_before_sync_discards_up_to_the_sync() -> None:
 
 
 def test_terminate_and_loss_release_everything() -> None:
+    # Terminate goes to the server after the statement before it (PostgreSQL answers that
+    # first), and the server's close then ends the session without a word of the proxy's own
     s = ready_session()
     (submit,) = s.client_data(m("Q", cstr("select 1")))
-    actions = s.client_data(m("X"))
+    assert s.client_data(m("X")) == []
+    assert s.granted(submit.job) == [SendToServer(m("Q", cstr("select 1")) + m("X"))]
+    assert s.client_data(m("Q", cstr("select 2")))[0].__class__ is Submit  # COPY: not the end
+    actions = s.server_lost()
     assert Release(submit.job) in actions and isinstance(actions[-1], Close)
+    assert not any(isinstance(a, SendToClient) for a in actions)
     s = ready_session()
     (submit,) = s.client_data(m("Q", cstr("select 1")))
     s.granted(submit.job)

@@ -3,8 +3,9 @@
 A client sends each parameter in text or in binary (asyncpg sends binary), typed by the OID
 the statement's Parse declared or this server inferred (``compat.infer_parameter_types``).
 ``decode_param`` reads one; arrays are one-dimensional, as drivers send them. A value that
-does not read raises ``ValueError`` or ``struct.error`` (the caller answers 22P02), a type whose
-binary form is not read here ``QueryError`` 0A000.
+does not read raises ``ValueError``, ``ArithmeticError`` (a numeric out of range) or
+``struct.error`` (the caller answers 22P02, or 22P03 for binary), a type whose binary form is
+not read here ``QueryError`` 0A000.
 """
 
 from __future__ import annotations
@@ -63,11 +64,13 @@ def _text_array(text: str) -> list[str | None]:
         if body[i] == '"':
             i += 1
             chars = []
-            while body[i] != '"':
+            while i < len(body) and body[i] != '"':
                 if body[i] == "\\":
                     i += 1
-                chars.append(body[i])
+                chars.append(body[i : i + 1])
                 i += 1
+            if i >= len(body):
+                raise ValueError(f"malformed array literal: {text!r} (a quote is not closed)")
             items.append("".join(chars))
             i += 1
         else:

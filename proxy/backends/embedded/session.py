@@ -9,6 +9,12 @@ messages one at a time and gives it admission when a statement is about to run (
 Statements PostgreSQL clients send that DuckDB does not understand are answered here or
 rewritten (``compat``); a multi-statement Query is split first with DuckDB's parser, then with
 PostgreSQL's where DuckDB's fails.
+
+A message is read field by field as PostgreSQL reads it (``_Fields``): a malformed one — a
+string without its NUL, a count with fewer fields than it says, bytes left over, a Describe or
+Close of neither a statement nor a portal, format codes other than text and binary — is
+answered as PostgreSQL answers it, with an error (08P01, or 22023 for a format code) after
+which the session goes on, never by ending the connection.
 """
 
 from __future__ import annotations
@@ -46,9 +52,89 @@ __all__ = ["Admission", "DuckDBSession", "Portal", "Prepared"]
 
 _INT16 = struct.Struct("!h")
 _INT32 = struct.Struct("!i")
+_UINT16 = struct.Struct("!H")
+_UINT32 = struct.Struct("!I")
+MAX_PARAMETERS = 65535  # PostgreSQL's limit: a statement's $n beyond it do not exist
 _PARAM = re.compile(r"\$(\d+)")
 _LOCAL_HEAD = re.compile(r"\s*(?:show|set|savepoint|release|rollback)\b", re.I)
 _DRIVER = "DRIVER:"  # statement kind of a driver's catalog query answered here
+
+
+def _protocol_violation(text: str) -> QueryError:
+    return QueryError(pg.SQLSTATE_PROTOCOL_VIOLATION, text)
+
+
+class _Fields:
+    """A message body read field by field, as PostgreSQL's ``pq_getmsg*`` read it: a field
+    that is not there is the error PostgreSQL answers (08P01), not an exception of ours."""
+
+    __slots__ = ("body", "pos")
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.pos = 0
+
+    def _take(self, size: int) -> bytes:
+        if size < 0 or self.pos + size > len(self.body):
+            raise _protocol_violation("insufficient data left in message")
+        data = self.body[self.pos : self.pos + size]
+        self.pos += size
+        return data
+
+    def string(self) -> str:
+        end = self.body.find(0, self.pos)
+        if end < 0:
+            raise _protocol_violation("invalid string in message")
+        text = self.body[self.pos : end].decode("utf-8", "replace")
+        self.pos = end + 1
+        return text
+
+    def byte(self) -> bytes:
+        if self.pos >= len(self.body):
+            raise _protocol_violation("no data left in message")
+        return self._take(1)
+
+    def int16(self) -> int:
+        value: int = _INT16.unpack(self._take(2))[0]
+        return value
+
+    def count(self) -> int:
+        """A number of fields to follow (unsigned, as PostgreSQL reads it)."""
+        value: int = _UINT16.unpack(self._take(2))[0]
+        return value
+
+    def int32(self) -> int:
+        value: int = _INT32.unpack(self._take(4))[0]
+        return value
+
+    def oid(self) -> int:
+        value: int = _UINT32.unpack(self._take(4))[0]
+        return value
+
+    def value(self) -> bytes | None:
+        """A parameter value: its length, then its bytes (length -1: NULL)."""
+        length = self.int32()
+        return None if length == -1 else self._take(length)
+
+    def end(self) -> None:
+        if self.pos != len(self.body):
+            raise _protocol_violation("invalid message format")
+
+
+def _target(fields: _Fields, message: str) -> bytes:
+    """A Describe's or Close's target: S (statement) or P (portal)."""
+    target = fields.byte()
+    if target not in (b"S", b"P"):
+        raise _protocol_violation(f"invalid {message} message subtype {target[0]}")
+    return target
+
+
+def _format_codes(fields: _Fields) -> tuple[int, ...]:
+    codes = tuple(fields.int16() for _ in range(fields.count()))
+    for code in codes:
+        if code not in (0, 1):
+            raise QueryError("22023", f"unsupported format code: {code}")
+    return codes
 
 
 class Admission(Protocol):
@@ -133,7 +219,10 @@ class DuckDBSession:
 
     def close(self, body: bytes) -> None:
         """A Close message: forget a prepared statement or a portal."""
-        target, name = body[:1], pg.read_cstring(body, 1)[0]
+        fields = _Fields(body)
+        target = _target(fields, "CLOSE")
+        name = fields.string()
+        fields.end()
         (self.statements if target == b"S" else self.portals).pop(name, None)
         self.out += pg.message(b"3")
 
@@ -290,11 +379,14 @@ class DuckDBSession:
     # extended protocol
 
     def parse(self, body: bytes) -> None:
-        name, pos = pg.read_cstring(body, 0)
-        query, pos = pg.read_cstring(body, pos)
-        (count,) = struct.unpack_from("!h", body, pos)
-        types = list(struct.unpack_from(f"!{count}i", body, pos + 2)) if count else []
+        fields = _Fields(body)
+        name = fields.string()
+        query = fields.string()
+        types = [fields.oid() for _ in range(fields.count())]
+        fields.end()
         nparams = max((int(n) for n in _PARAM.findall(query)), default=0)
+        if nparams > MAX_PARAMETERS:
+            raise QueryError("42P02", f"there is no parameter ${nparams}")
         types += [0] * (nparams - len(types))
         driver = compat.driver_statement(query)
         if driver is not None:
@@ -339,35 +431,40 @@ class DuckDBSession:
             return True  # fails at Execute, as PostgreSQL fails it there
 
     def bind(self, body: bytes) -> None:
-        portal, pos = pg.read_cstring(body, 0)
-        name, pos = pg.read_cstring(body, pos)
+        fields = _Fields(body)
+        portal = fields.string()
+        name = fields.string()
         statement = self.statements.get(name)
         if statement is None:
             raise QueryError("26000", f'prepared statement "{name}" does not exist')
-        (nformats,) = struct.unpack_from("!h", body, pos)
-        formats = list(struct.unpack_from(f"!{nformats}h", body, pos + 2))
-        pos += 2 + 2 * nformats
-        (nvalues,) = struct.unpack_from("!h", body, pos)
-        pos += 2
+        formats = [fields.int16() for _ in range(fields.count())]
+        raws = [fields.value() for _ in range(fields.count())]
+        results = _format_codes(fields)
+        fields.end()
+        if len(formats) > 1 and len(formats) != len(raws):
+            raise _protocol_violation(
+                f"bind message has {len(formats)} parameter formats but {len(raws)} parameters"
+            )
         params: list[object] = []
-        for i in range(nvalues):
-            (length,) = _INT32.unpack_from(body, pos)
-            pos += 4
-            raw = None if length < 0 else body[pos : pos + length]
-            pos += max(length, 0)
-            binary = (formats[i] if nformats > 1 else formats[0] if nformats else 0) == 1
+        for i, raw in enumerate(raws):
+            code = formats[i] if len(formats) > 1 else formats[0] if formats else 0
+            if raw is not None and code not in (0, 1):
+                raise QueryError("22023", f"unsupported format code: {code}")
             oid = statement.param_types[i] if i < len(statement.param_types) else 0
             try:
-                params.append(decode_param(raw, oid, binary))
-            except (ValueError, struct.error) as e:
-                raise QueryError("22P02", f"invalid value for parameter ${i + 1}: {e}") from None
-        (nresults,) = struct.unpack_from("!h", body, pos)
-        results = struct.unpack_from(f"!{nresults}h", body, pos + 2)
+                params.append(decode_param(raw, oid, code == 1))
+            except (ValueError, ArithmeticError, struct.error) as e:
+                # PostgreSQL's own SQLSTATEs: bad binary data, bad text
+                sqlstate = "22P03" if code == 1 else "22P02"
+                raise QueryError(sqlstate, f"invalid value for parameter ${i + 1}: {e}") from None
         self.portals[portal] = Portal(statement, params, results)
         self.out += pg.message(b"2")
 
     async def describe(self, body: bytes) -> None:
-        target, name = body[:1], pg.read_cstring(body, 1)[0]
+        fields = _Fields(body)
+        target = _target(fields, "DESCRIBE")
+        name = fields.string()
+        fields.end()
         if target == b"S":
             statement = self.statements.get(name)
             if statement is None:
@@ -408,8 +505,10 @@ class DuckDBSession:
         return portal.result
 
     async def execute(self, body: bytes) -> None:
-        name, pos = pg.read_cstring(body, 0)
-        (limit,) = _INT32.unpack_from(body, pos)
+        fields = _Fields(body)
+        name = fields.string()
+        limit = fields.int32()
+        fields.end()
         portal = self.portals.get(name)
         if portal is None:
             raise QueryError("34000", f'portal "{name}" does not exist')
