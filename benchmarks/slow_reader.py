@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from testing.pgcluster import free_port, start_cluster
 
@@ -75,7 +76,9 @@ def read_messages(s: socket.socket, until: bytes, rate: float | None) -> tuple[i
                 time.sleep(ahead)
 
 
-def measure(name: str, args: list[str], sql: str, user: str, dbname: str, rate: float) -> dict:
+def measure(
+    name: str, args: list[str], sql: str, user: str, dbname: str, rate: float
+) -> dict[str, Any]:
     port = free_port()
     proxy = subprocess.Popen(
         [ADMISSION, "serve", "--listen", f"127.0.0.1:{port}", "--log-level", "warning", *args],

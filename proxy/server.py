@@ -108,6 +108,9 @@ class CancelTarget(Protocol):
 # A client has this long from connecting to being ready for queries (PostgreSQL's
 # authentication_timeout): idle or stalled connections in startup cannot pile up.
 STARTUP_TIMEOUT = 60.0
+# A client's bytes held while its statements wait for admission (pipelined behind a queued
+# one); beyond it the proxy stops reading that client until it is admitted.
+HOLD_LIMIT = 1 << 20
 # Clients waiting for a free accept slot: a burst of thousands of connects is queued by the
 # kernel, not refused.
 LISTEN_BACKLOG = 4096
@@ -254,6 +257,8 @@ class ClientConnection(asyncio.Protocol):
         self._closed = False
         self._key: tuple[int, int] | None = None
         self._reading_paused = False
+        self._backend_full = False  # the server's socket takes no more: stop reading
+        self._holding = False  # too much of the client's waits for admission: stop reading
         self._startup_timer: asyncio.TimerHandle | None = None
         # bytes decrypted before ``start_tls`` returned the TLS transport to answer them on
         self._early: list[bytes] | None = None
@@ -291,6 +296,7 @@ class ClientConnection(asyncio.Protocol):
         submit = self._fast_client(session, data)
         if submit is None:
             self._apply(session.client_data(data))
+            self._check_held()
             return
         job, query_class, bypass, sql = submit
         gate = self.server.gate
@@ -326,14 +332,30 @@ class ClientConnection(asyncio.Protocol):
             self.backend.transport.resume_reading()
 
     def pause_client_reading(self) -> None:
-        if self.transport is not None and not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pause_reading()
+        self._backend_full = True
+        self._set_reading()
 
     def resume_client_reading(self) -> None:
-        if self.transport is not None and self._reading_paused:
-            self._reading_paused = False
-            self.transport.resume_reading()
+        self._backend_full = False
+        self._set_reading()
+
+    def _check_held(self) -> None:
+        """Stop reading a client that has more than HOLD_LIMIT bytes waiting for admission
+        (pipelined statements behind a queued one); read it again below half of it."""
+        held = self.session.held_bytes
+        holding = held > HOLD_LIMIT or (self._holding and held > HOLD_LIMIT // 2)
+        if holding != self._holding:
+            self._holding = holding
+            self._set_reading()
+
+    def _set_reading(self) -> None:
+        paused = self._backend_full or self._holding
+        if self.transport is not None and paused != self._reading_paused:
+            self._reading_paused = paused
+            if paused:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
 
     # -- server side -----------------------------------------------------------------------
 
@@ -436,9 +458,13 @@ class ClientConnection(asyncio.Protocol):
 
     def admitted(self, job: int) -> None:
         self._apply(self.session.granted(job))
+        if self._holding:
+            self._check_held()
 
     def refused(self, job: int, sqlstate: str, message: str) -> None:
         self._apply(self.session.rejected(job, sqlstate, message))
+        if self._holding:
+            self._check_held()
 
     async def _start_tls(self) -> None:
         assert self.transport is not None and self.server.tls is not None

@@ -408,6 +408,19 @@ class ProxySession:
         self.fast_sent = False
         return job, query_class, query_class.control or self.transaction_status != b"I", sql
 
+    @property
+    def held_bytes(self) -> int:
+        """Client bytes taken and not yet forwarded: batches waiting for admission, and the
+        part of a message still arriving (the caller stops reading a client that has too
+        much of this: it sends faster than it is admitted)."""
+        held = len(self._client.buffer)
+        if self._fast_job is not None and not self.fast_sent:
+            held += len(self._fast_data)
+        for batch in self._queue:
+            if not batch.forwarded:
+                held += sum(len(raw) for raw in batch.held)
+        return held
+
     def fast_wait(self) -> None:
         """``fast_client``'s job was not admitted at once: the general path takes over."""
         self._leave_fast()

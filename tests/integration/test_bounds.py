@@ -19,8 +19,8 @@ from testing.embeddedharness import Embedded
 from testing.proxyharness import ProxyHarness
 
 
-def startup_packet(user: str = "app") -> bytes:
-    body = struct.pack("!i", 196608) + f"user\0{user}\0database\0app\0\0".encode()
+def startup_packet(user: str = "app", dbname: str = "app") -> bytes:
+    body = struct.pack("!i", 196608) + f"user\0{user}\0database\0{dbname}\0\0".encode()
     return struct.pack("!i", len(body) + 4) + body
 
 
@@ -167,3 +167,67 @@ def test_embedded_streams_a_long_result_whole() -> None:
         assert e.call(lambda: e.scheduler.in_service) == 0
     finally:
         e.close()
+
+
+def test_relay_stops_reading_a_client_whose_statements_wait(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    """A client pipelines 30 MB of statements behind one that waits for admission: the relay
+    holds at most about HOLD_LIMIT of them and stops reading the client (it held all 30 MB),
+    then forwards every one once they are admitted."""
+    import threading
+
+    import psycopg
+
+    from proxy.server import HOLD_LIMIT
+
+    proxy = make_proxy(limits=Limits(mpl=1))
+    dsn = proxy.dsn_base + " user=postgres dbname=postgres"
+    blocker = threading.Thread(
+        target=lambda: psycopg.connect(dsn, autocommit=True).execute("select pg_sleep(3)")
+    )
+    blocker.start()
+    wait = time.monotonic() + 10
+    while proxy.state()["in_service"] < 1 and time.monotonic() < wait:
+        time.sleep(0.05)
+    query = b"select 1 /* " + b"x" * 4000 + b" */\0"
+    message = b"Q" + struct.pack("!i", len(query) + 4) + query
+    count = 7_500  # ~30 MB
+    payload = memoryview(message * count)
+    with socket.create_connection(("127.0.0.1", proxy.port)) as s:
+        s.sendall(startup_packet("postgres", "postgres"))
+        s.settimeout(10)
+        greeting = b""
+        while not greeting.endswith(b"Z\0\0\0\x05I"):
+            greeting += s.recv(4096)
+        s.setblocking(False)
+        sent, peak, progress = 0, 0, time.monotonic()
+        while sent < len(payload) and time.monotonic() - progress < 1.0:
+            try:
+                sent += s.send(payload[sent : sent + 65536])
+                progress = time.monotonic()
+            except BlockingIOError:
+                time.sleep(0.05)
+            peak = max(
+                peak,
+                proxy.call(lambda: max(c.session.held_bytes for c in proxy.server.connections)),
+            )
+        assert sent < len(payload), "the relay took everything while the statements waited"
+        assert peak <= HOLD_LIMIT + 256 * 1024 + len(message)
+        ready = b"Z\0\0\0\x05I"
+        tail, answered = b"", 0
+        s.setblocking(True)
+        s.settimeout(30)
+        while answered < count:
+            if sent < len(payload):
+                s.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    sent += s.send(payload[sent : sent + 65536])
+                s.setblocking(True)
+                s.settimeout(30)
+            chunk = tail + s.recv(1 << 20)
+            answered += chunk.count(ready)
+            tail = chunk[-(len(ready) - 1) :]
+        assert answered == count and sent == len(payload)
+    blocker.join(15)
+    proxy.wait_idle()
