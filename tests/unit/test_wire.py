@@ -420,3 +420,30 @@ def test_server_replies_split_anywhere_relay_the_same_bytes(cuts: list[int]) -> 
                 releases += 1
     assert relayed == reply
     assert releases == 3 and not s.active_jobs
+
+
+def test_a_query_inside_unsynced_extended_messages_ends_its_batch_at_the_sync() -> None:
+    # A message before the Query failed: PostgreSQL skips the Query with everything up to the
+    # Sync, and only the Sync's ReadyForQuery comes (counting one for the Query held the job
+    # until the session ended)
+    s = ready_session()
+    (submit,) = s.client_data(bind("", "missing") + m("Q", cstr("select 1")) + SYNC)
+    s.granted(submit.job)
+    error = pg.error_response("26000", 'prepared statement "missing" does not exist')
+    assert Release(submit.job) in s.server_data(error + RFQ)
+    assert s.active_jobs == []
+    # Nothing failed: the Query's own ReadyForQuery comes first, the Sync's ends the batch
+    s = ready_session()
+    (submit,) = s.client_data(parse("", "select 1") + m("Q", cstr("select 2")) + SYNC)
+    s.granted(submit.job)
+    query_reply = m("T", b"\0\0") + m("D", b"\0\0") + m("C", cstr("SELECT 1")) + RFQ
+    assert not any(isinstance(a, Release) for a in s.server_data(m("1") + query_reply))
+    assert Release(submit.job) in s.server_data(RFQ)
+
+
+def test_a_function_call_is_answered_with_its_own_ready_for_query() -> None:
+    s = ready_session()
+    call = m("F", struct.pack("!Ihhh", 2026, 0, 0, 0))
+    (submit,) = s.client_data(call)
+    assert s.granted(submit.job) == [SendToServer(call)]
+    assert Release(submit.job) in s.server_data(m("V", struct.pack("!i", 4) + b"\0\0\0\1") + RFQ)
