@@ -494,9 +494,10 @@ def _summary(result: SoakResult, config: SoakConfig) -> list[str]:
     if result.rss_base_kb is not None and result.rss_end_kb is not None:
         assert result.growth is not None
         lines.append(
-            f"RSS: {result.rss_base_kb / 1024:.1f} MB at "
+            f"RSS: {result.rss_base_kb / 1024:.1f} MB in the window ending at "
             f"{_clock(result.rss_base_at or 0.0, config.interval)}"
-            f" (end of warm-up), {result.rss_end_kb / 1024:.1f} MB in the last window under "
+            f"{' min' if config.interval % 60 == 0 else ''} (end of warm-up), "
+            f"{result.rss_end_kb / 1024:.1f} MB in the last window under "
             f"load (medians of each window's readings): {result.growth:+.1%} "
             f"(target ≤ {config.max_growth:.0%}); "
             f"{(result.rss_after_kb or 0) / 1024:.1f} MB after the load stopped"
