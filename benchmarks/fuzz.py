@@ -154,6 +154,7 @@ def run(name: str, pg: Cluster, args: argparse.Namespace) -> Outcome:
                 concurrency=args.concurrency,
                 timeout=args.timeout,
                 messages=args.messages,
+                progress=5000,
             )
         finally:
             bystander.stop()

@@ -40,6 +40,7 @@ import os
 import random
 import re
 import struct
+import sys
 import threading
 import time
 from collections import Counter
@@ -800,9 +801,10 @@ async def fuzz(
     concurrency: int = 8,
     timeout: float = 10.0,
     messages: int | None = None,
+    progress: int = 0,
 ) -> FuzzStats:
     """Play the case of every seed (``concurrency`` at a time) until the seeds or ``messages``
-    run out."""
+    run out; with ``progress``, a line on stderr every that many cases."""
     stats = FuzzStats()
     seeds = iter(seeds)
     lock = asyncio.Lock()
@@ -820,6 +822,8 @@ async def fuzz(
                 stats.refused += 1
                 continue
             stats.cases += 1
+            if progress and stats.cases % progress == 0:
+                print(f"{stats.cases} cases, {stats.messages} messages", file=sys.stderr)
             stats.messages += t.sent
             stats.connections += t.connections
             stats.ends[t.end] += 1
@@ -842,6 +846,7 @@ def _fuzz_process(
     concurrency: int,
     timeout: float,
     messages: int | None,
+    progress: int,
 ) -> FuzzStats:
     return asyncio.run(
         fuzz(
@@ -852,6 +857,7 @@ def _fuzz_process(
             concurrency=concurrency,
             timeout=timeout,
             messages=messages,
+            progress=progress,
         )
     )
 
@@ -866,6 +872,7 @@ def fuzz_in_subprocess(
     concurrency: int = 8,
     timeout: float = 10.0,
     messages: int | None = None,
+    progress: int = 0,
 ) -> FuzzStats:
     """``fuzz`` in ``processes`` processes of their own (the seeds and the message budget shared
     out), so that generating and reading cases costs the measured proxy nothing."""
@@ -882,6 +889,7 @@ def fuzz_in_subprocess(
                 concurrency,
                 timeout,
                 None if messages is None else -(-messages // processes),
+                progress,
             )
             for i in range(processes)
         ]
