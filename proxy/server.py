@@ -368,6 +368,8 @@ class ClientConnection(asyncio.Protocol):
                 transport.write(data)
             if done:
                 self.server.gate.release(done)
+                if self._holding:
+                    self._check_held()
             return
         self._apply(session.server_data(data))
         if self._key is None and self.session.backend_key is not None:
@@ -442,6 +444,8 @@ class ClientConnection(asyncio.Protocol):
                     self.transport.close()
                 self._close_backend()
                 self._teardown()
+        if self._holding:  # a statement ended or was admitted: read the client again?
+            self._check_held()
 
     def cancel(self) -> None:
         """A CancelRequest named this client: withdraw its queued statement, or have the server

@@ -410,9 +410,14 @@ class ProxySession:
 
     @property
     def held_bytes(self) -> int:
-        """Client bytes taken and not yet forwarded: batches waiting for admission, and the
-        part of a message still arriving (the caller stops reading a client that has too
-        much of this: it sends faster than it is admitted)."""
+        """Client bytes taken and not yet forwarded while a statement of this client waits
+        for admission or runs: batches behind it, and the part of a message still arriving
+        (the caller stops reading a client that has too much of this: it sends faster than
+        it is admitted, and the statement's end reads it again). 0 while none does: then the
+        message still arriving must be read whole for anything to happen — it is bounded by
+        the message size cap."""
+        if self._fast_job is None and not self._jobs:
+            return 0
         held = len(self._client.buffer)
         if self._fast_job is not None and not self.fast_sent:
             held += len(self._fast_data)

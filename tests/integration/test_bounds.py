@@ -231,3 +231,49 @@ def test_relay_stops_reading_a_client_whose_statements_wait(
         assert answered == count and sent == len(payload)
     blocker.join(15)
     proxy.wait_idle()
+
+
+BIG = 3 << 20  # bytes: three times the relay's hold limit and the embedded inbox limit
+
+
+def _big_statements(conn: object, slow_sql: str) -> None:
+    """A statement larger than the limits on held bytes, alone and pipelined behind one that
+    runs: the pause for held bytes must not wait for a message that can only complete if it
+    is read."""
+    import psycopg
+
+    assert isinstance(conn, psycopg.Connection)
+    big = "x" * BIG
+    assert conn.execute(f"select length('{big}')").fetchone() == (BIG,)
+    assert conn.execute("select length(%s)", (big,)).fetchone() == (BIG,)
+    with conn.pipeline():
+        slow = conn.execute(slow_sql)
+        many = [conn.execute("select length(%s)", ("y" * 512,)) for _ in range(8_000)]
+        large = conn.execute("select length(%s)", (big,))
+    slow.fetchall()
+    assert all(c.fetchone() == (512,) for c in many)
+    assert large.fetchone() == (BIG,)
+
+
+def test_relay_reads_a_statement_larger_than_its_hold_limit(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    import psycopg
+
+    proxy = make_proxy(limits=Limits(mpl=1))
+    with psycopg.connect(
+        proxy.dsn_base + " user=postgres dbname=postgres", autocommit=True, connect_timeout=5
+    ) as conn:
+        conn.execute("set statement_timeout = '30s'")
+        _big_statements(conn, "select pg_sleep(0.3)")
+    assert proxy.call(lambda: proxy.server.gate.scheduler.in_service) == 0
+
+
+def test_embedded_reads_a_statement_larger_than_its_inbox_limit() -> None:
+    assert BIG > INBOX_LIMIT
+    e = Embedded(Limits(mpl=1))
+    try:
+        with e.connect() as conn:
+            _big_statements(conn, "select count(*) from range(30000000)")
+    finally:
+        e.close()
