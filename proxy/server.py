@@ -227,7 +227,13 @@ class _Backend(asyncio.Protocol):
         self.owner.from_server(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.owner.backend_lost(exc)
+        owner = self.owner
+        owner.backend_lost(exc)
+        # no reference cycle left behind: a closed connection is freed when its last reference
+        # goes, not at the next garbage collection
+        if owner.backend is self:
+            owner.backend = None
+        self.__dict__.pop("data_received", None)
 
     def pause_writing(self) -> None:
         self.owner.pause_client_reading()
@@ -462,13 +468,9 @@ class ClientConnection(asyncio.Protocol):
 
     def admitted(self, job: int) -> None:
         self._apply(self.session.granted(job))
-        if self._holding:
-            self._check_held()
 
     def refused(self, job: int, sqlstate: str, message: str) -> None:
         self._apply(self.session.rejected(job, sqlstate, message))
-        if self._holding:
-            self._check_held()
 
     async def _start_tls(self) -> None:
         assert self.transport is not None and self.server.tls is not None

@@ -5,9 +5,11 @@ embedded server stop reading it instead of buffering without bound."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import struct
 import time
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -276,4 +278,83 @@ def test_embedded_reads_a_statement_larger_than_its_inbox_limit() -> None:
         with e.connect() as conn:
             _big_statements(conn, "select count(*) from range(30000000)")
     finally:
+        e.close()
+
+
+def _session_then_close(connect: Callable[[], object]) -> None:
+    """A session that runs, fails, prepares and leaves a transaction open, then goes."""
+    import psycopg
+
+    conn = connect()
+    assert isinstance(conn, psycopg.Connection)
+    conn.execute("select 1")
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("select * from no_such_table")
+    conn.execute("select %s::int", (1,), prepare=True)
+    conn.execute("begin")
+    conn.execute("select 2")
+    conn.close()
+
+
+def _freed(refs: list[weakref.ref[object]], within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while any(r() is not None for r in refs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return all(r() is None for r in refs)
+
+
+def test_a_closed_relay_connection_is_freed_without_the_garbage_collector(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    """No reference cycle between a client connection and its server connection: with ten
+    thousand clients coming and going, the memory comes back when they go."""
+    import psycopg
+
+    proxy = make_proxy(limits=Limits(mpl=2))
+    gc.collect()
+    gc.disable()
+    try:
+        refs: list[weakref.ref[object]] = []
+
+        def connect() -> psycopg.Connection:
+            conn = psycopg.connect(
+                proxy.dsn_base + " user=postgres dbname=postgres", autocommit=True
+            )
+            conn.execute("select 0")
+            refs.extend(
+                proxy.call(
+                    lambda: [
+                        weakref.ref(o) for c in proxy.server.connections for o in (c, c.backend)
+                    ]
+                )
+            )
+            return conn
+
+        _session_then_close(connect)
+        assert refs and _freed(refs)
+    finally:
+        gc.enable()
+
+
+def test_a_closed_embedded_connection_is_freed_without_the_garbage_collector() -> None:
+    e = Embedded(Limits(mpl=2))
+    gc.collect()
+    gc.disable()
+    try:
+        refs: list[weakref.ref[object]] = []
+
+        def connect() -> object:
+            conn = e.connect()
+            conn.execute("select 0")
+            refs.extend(
+                e.call(
+                    lambda: [weakref.ref(o) for c in e.server.connections for o in (c, c.session)]
+                )
+            )
+            return conn
+
+        _session_then_close(connect)
+        assert refs and _freed(refs)
+    finally:
+        gc.enable()
         e.close()

@@ -304,6 +304,7 @@ class EmbeddedConnection(asyncio.Protocol):
             await asyncio.get_running_loop().run_in_executor(self.server.backend.pool, end)
         except RuntimeError:  # the pool is shut down: the database is closing anyway
             end()
+        self.session = None  # (it points back here: no cycle left for the garbage collector)
 
     async def _handle(self, frame: Frame) -> bool:
         kind = frame.type
