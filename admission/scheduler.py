@@ -22,10 +22,22 @@ thread budget: f ≤ N_fcr − n_fcr. In faithful mode (the thesis) a picked job
 blocks the queue until capacity frees (head-of-line). With ``backfill`` the best-scoring class
 whose head fits is admitted instead; an aged or due job still blocks, or it would starve.
 
+Overload (adaptive LIFO). With ``lifo_after`` set, once the queue has not been empty for that
+long the scheduler is *overloaded*: the policy still chooses the class, but within a class, and
+between classes of equal score, the newest statement goes first, and aging and due jobs wait.
+Under a standing queue the oldest statements are the ones least likely to be worth answering
+(their clients have waited longest and the queue timeout is closest), and serving them first
+makes every statement wait the full queue; serving the newest keeps the admitted statements'
+wait short while the queue timeout (and ``make_room``, for a bounded queue) sheds the oldest.
+The queue's emptying ends it: at once FIFO again.
+
 Capacity is given back by ``complete`` (all of it) or ``update_tasks`` (the simulator frees the
 budget task by task). ``bypass`` jobs (session control, statements inside a transaction block)
 are admitted at once and counted against capacity. A job whose fork size exceeds the whole
 budget is admitted when the budget is entirely free, and holds all of it.
+
+Classes. A fingerprint not in the model is learned as a class of its own, with the default
+profile, until ``max_classes`` classes are known; shapes beyond that share one class, OTHER.
 
 Preconditions: ``now`` never decreases between calls; job ids are unique among live jobs.
 Nothing here reads a clock or does I/O: the proxy and the simulator both drive this object.
@@ -44,11 +56,28 @@ import numpy as np
 from admission.model import EtaModel
 from admission.policies import Policy, policy_by_name
 
-__all__ = ["DUE_FACTOR", "Event", "Job", "JobState", "Limits", "Scheduler", "SchedulerStats"]
+__all__ = [
+    "DUE_FACTOR",
+    "MAX_CLASSES",
+    "OTHER",
+    "Event",
+    "Job",
+    "JobState",
+    "Limits",
+    "Scheduler",
+    "SchedulerStats",
+]
 
 # The latency policy's default: a job is due after waiting 20 × its class's D_r (chosen in the
 # simulator on open load, benchmarks/open_policies.py).
 DUE_FACTOR = 20.0
+
+# Classes the scheduler learns live, at most (the model's own are always kept). Learning a
+# class rebuilds the policy's K × K matrix, so each one costs O(K²): 3 ms at K = 256, 50 ms at
+# 1,000 here; an application that sends ever new statement shapes (generated SQL, a fuzzer)
+# would stall the event loop more with every one. Beyond the cap, new shapes share OTHER.
+MAX_CLASSES = 256
+OTHER = "(other)"  # the fingerprint and name of the class every shape beyond the cap shares
 
 _RECOMPUTE_EVERY = 4096  # exact recomputation of η·N bounds floating-point drift
 _NEVER = float("-inf")
@@ -61,6 +90,7 @@ class JobState(Enum):
     DONE = "done"
     CANCELLED = "cancelled"
     TIMED_OUT = "timed out"
+    SHED = "shed"  # the oldest queued job, taken out under overload to make room
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +104,15 @@ class Limits:
     queue_timeout: float | None = None  # fail a job still queued after this long
     # latency policy: a job is due once it waited due_factor × D_r of its class (None: never)
     due_factor: float | None = DUE_FACTOR
+    # adaptive LIFO: the newest first once the queue has not been empty this long (None: never)
+    lifo_after: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("mpl", "threads"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or unlimited), not {value}")
-        for name in ("max_wait", "queue_timeout", "due_factor"):
+        for name in ("max_wait", "queue_timeout", "due_factor", "lifo_after"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, not {value}")
@@ -146,6 +178,9 @@ class SchedulerStats:
     timed_out: int = 0
     aged: int = 0  # picked by aging: max_wait, or the latency policy's due rule
     unknown_classes: int = 0
+    newest_first: int = 0  # admitted newest-first under overload (adaptive LIFO)
+    shed: int = 0  # oldest queued job shed by make_room
+    over_cap: int = 0  # jobs of a new shape put in OTHER: the class cap was reached
 
 
 class _Mode(Enum):
@@ -172,7 +207,11 @@ class Scheduler:
         listener: Callable[[Event], None] | None = None,
         on_grant: Callable[[Job, Sequence[int]], None] | None = None,
         on_finish: Callable[[Job, float], None] | None = None,
+        max_classes: int | None = MAX_CLASSES,
     ) -> None:
+        if max_classes is not None and max_classes < 1:
+            raise ValueError(f"max_classes must be at least 1 (or unlimited), not {max_classes}")
+        self.max_classes = max_classes
         self.model = model if model is not None else EtaModel()
         self.policy = policy if isinstance(policy, Policy) else policy_by_name(policy)
         self.limits = limits or Limits()
@@ -208,6 +247,7 @@ class Scheduler:
         # After a dispatch that ended blocked, the verdict stands until this time unless
         # something other than a submit to an already non-empty class happens.
         self._blocked_until = _NEVER
+        self._busy_since = _NEVER  # when the queue last went from empty to non-empty
         for c in self.model.classes:
             self._add_class_state(c.fingerprint, c.name, c.f)
         self._compile()
@@ -426,6 +466,33 @@ class Scheduler:
             times.append(oldest.arrival + self.limits.queue_timeout)
         return min(times) if times else None
 
+    def overloaded(self, now: float) -> bool:
+        """Whether adaptive LIFO is on: ``lifo_after`` set and the queue not empty since at
+        least that long before ``now`` (see the module docstring)."""
+        after = self.limits.lifo_after
+        return after is not None and self.queued > 0 and now - self._busy_since >= after
+
+    def make_room(self, now: float) -> Job | None:
+        """Under overload, shed the oldest queued job (state SHED) so that a new one can take
+        its place in a full queue; the driver tells its client. None when not overloaded: the
+        driver refuses the new job instead."""
+        self._advance(now)
+        if not self.overloaded(now):
+            return None
+        oldest = self._oldest()
+        if oldest is None:
+            return None
+        self._pop_head(oldest.klass)  # (a class's head is its oldest live job)
+        oldest.state = JobState.SHED
+        del self._jobs[oldest.id]
+        self.stats.shed += 1
+        self._blocked_until = _NEVER  # the heads changed
+        if self._on_event is not None:
+            self._emit("shed", oldest, f"waited {now - oldest.arrival:g}s")
+        if self._on_finish is not None:
+            self._on_finish(oldest, now)
+        return oldest
+
     def take_timed_out(self) -> list[Job]:
         """Jobs that timed out in the queue since the last call."""
         out, self.timed_out = self.timed_out, []
@@ -483,6 +550,11 @@ class Scheduler:
         return st
 
     def _learn_class(self, fingerprint: str, name: str | None, sample_sql: str) -> _ClassState:
+        cap = self.max_classes
+        if cap is not None and len(self._classes) >= cap and fingerprint != OTHER:
+            other = self._by_fp.get(OTHER)  # (not remembered per shape: that would grow too)
+            self.stats.over_cap += 1
+            return other or self._learn_class(OTHER, OTHER, "")
         self.model = self.model.with_class(fingerprint, name or fingerprint, sample_sql)
         self.stats.unknown_classes += 1
         st = self._add_class_state(fingerprint, name or fingerprint, self.model.classes[-1].f)
@@ -493,6 +565,8 @@ class Scheduler:
     # _nonempty describe exactly the classes with live > 0.
 
     def _enqueue(self, st: _ClassState, job: Job) -> None:
+        if not self.queued:
+            self._busy_since = job.arrival
         st.queue.append(job)
         st.live += 1
         self.queued += 1
@@ -525,15 +599,16 @@ class Scheduler:
         eta, self._bias = prio.eta, list(prio.bias)
         self._flat_bias = len(set(self._bias)) <= 1
         self._due_scale = list(prio.due_scale) if prio.due_scale else None
-        if all(v == 0 for row in eta for v in row):
+        matrix = np.array(eta, dtype=float).reshape(k, k)  # (K² checks in C, not Python)
+        if not matrix.any():
             self._mode = _STATIC
-        elif all(v == 0 for v in self._bias) and all(len(set(row)) == 1 for row in eta):
+        elif not any(self._bias) and bool((matrix == matrix[:, :1]).all()):
             self._mode = _ROW
-            self._row = [row[0] for row in eta]
+            self._row = matrix[:, 0].tolist()
             self._flat_row = len(set(self._row)) <= 1
         else:
             self._mode = _FULL
-            self._eta = np.array(eta, dtype=float).reshape(k, k)
+            self._eta = matrix
             self._columns = [np.ascontiguousarray(self._eta[:, c]) for c in range(k)]
             self._fork_columns = [
                 col * st.fork for col, st in zip(self._columns, self._classes, strict=True)
@@ -680,6 +755,31 @@ class Scheduler:
                 best = min((i for i in candidates if keys[i] == top), key=seq.__getitem__)
         return classes[best].queue[0]
 
+    def _pick_newest(self, candidates: list[int]) -> Job | None:
+        """Overloaded: the policy's best class (or, in backfill, the best whose newest job
+        fits), ties going to the latest arrival, and that class's newest job."""
+        classes = self._classes
+        tails: dict[int, Job] = {}
+        for i in candidates:
+            queue = classes[i].queue
+            while queue[-1].state is not _QUEUED:  # withdrawn jobs left behind (cancel)
+                queue.pop()  # (stops at the head at the latest: it is queued)
+            tails[i] = queue[-1]
+        if self.limits.backfill:
+            candidates = [i for i in candidates if self._fits(tails[i])]
+            if not candidates:
+                return None
+        mode = self._mode
+        if mode is _FULL:
+            keys = self._score.tolist()
+        elif mode is _ROW and self._n_total > 0:
+            keys = self._row
+        else:
+            keys = self._bias
+        top = max(keys[i] for i in candidates)
+        job = max((tails[i] for i in candidates if keys[i] == top), key=lambda j: j.seq)
+        return job
+
     def _most_due(self, now: float, due: list[float], factor: float) -> Job | None:
         """The due head with the largest wait/scale (ties: earliest arrival), or None."""
         best: Job | None = None
@@ -711,8 +811,13 @@ class Scheduler:
         mpl, budget = self.limits.mpl, self.limits.threads
         head_seq = self._head_seq
         self._blocked_until = _NEVER
+        lifo = self.limits.lifo_after
+        newest = lifo is not None and now - self._busy_since >= lifo
         while mpl is None or self.running < mpl:
-            job = self._pick(now)
+            if newest:
+                job = self._pick_newest(self._nonempty) if self._nonempty else None
+            else:
+                job = self._pick(now)
             if job is None or (budget is not None and min(job.fork, budget) > budget - self._held):
                 # head-of-line (faithful, or an aged job); backfill found nothing that fits
                 deadline = self.next_deadline()
@@ -720,15 +825,22 @@ class Scheduler:
                 break
             st = job.klass
             queue = st.queue
-            queue.popleft()
             st.live -= 1
             self.queued -= 1
+            if queue[0] is not job:  # the newest, picked under overload
+                queue.pop()
+                self._admit(job, now)
+                granted.append(job)
+                continue
+            queue.popleft()
             if queue and queue[0].state is _QUEUED:
                 head_seq[st.index] = queue[0].seq
             else:
                 self._settle(st)
             self._admit(job, now)
             granted.append(job)
+        if newest:
+            self.stats.newest_first += len(granted)
         return granted
 
 

@@ -3,31 +3,44 @@
     python -m benchmarks.overload [--tpch 1] [--mix 1,2,6,9,11,13,14,18] [--mpl 2]
         [--max-queue 4] [--queue-timeout 0.5] [--factor 3] [--overload 60] [--after 0.5]
         [--recovery 30] [--baseline 30] [--capacity-seconds 15] [--interval 5] [--seed 0]
+        [--orders fifo,lifo] [--rounds 1] [--tables]
 
 Open arrivals do not slow down when the server falls behind: past capacity an unbounded queue
 grows for as long as the overload lasts, and every statement — the ones that will be answered
 too — waits behind all of it. With ``max_queue`` the proxy turns away what does not fit
 (SQLSTATE 53300) and with ``queue_timeout`` what waited too long (57014), so the statements it
 does admit should keep a response time near what they get at a sustainable load, and the queue
-should empty soon after the overload ends. This measures whether they do, on the embedded
-DuckDB with TPC-H, in one run:
+should empty soon after the overload ends. Two queue orders are compared:
+
+- ``fifo``: the oldest first. Under a standing queue every admitted statement has waited
+  nearly as long as the queue timeout allows;
+- ``lifo``: adaptive LIFO (``lifo_after`` = the queue timeout, ``admission serve``'s default
+  when a queue timeout is set): once the queue has not been empty for that long, the newest
+  statement is admitted first and a full queue sheds its oldest with 53300 to make room; the
+  queue emptying ends it.
+
+Measured on the embedded DuckDB with TPC-H, in ``rounds`` rounds, each:
 
 1. capacity: a closed loop of MPL + ``max_queue`` clients over the mix — the gate always has
    work waiting, however long a client takes between statements, and never more than it may
    queue — whose throughput after a 20 % warm-up is the capacity μ in statements per second;
 2. baseline: open Poisson arrivals at ``after`` × μ (0.5 by default) — the admitted statements'
    mean and p99 response time at a sustainable load;
-3. overload: Poisson arrivals at ``factor`` × μ for ``overload`` seconds, then at ``after`` × μ
-   for ``recovery`` seconds, the gate's queue sampled every 0.1 s.
+3. per order (their turn alternating between rounds, the same arrivals for each): Poisson
+   arrivals at ``factor`` × μ for ``overload`` seconds, then at ``after`` × μ for ``recovery``
+   seconds, the gate's queue sampled every 0.1 s.
 
-Printed per ``interval``: statements offered (arrived), completed, shed with 53300 and with
-57014 and failed otherwise (the last three counted when the client was answered), the most
-statements queued, and, for the statements admitted and completed, by when they arrived: the
-longest queue wait and the mean and p99 response time (arrival to answer, the wait included).
-Then the verdict: the admitted statements' response time during the overload against the
-baseline, split (from the scheduler's own books) into waiting in the queue — which the queue
-timeout bounds — and service, slower when both MPL slots are always busy; the throughput kept;
-and how long after the overload ended the queue was first back to 0.
+Printed per run: the admitted statements' response time during the overload against the
+round's baseline, split (from the scheduler's own books) into waiting in the queue — which
+the queue timeout bounds — and service, slower when both MPL slots are always busy; the shares
+shed and the throughput kept; how long after the overload ended the queue was first back to
+0. With ``--tables`` also per ``interval``: statements offered (arrived), completed, shed with
+53300 and with 57014 and failed otherwise (the last three counted when the client was
+answered), the most statements queued, and, for the statements admitted and completed, by
+when they arrived: the longest queue wait and the mean and p99 response time (arrival to
+answer, the wait included). Then per order over the rounds: each figure's mean with a 95 %
+interval, and in how many runs the admitted statements kept the baseline's response time
+(mean and p99 within ×1.5).
 
 SF 1 by default: at SF 0.1 these queries take about 25 ms at MPL 2, so 3× capacity is some 250
 statements a second, more than the load generator — Python threads in the process that also
@@ -51,6 +64,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -236,6 +250,23 @@ def interval_table(
     return lines
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """One overload run against its round's baseline."""
+
+    order: str
+    mean_ratio: float  # admitted mean R during the overload / the baseline's
+    p99_ratio: float
+    wait: float  # admitted mean queue wait during the overload, s
+    wait_added: float  # … minus the baseline's
+    service_added: float  # mean service during the overload minus the baseline's, s
+    longest_wait: float
+    shed_share: float  # of the statements offered, answered 53300 or 57014
+    throughput_share: float  # completed per second / capacity
+    recovery: float | None  # seconds after the overload until the queue was first empty
+    after_ratio: float  # mean R after the overload / the baseline's
+
+
 def summary(
     baseline: Sequence[Statement],
     baseline_origin: float,
@@ -245,7 +276,8 @@ def summary(
     log: ServedLog,
     capacity: float,
     config: Config,
-) -> list[str]:
+    order: str,
+) -> tuple[Verdict, list[str]]:
     """The verdict: response time kept (and why not: waiting, or running slower), throughput
     kept, the queue's recovery."""
     base_mean, base_p99 = _stats([s.response for s in baseline if s.sqlstate is None])
@@ -274,42 +306,95 @@ def summary(
     base_wait = float(np.mean([x.wait for x in base_served])) if base_served else 0.0
     wait = float(np.mean([x.wait for x in served])) if served else 0.0
     longest = max((x.wait for x in served), default=0.0)
-    clients = config.mpl + config.max_queue
+    verdict = Verdict(
+        order=order,
+        mean_ratio=mean / base_mean,
+        p99_ratio=p99 / base_p99,
+        wait=wait,
+        wait_added=wait - base_wait,
+        service_added=service - base_service,
+        longest_wait=longest,
+        shed_share=(too_many + canceled) / max(len(during), 1),
+        throughput_share=throughput / capacity,
+        recovery=back,
+        after_ratio=after_mean / base_mean,
+    )
     lines = [
-        f"capacity μ = {capacity:.2f} statements/s (closed loop of {clients} clients at MPL "
-        f"{config.mpl}); overload offered {config.factor * capacity:.1f}/s, baseline and "
-        f"after {config.after * capacity:.1f}/s",
         f"baseline at {config.after:g}× (admitted): mean R {base_mean:.3f} s, p99 "
         f"{base_p99:.3f} s; of it, mean wait {base_wait:.3f} s and mean service "
         f"{base_service:.3f} s",
-        f"overload at {config.factor:g}× (arrived {settle:g}–{config.overload:g} s): "
+        f"overload at {config.factor:g}×, {order} (arrived {settle:g}–{config.overload:g} s): "
         f"{len(admitted)} admitted, {too_many} shed with 53300 and {canceled} with 57014 "
-        f"({(too_many + canceled) / max(len(during), 1):.0%} of {len(during)} offered); "
-        f"admitted mean R {mean:.3f} s (×{mean / base_mean:.2f} the baseline), p99 "
-        f"{p99:.3f} s (×{p99 / base_p99:.2f}); of it, mean wait {wait:.3f} s (longest "
-        f"{longest:.3f} s, queue_timeout {config.queue_timeout:g} s) and mean service "
-        f"{service:.3f} s (×{service / base_service:.2f}, every MPL slot busy)",
-        f"throughput during the overload {throughput:.2f}/s = {throughput / capacity:.0%} of "
-        "capacity",
+        f"({verdict.shed_share:.0%} of {len(during)} offered); admitted mean R {mean:.3f} s "
+        f"(×{verdict.mean_ratio:.2f} the baseline), p99 {p99:.3f} s "
+        f"(×{verdict.p99_ratio:.2f}); of it, mean wait {wait:.3f} s (longest {longest:.3f} s, "
+        f"queue_timeout {config.queue_timeout:g} s) and mean service {service:.3f} s "
+        f"(×{service / base_service:.2f}, every MPL slot busy)",
+        f"throughput during the overload {throughput:.2f}/s = {verdict.throughput_share:.0%} "
+        "of capacity",
         f"after the overload (arrived from {config.overload + config.interval:g} s): mean R "
-        f"{after_mean:.3f} s (×{after_mean / base_mean:.2f} the baseline), p99 {after_p99:.3f} s",
+        f"{after_mean:.3f} s (×{verdict.after_ratio:.2f} the baseline), p99 {after_p99:.3f} s",
         "queue: not back to 0 before the end of the run"
         if back is None
-        else f"queue: back to 0 {back:.1f} s after the overload ended (then only the "
-        f"{config.after:g}× load's own short queues)",
+        else f"queue: back to 0 {back:.1f} s after the overload ended",
     ]
-    kept = mean <= KEPT * base_mean and p99 <= KEPT * base_p99
-    bounded = longest <= config.queue_timeout + 0.05  # (the timer fires on the loop's tick)
+    return verdict, lines
+
+
+def _interval(values: Sequence[float]) -> str:
+    """Mean and a 95 % t interval over the rounds (just the value for one round)."""
+    xs = [v for v in values if v == v]  # (NaN: a round without the figure)
+    if not xs:
+        return "—"
+    if len(xs) == 1:
+        return f"{xs[0]:.2f}"
+    m = float(np.mean(xs))
+    half = T95.get(len(xs) - 1, 1.96) * float(np.std(xs, ddof=1)) / len(xs) ** 0.5
+    return f"{m:.2f} ± {half:.2f}"
+
+
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def comparison(verdicts: Sequence[Verdict], config: Config) -> list[str]:
+    """Per order over the rounds: the ratios with their 95 % intervals, and the verdict."""
+    lines = [
+        f"{'order':<6} {'runs':>4} {'mean R ×':>13} {'p99 R ×':>13} {'wait s':>13} "
+        f"{'service +s':>13} {'shed':>13} {'throughput':>13} {'after ×':>13}"
+    ]
+    for order in dict.fromkeys(v.order for v in verdicts):
+        mine = [v for v in verdicts if v.order == order]
+        cells = [
+            _interval([v.mean_ratio for v in mine]),
+            _interval([v.p99_ratio for v in mine]),
+            _interval([v.wait for v in mine]),
+            _interval([v.service_added for v in mine]),
+            _interval([v.shed_share for v in mine]),
+            _interval([v.throughput_share for v in mine]),
+            _interval([v.after_ratio for v in mine]),
+        ]
+        lines.append(f"{order:<6} {len(mine):>4} " + " ".join(f"{c:>13}" for c in cells))
+        kept = sum(1 for v in mine if v.mean_ratio <= KEPT and v.p99_ratio <= KEPT)
+        bounded = all(v.longest_wait <= config.queue_timeout + 0.05 for v in mine)
+        recovered = [v.recovery for v in mine if v.recovery is not None]
+        lines.append(
+            f"       {order}: admitted statements kept the baseline's response time (mean and "
+            f"p99 within ×{KEPT:g}) in {kept} of {len(mine)} runs; queue wait "
+            f"{'bounded' if bounded else 'NOT bounded'} by queue_timeout; queue back to 0 "
+            + (
+                f"within {max(recovered):.1f} s of the overload's end"
+                if len(recovered) == len(mine)
+                else f"in only {len(recovered)} of {len(mine)} runs"
+            )
+        )
     lines.append(
-        f"verdict: the admitted statements {'keep' if kept else 'do not keep'} the baseline's "
-        f"response time (kept: mean and p99 within ×{KEPT:g}); the queue wait is "
-        f"{'bounded' if bounded else 'NOT bounded'} by queue_timeout and adds "
-        f"{wait - base_wait:+.3f} s to the mean, service at full MPL "
-        f"{service - base_service:+.3f} s — where an unbounded queue at {config.factor:g}× "
-        f"would grow by {(config.factor - 1) * capacity:.0f} statements every second of the "
-        "overload, each waiting behind all of them"
+        "(ratios are to each round's own baseline; ± is a 95 % t interval over the rounds; "
+        "shed and throughput are shares of the offered statements and of the capacity)"
     )
     return lines
+
+
+ORDERS = {"fifo": None, "lifo": "queue_timeout"}  # lifo_after: never, or the queue timeout
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -329,7 +414,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--capacity-seconds", type=float, default=15.0)
     parser.add_argument("--interval", type=float, default=5.0, help="seconds per table row")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--orders",
+        default="fifo,lifo",
+        help="queue orders under overload to compare: fifo (oldest first, the queue timeout "
+        "sheds) and lifo (adaptive LIFO: newest first once the queue stood for the queue "
+        "timeout; a full queue sheds its oldest)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="rounds; each measures capacity, the baseline "
+        "and every order once, the orders' turn alternating between rounds",
+    )
+    parser.add_argument("--tables", action="store_true", help="print every run's interval table")
     args = parser.parse_args(argv)
+    orders = [o.strip() for o in args.orders.split(",") if o.strip()]
+    if not orders or any(o not in ORDERS for o in orders):
+        parser.error(f"--orders: choose from {', '.join(ORDERS)}")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     config = Config(
         tpch=args.tpch,
         mix=mix_by_name(args.mix),
@@ -345,60 +450,80 @@ def main(argv: list[str] | None = None) -> None:
         interval=args.interval,
         seed=args.seed,
     )
-    limits = Limits(mpl=config.mpl, queue_timeout=config.queue_timeout)
+
+    def limits(order: str) -> Limits:
+        lifo = config.queue_timeout if ORDERS[order] else None
+        return Limits(mpl=config.mpl, queue_timeout=config.queue_timeout, lifo_after=lifo)
+
     _say(f"TPC-H SF {config.tpch:g} on the embedded DuckDB: generating (cached) and loading…")
-    target = open_target("duckdb", config.tpch, limits=limits, progress=_say)
+    target = open_target("duckdb", config.tpch, limits=limits(orders[0]), progress=_say)
     gate = target.proxy.gate
     target.proxy.call(lambda: setattr(gate, "max_queue", config.max_queue))
     log = ServedLog(target)
-    try:
-        _say(f"capacity: closed loop for {config.capacity_seconds:g} s")
-        capacity = measure_capacity(target.conninfo, config)
-        _say(
-            f"capacity μ = {capacity:.2f}/s; baseline at {config.after:g}× for "
-            f"{config.baseline:g} s"
-        )
-        baseline, baseline_origin, _, _ = run_phase(
-            target.conninfo, config, [(config.after * capacity, config.baseline)], config.seed
-        )
-        _say(
-            f"overload at {config.factor:g}× for {config.overload:g} s, then {config.after:g}× "
-            f"for {config.recovery:g} s"
-        )
-        sampler = QueueSampler(target)
-        try:
-            statements, origin, late, unsent = run_phase(
-                target.conninfo,
-                config,
-                [
-                    (config.factor * capacity, config.overload),
-                    (config.after * capacity, config.recovery),
-                ],
-                config.seed + 1,
-            )
-        finally:
-            samples = sampler.stop()
-    finally:
-        target.close()
     print(
         f"overload on the embedded DuckDB, TPC-H SF {config.tpch:g}, mix {config.mix.name}: "
         f"FCFS, MPL {config.mpl}, max_queue {config.max_queue}, queue_timeout "
-        f"{config.queue_timeout:g} s"
+        f"{config.queue_timeout:g} s; {args.rounds} round(s) of {', '.join(orders)}"
     )
-    print(
-        "per interval: offered by arrival; done/53300/57014/other by answer; queue≤ the most "
-        "queued; wait≤ the longest queue wait and R the response time of admitted statements, "
-        "by arrival"
-    )
-    for line in interval_table(statements, origin, samples, log, config):
-        print(line)
+    verdicts: list[Verdict] = []
+    try:
+        for r in range(args.rounds):
+            seed = config.seed + 100 * r
+            turn = orders if r % 2 == 0 else orders[::-1]
+            target.proxy.call(partial(gate.set_limits, limits("fifo")))
+            _say(f"round {r + 1}: capacity, closed loop for {config.capacity_seconds:g} s")
+            capacity = measure_capacity(target.conninfo, config)
+            _say(
+                f"round {r + 1}: capacity μ = {capacity:.2f}/s; baseline at {config.after:g}× "
+                f"for {config.baseline:g} s"
+            )
+            baseline, baseline_origin, _, _ = run_phase(
+                target.conninfo, config, [(config.after * capacity, config.baseline)], seed
+            )
+            for order in turn:
+                _say(
+                    f"round {r + 1}, {order}: overload at {config.factor:g}× for "
+                    f"{config.overload:g} s, then {config.after:g}× for {config.recovery:g} s"
+                )
+                target.proxy.call(partial(gate.set_limits, limits(order)))
+                sampler = QueueSampler(target)
+                try:
+                    statements, origin, late, unsent = run_phase(
+                        target.conninfo,
+                        config,
+                        [
+                            (config.factor * capacity, config.overload),
+                            (config.after * capacity, config.recovery),
+                        ],
+                        seed + 1,  # the same arrivals for every order of a round
+                    )
+                finally:
+                    samples = sampler.stop()
+                verdict, lines = summary(
+                    baseline,
+                    baseline_origin,
+                    statements,
+                    origin,
+                    samples,
+                    log,
+                    capacity,
+                    config,
+                    order,
+                )
+                verdicts.append(verdict)
+                print(f"\nround {r + 1}, {order}: capacity μ = {capacity:.2f} statements/s")
+                if args.tables:
+                    for line in interval_table(statements, origin, samples, log, config):
+                        print(line)
+                for line in lines:
+                    print(line)
+                if late or unsent:
+                    print(f"(load generator: {late} statements sent late, {unsent} never sent)")
+    finally:
+        target.close()
     print()
-    for line in summary(
-        baseline, baseline_origin, statements, origin, samples, log, capacity, config
-    ):
+    for line in comparison(verdicts, config):
         print(line)
-    if late or unsent:
-        print(f"(load generator: {late} statements sent late, {unsent} never sent)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from admission.model import EtaModel, ModelError
 from cli.options import (
     BackfillOption,
     DueFactorOption,
+    LifoAfterOption,
     MaxWaitOption,
     OutputFormat,
     QueueTimeoutOption,
@@ -120,6 +121,7 @@ def bench(
     max_wait: MaxWaitOption = None,
     queue_timeout: QueueTimeoutOption = None,
     due_factor: DueFactorOption = None,
+    lifo_after: LifoAfterOption = None,
     policies: Annotated[
         str,
         typer.Option(
@@ -173,7 +175,7 @@ def bench(
             think=think,
             duration=duration,
             warmup=warmup,
-            limits=limits(mpl, threads, backfill, max_wait, queue_timeout, due_factor),
+            limits=limits(mpl, threads, backfill, max_wait, queue_timeout, due_factor, lifo_after),
             policies=chosen,
             repetitions=repetitions,
             seed=seed,

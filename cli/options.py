@@ -65,6 +65,7 @@ def limits(
     max_wait: float | None,
     queue_timeout: float | None,
     due_factor: float | None = None,
+    lifo_after: float | None = None,
 ) -> Limits:
     """The admission limits the options of serve and bench describe (0 means unlimited; a
     due factor of 0 turns the latency policy's aging off, None keeps its default)."""
@@ -75,7 +76,16 @@ def limits(
         max_wait=max_wait,
         queue_timeout=queue_timeout,
         due_factor=DUE_FACTOR if due_factor is None else (due_factor or None),
+        lifo_after=resolve_lifo_after(lifo_after, queue_timeout),
     )
+
+
+def resolve_lifo_after(lifo_after: float | None, queue_timeout: float | None) -> float | None:
+    """--lifo-after: unset follows --queue-timeout (adaptive LIFO only where the oldest are
+    shed by a timeout, never left to starve); 0 turns it off."""
+    if lifo_after is None:
+        return queue_timeout or None
+    return lifo_after or None
 
 
 def load_model(path: Path) -> EtaModel:
@@ -227,6 +237,18 @@ DueFactorOption = Annotated[
         help=f"latency policy: a statement is due — admitted before any not due — after "
         f"waiting this many times its class's D_r (default {DUE_FACTOR:g}; 0: never).",
         envvar=env("due_factor"),
+        min=0,
+    ),
+]
+LifoAfterOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Overload: once statements have been waiting without a break for this many "
+        "seconds, admit the newest first (the policy still picks the class) and let a full "
+        "queue shed its oldest with SQLSTATE 53300 — adaptive LIFO, so the statements "
+        "admitted wait little while the oldest are shed. Default: the --queue-timeout, when "
+        "one is set; 0: never.",
+        envvar=env("lifo_after"),
         min=0,
     ),
 ]

@@ -16,10 +16,12 @@ import typer
 
 from admission.model import EtaModel, ModelError
 from admission.policies import POLICIES
+from admission.scheduler import MAX_CLASSES
 from cli.options import (
     RECOMMENDED_POLICY,
     BackfillOption,
     DueFactorOption,
+    LifoAfterOption,
     MaxWaitOption,
     QueueTimeoutOption,
     ThreadsOption,
@@ -97,6 +99,7 @@ def serve(
     max_wait: MaxWaitOption = None,
     queue_timeout: QueueTimeoutOption = None,
     due_factor: DueFactorOption = None,
+    lifo_after: LifoAfterOption = None,
     max_queue: Annotated[
         int,
         typer.Option(
@@ -105,6 +108,16 @@ def serve(
             min=1,
         ),
     ] = 10_000,
+    max_classes: Annotated[
+        int,
+        typer.Option(
+            help="Statement shapes learned as classes of their own while serving, beyond the "
+            "model's; more share one class, '(other)' (each class learned costs O(classes²) "
+            "once).",
+            envvar=env("max_classes"),
+            min=1,
+        ),
+    ] = MAX_CLASSES,
     max_message: Annotated[
         int,
         typer.Option(
@@ -231,7 +244,9 @@ def serve(
         loaded = EtaModel.load(model) if model is not None else None
         if mpl is None:
             mpl = recommended_mpl(loaded) if loaded is not None else 0
-        admission_limits = limits(mpl, threads, backfill, max_wait, queue_timeout, due_factor)
+        admission_limits = limits(
+            mpl, threads, backfill, max_wait, queue_timeout, due_factor, lifo_after
+        )
         prepare, dataset = _tpch(tpch)
         config = ProxyConfig(
             backend=address,
@@ -242,6 +257,7 @@ def serve(
             model_path=model,
             limits=admission_limits,
             max_queue=max_queue,
+            max_classes=max_classes,
             max_message=max_message,
             tls_cert=tls_cert,
             tls_key=tls_key,

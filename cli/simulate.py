@@ -26,6 +26,7 @@ from admission.scheduler import DUE_FACTOR
 from cli.options import (
     BackfillOption,
     DueFactorOption,
+    LifoAfterOption,
     MaxWaitOption,
     OutputFormat,
     QueueTimeoutOption,
@@ -35,6 +36,7 @@ from cli.options import (
     float_list,
     out,
     policy_list,
+    resolve_lifo_after,
 )
 
 if TYPE_CHECKING:
@@ -136,6 +138,7 @@ def simulate(
         ),
     ] = None,
     due_factor: DueFactorOption = None,
+    lifo_after: LifoAfterOption = None,
     model: Annotated[
         Path | None,
         typer.Option(
@@ -208,6 +211,7 @@ def simulate(
             class_per_cycle=class_per_cycle,
             arrival_rate=rate,
             due_factor=DUE_FACTOR if due_factor is None else (due_factor or None),
+            lifo_after=resolve_lifo_after(lifo_after, queue_timeout),
             completions=completions,
             warmup=warmup,
         )

@@ -47,7 +47,8 @@ from proxy.gate import AdmissionGate
 __all__ = ["AdminMetrics", "create_app"]
 
 _DASHBOARD = Path(__file__).with_name("static") / "dashboard.html"
-_DONE, _CANCELLED = JobState.DONE, JobState.CANCELLED  # enum member access is a descriptor call
+# enum member access is a descriptor call
+_DONE, _CANCELLED, _SHED = JobState.DONE, JobState.CANCELLED, JobState.SHED
 _BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _FIRST = _BUCKETS[0]
 
@@ -63,6 +64,7 @@ class _Tally:
         "completed",
         "response_buckets",
         "response_sum",
+        "shed",
         "submitted",
         "timed_out",
         "wait_buckets",
@@ -71,7 +73,7 @@ class _Tally:
 
     def __init__(self) -> None:
         self.submitted = self.admitted = self.bypassed = self.completed = 0
-        self.cancelled = self.timed_out = 0
+        self.cancelled = self.timed_out = self.shed = 0
         self.wait_sum = self.response_sum = 0.0
         self.wait_buckets = [0] * (len(_BUCKETS) + 1)  # the last one is +Inf
         self.response_buckets = [0] * (len(_BUCKETS) + 1)
@@ -83,6 +85,7 @@ class _Tally:
             "completed": self.completed,
             "cancelled": self.cancelled,
             "timed_out": self.timed_out,
+            "shed": self.shed,
         }
 
 
@@ -98,13 +101,14 @@ class _Counts:
         "cancelled",
         "response_over",
         "response_sum",
+        "shed",
         "timed_out",
         "wait_over",
         "wait_sum",
     )
 
     def __init__(self) -> None:
-        self.admitted = self.bypassed = self.cancelled = self.timed_out = 0
+        self.admitted = self.bypassed = self.cancelled = self.timed_out = self.shed = 0
         self.wait_sum = self.response_sum = 0.0
         self.wait_over = [0] * (len(_BUCKETS) + 1)  # [0] unused; the last one is +Inf
         self.response_over = [0] * (len(_BUCKETS) + 1)
@@ -112,9 +116,9 @@ class _Counts:
     def tally(self) -> _Tally:
         out = _Tally()
         out.admitted, out.bypassed = self.admitted, self.bypassed
-        out.cancelled, out.timed_out = self.cancelled, self.timed_out
+        out.cancelled, out.timed_out, out.shed = self.cancelled, self.timed_out, self.shed
         out.completed = completed = self.admitted + self.bypassed
-        out.submitted = completed + self.cancelled + self.timed_out
+        out.submitted = completed + self.cancelled + self.timed_out + self.shed
         out.wait_sum, out.response_sum = self.wait_sum, self.response_sum
         for over, buckets in (
             (self.wait_over, out.wait_buckets),
@@ -164,6 +168,8 @@ class AdminMetrics:
             self.recent.append((now, name, wait, response))
         elif state is _CANCELLED:
             counts.cancelled += 1
+        elif state is _SHED:
+            counts.shed += 1
         else:
             counts.timed_out += 1
 
@@ -206,7 +212,7 @@ class AdminMetrics:
                 buckets.append(("+Inf", float(cumulative[-1])))
                 family.add_metric([cls], buckets, getattr(tally, f"{field}_sum"))
             yield family
-        for kind in ("admitted", "bypassed", "completed", "cancelled", "timed_out"):
+        for kind in ("admitted", "bypassed", "completed", "cancelled", "timed_out", "shed"):
             counter = CounterMetricFamily(f"admission_{kind}", f"Statements {kind}", labels=label)
             for cls, tally in tallies.items():
                 counter.add_metric([cls], float(getattr(tally, kind)))
@@ -238,6 +244,7 @@ class LimitsChange(BaseModel):
     max_wait: float | None = Field(default=None, ge=0)
     queue_timeout: float | None = Field(default=None, ge=0)
     due_factor: float | None = Field(default=None, ge=0)  # 0: the latency policy never ages
+    lifo_after: float | None = Field(default=None, ge=0)  # null: never newest-first
 
 
 def create_app(
@@ -280,6 +287,7 @@ def _limits_json(limits: Limits) -> dict[str, Any]:
         "max_wait": limits.max_wait,
         "queue_timeout": limits.queue_timeout,
         "due_factor": limits.due_factor,
+        "lifo_after": limits.lifo_after,
     }
 
 
@@ -294,7 +302,10 @@ def _status(gate: AdmissionGate) -> dict[str, Any]:
         "queued": scheduler.queued,
         "queue_by_class": scheduler.queue_by_class(),
         "classes": len(scheduler.fingerprints),
+        "classes_over_cap": scheduler.stats.over_cap,
         "refused_queue_full": gate.stats.queue_full,
+        "shed": gate.stats.shed,
+        "overloaded": scheduler.overloaded(gate.now),
         "timed_out": gate.stats.timed_out,
         "cancelled": gate.stats.cancelled,
         "aged": scheduler.stats.aged,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from admission.model import EtaModel
-from admission.scheduler import Limits, Scheduler
+from admission.scheduler import MAX_CLASSES, Limits, Scheduler
 from proxy.admin import AdminMetrics
 from proxy.gate import AdmissionGate
 from proxy.server import BackendAddress, Listener, ProxyServer
@@ -48,6 +48,7 @@ class ProxyConfig:
     model_path: Path | None = None
     limits: Limits = field(default_factory=Limits)
     max_queue: int | None = 10_000
+    max_classes: int | None = MAX_CLASSES  # statement shapes learned live, at most
     max_message: int = 256 * 1024 * 1024
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -101,7 +102,9 @@ def tls_context(config: ProxyConfig) -> ssl.SSLContext | None:
 def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, AdminMetrics]:
     """The front end, and the metrics its scheduler feeds (for the admin API).
     With the embedded backend this opens the DuckDB database and runs ``config.prepare``."""
-    scheduler = Scheduler(config.model, config.policy, config.limits)
+    scheduler = Scheduler(
+        config.model, config.policy, config.limits, max_classes=config.max_classes
+    )
     metrics = AdminMetrics(scheduler)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
     listener: Listener

@@ -55,6 +55,7 @@ class AdmissionClient(Protocol):
 @dataclass(slots=True)
 class GateStats:
     queue_full: int = 0
+    shed: int = 0  # the oldest queued statement, to make room under overload
     timed_out: int = 0
     cancelled: int = 0
 
@@ -124,7 +125,12 @@ class AdmissionGate:
         """``submit`` for a caller that goes on at once when it may: True means admitted now
         (``waiter`` is not told); False means ``waiter`` is told later, either way."""
         s = self.scheduler
-        if not bypass and self.max_queue is not None and s.queued >= self.max_queue:
+        if (
+            not bypass
+            and self.max_queue is not None
+            and s.queued >= self.max_queue
+            and not self._make_room()
+        ):
             self.stats.queue_full += 1
             message = (
                 f"too many statements waiting for admission (queue limit {self.max_queue}); "
@@ -146,10 +152,28 @@ class AdmissionGate:
             and granted[0].id == job
             and s.limits is self._calm
             and not self._delivering  # (inside a delivery the FIFO tells it: never nested)
+            and not self._deliveries  # (a statement shed to make room is told first)
         ):
             return True  # the usual case: nothing waits, no timers, nothing else to tell
         self._after(granted)
         return False
+
+    def _make_room(self) -> bool:
+        """A full queue under overload sheds its oldest statement (adaptive LIFO: it would be
+        admitted last); False when the scheduler is not overloaded."""
+        shed = self.scheduler.make_room(self._clock())
+        if shed is None:
+            return False
+        self.stats.shed += 1
+        waiter = self._waiters.pop(shed.id, None)  # type: ignore[call-overload]
+        if waiter is not None:
+            message = (
+                f"shed under overload after waiting {self.now - shed.arrival:.1f} s for "
+                f"admission: the queue is full (limit {self.max_queue}) and newer statements "
+                "are admitted first; try again later"
+            )
+            self._deliveries.append((waiter.refused, (shed.id, pg.SQLSTATE_TOO_MANY, message)))
+        return True
 
     def release(self, job: int) -> None:
         """The statement ended (or its connection died): give its capacity back."""

@@ -58,6 +58,7 @@ class SimConfig:
     max_wait: float | None = None
     queue_timeout: float | None = None
     due_factor: float | None = DUE_FACTOR  # latency policy: due after due_factor × D_r
+    lifo_after: float | None = None  # adaptive LIFO under overload (see Limits)
     routing: str = "random"
     service: str = "deterministic"
     class_per_cycle: bool = False
@@ -87,6 +88,7 @@ class SimConfig:
             max_wait=self.max_wait,
             queue_timeout=self.queue_timeout,
             due_factor=self.due_factor,
+            lifo_after=self.lifo_after,
         )
 
 

@@ -37,6 +37,7 @@ limits_strategy = st.builds(
     max_wait=st.one_of(st.none(), st.floats(0, 5)),
     queue_timeout=st.one_of(st.none(), st.floats(0.5, 10)),
     due_factor=st.one_of(st.none(), st.floats(0, 30)),
+    lifo_after=st.one_of(st.none(), st.floats(0, 4)),
 )
 
 
@@ -71,7 +72,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert job in self.running, f"job {job} released but not running"
             self.running.discard(job)
             self.ended.add(job)
-        elif e.kind in ("cancel", "timeout"):
+        elif e.kind in ("cancel", "timeout", "shed"):
             assert job in self.queued, f"job {job} withdrawn but not queued"
             self.queued.discard(job)
             self.ended.add(job)
@@ -112,6 +113,14 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.s.complete(job, self.now)
         else:
             self.s.cancel(job, self.now)
+
+    @rule()
+    def make_room(self) -> None:
+        oldest = min(self.queued, default=None)  # ids are given in arrival order
+        shed = self.s.make_room(self.now)
+        if shed is not None:
+            assert shed.id == oldest, "make_room shed a job other than the oldest"
+            assert self.s.job(shed.id) is None
 
     @rule(dt=st.floats(0, 3))
     def advance(self, dt: float) -> None:
