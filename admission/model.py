@@ -86,6 +86,12 @@ class ClassProfile(Profile):
     converged: bool | None = Field(
         default=None, description="whether D's interval got within ±5 % (None: not known)"
     )
+    live: int = Field(
+        default=0,
+        ge=0,
+        description="statements the live estimate of D follows (0: D is training's or the "
+        "default profile's)",
+    )
 
     @model_validator(mode="after")
     def _phases_match_fork_size(self) -> ClassProfile:

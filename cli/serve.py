@@ -8,6 +8,7 @@ workload.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -31,6 +32,7 @@ from cli.options import (
     progress_printer,
     recommended_mpl,
 )
+from proxy.server import MAX_BUFFERED
 
 if TYPE_CHECKING:
     from proxy.app import Prepare, ProxyConfig
@@ -82,14 +84,29 @@ def serve(
     ] = None,
     model: Annotated[
         Path | None,
-        typer.Option(help="η model file written by `admission train`.", envvar=env("model")),
+        typer.Option(
+            help="η model file written by `admission train`. While learning, the proxy saves "
+            "what it learned back to it every few minutes and on shutdown (a file that does "
+            "not exist yet is created).",
+            envvar=env("model"),
+        ),
     ] = None,
+    learn: Annotated[
+        bool,
+        typer.Option(
+            help="Learn each class's service demand D_r from its statements while serving: "
+            "classes never trained get one, drifted ones follow (with --model, in the trained "
+            "units). --no-learn keeps the model as loaded.",
+            envvar=env("learn"),
+        ),
+    ] = True,
     mpl: Annotated[
         int | None,
         typer.Option(
             help="Multiprogramming limit: statements in service at once (0 = unlimited). "
             "Default: with --model, the cores the model was trained on (what the benchmarks "
-            "recommend); without, unlimited.",
+            "recommend; a model file still to be learned: this machine's cores); without, "
+            "unlimited.",
             envvar=env("mpl"),
             min=0,
         ),
@@ -126,6 +143,16 @@ def serve(
             min=1024,
         ),
     ] = 256 * 1024 * 1024,
+    max_buffered: Annotated[
+        int,
+        typer.Option(
+            help="Bytes all clients together may have buffered in the proxy (statements "
+            "arriving or waiting for admission); over it clients are not read until it falls, "
+            "and one sending a large message with nothing else in flight is refused (53200).",
+            envvar=env("max_buffered"),
+            min=1 << 20,
+        ),
+    ] = MAX_BUFFERED,
     tls_cert: Annotated[
         Path | None,
         typer.Option(
@@ -241,9 +268,19 @@ def serve(
         address = parse_backend(backend) if backend is not None else None
         host, _, port = listen.rpartition(":")
         admin_host, admin_port = _admin_address(admin, admin_token)
-        loaded = EtaModel.load(model) if model is not None else None
+        loaded = (
+            EtaModel.load(model) if model is not None and (model.exists() or not learn) else None
+        )
+        if model is not None and loaded is None and not model.parent.is_dir():
+            raise ValueError(
+                f"{model}: the model file does not exist, and its directory does not either "
+                "(the proxy would learn a model but could not save it)"
+            )
         if mpl is None:
-            mpl = recommended_mpl(loaded) if loaded is not None else 0
+            if loaded is not None:
+                mpl = recommended_mpl(loaded)
+            else:  # learning from nothing into --model: this machine's cores
+                mpl = (os.cpu_count() or 1) if model is not None else 0
         admission_limits = limits(
             mpl, threads, backfill, max_wait, queue_timeout, due_factor, lifo_after
         )
@@ -255,10 +292,12 @@ def serve(
             policy=chosen,
             model=loaded,
             model_path=model,
+            learn=learn,
             limits=admission_limits,
             max_queue=max_queue,
             max_classes=max_classes,
             max_message=max_message,
+            max_buffered=max_buffered,
             tls_cert=tls_cert,
             tls_key=tls_key,
             admin_host=admin_host,

@@ -62,7 +62,9 @@ __all__ = [
     "RECOMMENDED",
     "BenchConfig",
     "BenchResult",
+    "learns",
     "paired_change",
+    "paired_changes",
     "parse_policy",
     "run_bench",
     "verdict",
@@ -80,9 +82,23 @@ OPEN_CONNECTIONS = 64
 Progress = Callable[[str], None]
 
 
+LEARN = "+learn"  # a policy spec's suffix: start from no model and learn D_r while it runs
+
+
+def learns(spec: str) -> bool:
+    """Whether a run of ``spec`` (``latency@2+learn``) starts from no model and learns."""
+    return spec.strip().endswith(LEARN)
+
+
 def parse_policy(spec: str) -> tuple[str, int | None]:
-    """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2); "none" takes no MPL."""
-    name, at, mpl = spec.strip().partition("@")
+    """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2); "none" takes no MPL. A
+    ``+learn`` suffix (see ``learns``) is allowed on any but none."""
+    spec = spec.strip()
+    if learns(spec):
+        spec = spec[: -len(LEARN)]
+        if spec.partition("@")[0] == "none":
+            raise ValueError("none is no admission control: it has no model to learn")
+    name, at, mpl = spec.partition("@")
     if name != "none" and name not in POLICIES:
         choices = ", ".join(("none", *POLICIES))
         raise ValueError(f"unknown policy {name!r}; choose from {choices} (POLICY@MPL sets MPL)")
@@ -282,8 +298,10 @@ def run_bench(
     model: EtaModel,
     progress: Progress = _quiet,
     tick: Callable[[int], None] | None = None,
+    learned: list[EtaModel] | None = None,
 ) -> BenchResult:
-    """Every policy × repetition through one proxy, switching policy and limits between runs."""
+    """Every policy × repetition through one proxy, switching policy and limits between runs.
+    ``learned`` gets the model each learning run (``POLICY+learn``) ended with."""
     dialect: Dialect = "duckdb" if config.backend == "duckdb" else "postgres"
     demands = _demands(model, config.mix, dialect, config.tpch)
     trace = read_trace(config.trace) if config.arrivals == "trace" and config.trace else None
@@ -300,8 +318,15 @@ def run_bench(
                 else ""
             )
         )
-    target = open_target(config.backend, config.tpch, model=model, progress=progress)
+    target = open_target(
+        config.backend,
+        config.tpch,
+        model=model,
+        progress=progress,
+        learn=any(learns(p) for p in config.policies),
+    )
     proxy, conninfo = target.proxy, target.conninfo
+    learning = proxy.server.learning
     traced, traced_demands = _traced(trace, model) if trace is not None else (None, {})
     try:
         gate = proxy.gate
@@ -314,6 +339,11 @@ def run_bench(
             )
             for policy in order:
                 proxy.call(functools.partial(_switch, gate, policy, _limits(config, policy)))
+                if learning is not None:  # learning runs start from nothing; others keep
+                    if learns(policy):  # the model as given
+                        proxy.call(learning.reset)
+                    else:
+                        proxy.call(functools.partial(learning.keep, model))
                 before = (gate.scheduler.stats.aged, gate.stats.timed_out)
                 progress(f"repetition {rep + 1}/{config.repetitions}: {policy}")
                 sampler = _QueueSampler(proxy, gate)
@@ -353,6 +383,8 @@ def run_bench(
                         [(t - origin, q, n) for t, q, n in timeline],
                     )
                 )
+                if learned is not None and learns(policy):
+                    learned.append(proxy.call(lambda: gate.scheduler.model))
                 done += 1
                 if tick:
                     tick(done)
@@ -657,15 +689,19 @@ def _repetition_mean(result: BenchResult, policy: str, rep: int) -> float:
     return statistics.fmean(r for _, r in w.responses) if w.responses else float("nan")
 
 
-def paired_change(result: BenchResult, policy: str, baseline: str) -> Estimate:
-    """How much lower ``policy``'s mean response time is than ``baseline``'s, 1 − R/R_base,
-    taken per repetition — the two ran on the same arrivals, interleaved — then a mean with
-    its 95 % interval: far tighter than comparing the two policies' own intervals."""
-    out = [
+def paired_changes(result: BenchResult, policy: str, baseline: str) -> list[float]:
+    """Per repetition, how much lower ``policy``'s mean response time is than ``baseline``'s
+    (1 − R/R_base): the two ran on the same arrivals, interleaved."""
+    return [
         1 - _repetition_mean(result, policy, rep) / _repetition_mean(result, baseline, rep)
         for rep in range(result.config.repetitions)
     ]
-    return Estimate.of(out)
+
+
+def paired_change(result: BenchResult, policy: str, baseline: str) -> Estimate:
+    """``paired_changes`` as a mean with its 95 % interval: far tighter than comparing the two
+    policies' own intervals."""
+    return Estimate.of(paired_changes(result, policy, baseline))
 
 
 def verdict(result: BenchResult) -> list[str]:

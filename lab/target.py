@@ -53,9 +53,11 @@ def open_target(
     model: EtaModel | None = None,
     limits: Limits | None = None,
     progress: Progress = _quiet,
+    learn: bool = False,
 ) -> Target:
     """``backend``: "duckdb" (embedded, in memory) or postgresql://HOST:PORT/DB, into which
-    TPC-H is loaded first (loading is idempotent)."""
+    TPC-H is loaded first (loading is idempotent). ``learn``: the proxy keeps its model current
+    from live statements (``proxy.learning``; off: the model stays as given)."""
     if backend == "duckdb":
         config = ProxyConfig(
             backend=None,
@@ -64,6 +66,7 @@ def open_target(
             dataset=f"TPC-H SF {scale_factor:g}",
             model=model,
             limits=limits or Limits(),
+            learn=learn,
         )
         proxy = BackgroundProxy(config, progress)
         return Target(proxy, proxy.conninfo())
@@ -71,7 +74,9 @@ def open_target(
     data = generate(scale_factor, progress=progress)
     with psycopg.connect(backend) as conn:
         load_postgres(conn, data, scale_factor, progress=progress)
-    config = ProxyConfig(backend=address, listen_port=0, model=model, limits=limits or Limits())
+    config = ProxyConfig(
+        backend=address, listen_port=0, model=model, limits=limits or Limits(), learn=learn
+    )
     proxy = BackgroundProxy(config, progress)
     user, dbname = url_identity(backend)
     return Target(proxy, proxy.conninfo(user=user, dbname=dbname))

@@ -337,6 +337,7 @@ def _class_view(profile: ClassProfile, tally: _Tally) -> dict[str, Any]:
             "Q_high": profile.Q_high,
             "f_runs": {str(size): runs for size, runs in profile.f_runs.items()},
             "converged": profile.converged,
+            "live": profile.live,
         },
     }
 

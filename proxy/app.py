@@ -21,7 +21,8 @@ from admission.model import EtaModel
 from admission.scheduler import MAX_CLASSES, Limits, Scheduler
 from proxy.admin import AdminMetrics
 from proxy.gate import AdmissionGate
-from proxy.server import BackendAddress, Listener, ProxyServer
+from proxy.learning import LiveModel
+from proxy.server import MAX_BUFFERED, BackendAddress, Listener, ProxyServer
 
 if TYPE_CHECKING:
     import duckdb
@@ -46,10 +47,12 @@ class ProxyConfig:
     policy: str = "fcfs"
     model: EtaModel | None = None
     model_path: Path | None = None
+    learn: bool = False  # keep the model current from live statements (proxy.learning)
     limits: Limits = field(default_factory=Limits)
     max_queue: int | None = 10_000
     max_classes: int | None = MAX_CLASSES  # statement shapes learned live, at most
     max_message: int = 256 * 1024 * 1024
+    max_buffered: int = MAX_BUFFERED  # all clients' bytes buffered in the proxy, at most
     tls_cert: Path | None = None
     tls_key: Path | None = None
     admin_host: str | None = None  # the admin API listens here when set
@@ -113,8 +116,16 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
     else:
         check_exposure(config, None)
         tls = tls_context(config)
-        listener = ProxyServer(gate, config.backend, max_message=config.max_message, tls=tls)
+        listener = ProxyServer(
+            gate,
+            config.backend,
+            max_message=config.max_message,
+            tls=tls,
+            max_buffered=config.max_buffered,
+        )
     listener.startup_timeout = config.startup_timeout
+    if config.learn:
+        listener.learning = LiveModel(gate, config.model_path)
     return listener, metrics
 
 
@@ -136,6 +147,7 @@ def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress
         gate,
         backend,
         max_message=config.max_message,
+        max_buffered=config.max_buffered,
         users=users,
         tls=tls,
         require_tls=tls is not None and config.listen_host not in LOOPBACK and not config.insecure,
@@ -155,6 +167,8 @@ async def serve(
     """Run until SIGINT/SIGTERM; then refuse new clients and close the open ones."""
     server, metrics = build(config, progress)
     await server.start(config.listen_host, config.listen_port)
+    if server.learning is not None:
+        server.learning.start()
     admin = None
     if config.admin_host is not None:
         admin = await start_admin(server.gate, metrics, config)
@@ -184,6 +198,8 @@ async def serve(
     if admin is not None:
         await admin.stop()
     await server.close()
+    if server.learning is not None:
+        server.learning.stop()
 
 
 class AdminServer:
@@ -264,6 +280,8 @@ class BackgroundProxy:
         self.thread = threading.Thread(target=self.loop.run_forever, name="proxy", daemon=True)
         self.thread.start()
         self.call(lambda: self.server.start(config.listen_host, config.listen_port))
+        if self.server.learning is not None:
+            self.call(self.server.learning.start)
         self.port = self.server.port
         self.host = config.listen_host
 
@@ -281,6 +299,8 @@ class BackgroundProxy:
 
     def close(self) -> None:
         try:
+            if self.server.learning is not None:
+                self.call(self.server.learning.stop)
             self.call(self.server.close)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)

@@ -19,7 +19,7 @@ import ssl
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
 
 from proxy.gate import AdmissionGate
@@ -49,6 +49,10 @@ __all__ = [
     "startup_expired",
     "url_identity",
 ]
+
+
+if TYPE_CHECKING:
+    from proxy.learning import LiveModel
 
 log = logging.getLogger("admission.proxy")
 
@@ -111,6 +115,13 @@ STARTUP_TIMEOUT = 60.0
 # A client's bytes held while its statements wait for admission (pipelined behind a queued
 # one); beyond it the proxy stops reading that client until it is admitted.
 HOLD_LIMIT = 1 << 20
+# All clients' bytes buffered in the proxy at once (messages arriving, statements held for
+# admission, messages waiting to be handled). Over it, clients with something in flight are
+# not read until it falls back under three quarters; one whose bytes are only a message still
+# arriving — pausing it would free nothing — is refused once that message passes
+# ARRIVING_LIMIT (53200), so that many slow senders of large messages cannot take it all.
+MAX_BUFFERED = 256 << 20
+ARRIVING_LIMIT = 64 << 10
 # Clients waiting for a free accept slot: a burst of thousands of connects is queued by the
 # kernel, not refused.
 LISTEN_BACKLOG = 4096
@@ -124,6 +135,56 @@ def startup_expired(timeout: float) -> bytes:
     )
 
 
+class Buffering(Protocol):
+    """A connection whose buffered bytes a ``BufferBudget`` counts."""
+
+    buffer_reported: int  # what it last reported (the budget's to change)
+
+    def buffers_freed(self) -> None:
+        """It was paused for the total, which has fallen: look again."""
+
+
+class BufferBudget:
+    """The bytes all clients of a front end have buffered in the proxy, against one limit.
+
+    Each connection reports its own count whenever it may have changed (``report``); the total
+    is the sum of the last reports. The connection decides what to do when the total is
+    ``over`` (see MAX_BUFFERED); one it pauses for the total registers (``pause``) and is told
+    (``buffers_freed``) once the total is back under three quarters of the limit.
+    """
+
+    def __init__(self, limit: int = MAX_BUFFERED) -> None:
+        if limit < 1:
+            raise ValueError(f"the buffer limit must be positive, not {limit}")
+        self.limit = limit
+        self.total = 0
+        self.refused = 0  # connections refused with 53200
+        self._paused: set[Buffering] = set()
+
+    @property
+    def over(self) -> bool:
+        return self.total > self.limit
+
+    def report(self, who: Buffering, buffered: int) -> None:
+        delta = buffered - who.buffer_reported
+        if not delta:
+            return
+        who.buffer_reported = buffered
+        self.total += delta
+        if delta < 0 and self._paused and self.total <= self.limit * 3 // 4:
+            paused, self._paused = self._paused, set()
+            for other in paused:
+                other.buffers_freed()
+
+    def pause(self, who: Buffering) -> None:
+        self._paused.add(who)
+
+    def forget(self, who: Buffering) -> None:
+        """The connection is gone: its bytes with it."""
+        self._paused.discard(who)
+        self.report(who, 0)
+
+
 class Listener:
     """What every front end shares: a listening socket, its clients' protocol factory, and its
     clients by the backend key each was given, which a CancelRequest names."""
@@ -131,7 +192,9 @@ class Listener:
     _server: asyncio.Server | None = None
     gate: AdmissionGate
     by_key: Mapping[tuple[int, int], CancelTarget]
+    buffers: BufferBudget
     startup_timeout: float = STARTUP_TIMEOUT
+    learning: LiveModel | None = None  # the model kept current while serving (proxy.app)
 
     def protocol(self) -> asyncio.Protocol:
         raise NotImplementedError
@@ -170,10 +233,12 @@ class ProxyServer(Listener):
         max_message: int = DEFAULT_MAX_MESSAGE,
         tls: ssl.SSLContext | None = None,
         connect_timeout: float = 10.0,
+        max_buffered: int = MAX_BUFFERED,
     ) -> None:
         self.gate = gate
         self.backend = backend
         self.max_message = max_message
+        self.buffers = BufferBudget(max_buffered)
         self.tls = tls
         self.connect_timeout = connect_timeout
         self.connections: set[ClientConnection] = set()
@@ -265,6 +330,8 @@ class ClientConnection(asyncio.Protocol):
         self._reading_paused = False
         self._backend_full = False  # the server's socket takes no more: stop reading
         self._holding = False  # too much of the client's waits for admission: stop reading
+        self.buffer_reported = 0  # its bytes in server.buffers
+        self._refused = False  # closed for the total: its bytes no longer count
         self._startup_timer: asyncio.TimerHandle | None = None
         # bytes decrypted before ``start_tls`` returned the TLS transport to answer them on
         self._early: list[bytes] | None = None
@@ -347,12 +414,53 @@ class ClientConnection(asyncio.Protocol):
 
     def _check_held(self) -> None:
         """Stop reading a client that has more than HOLD_LIMIT bytes waiting for admission
-        (pipelined statements behind a queued one); read it again below half of it."""
-        held = self.session.held_bytes
+        (pipelined statements behind a queued one), read it again below half of it; and the
+        same while all clients' bytes are over the total (MAX_BUFFERED)."""
+        if self._refused:
+            return
+        session = self.session
+        buffered = session.buffered_bytes
+        budget = self.server.buffers
+        budget.report(self, buffered)
+        held = session.held_bytes  # (what it is safe to stop reading it for)
         holding = held > HOLD_LIMIT or (self._holding and held > HOLD_LIMIT // 2)
+        if buffered and budget.over:
+            if held:
+                holding = True  # its admission or statement's end, or the total falling,
+                budget.pause(self)  # reads it again
+            elif buffered > ARRIVING_LIMIT:
+                self._refuse_buffered(buffered)
+                return
         if holding != self._holding:
             self._holding = holding
             self._set_reading()
+
+    def buffers_freed(self) -> None:
+        if not self._closed:
+            self._check_held()
+
+    def _refuse_buffered(self, buffered: int) -> None:
+        """All clients' buffers are over the total and this one is sending a large message
+        with nothing in flight: pausing it would free nothing. Refuse it (53200) and close."""
+        budget = self.server.buffers
+        budget.refused += 1
+        budget.forget(self)
+        self._refused = True  # (what follows must not look at its buffers again)
+        log.warning(
+            "client refused: the proxy's buffers for all clients are over %d MB",
+            budget.limit >> 20,
+        )
+        error = pg.error_response(
+            pg.SQLSTATE_OUT_OF_MEMORY,
+            f"out of memory: the proxy's buffers for all clients hold "
+            f"{budget.total / 2**20:.0f} MB (limit {budget.limit / 2**20:.0f} MB); a message "
+            f"of which {buffered} bytes had arrived was refused",
+            severity="FATAL",
+        )
+        self._apply([SendToClient(error)])
+        self._apply(self.session.client_lost())
+        if not self._closed and self.transport is not None:
+            self.transport.close()
 
     def _set_reading(self) -> None:
         paused = self._backend_full or self._holding
@@ -374,7 +482,7 @@ class ClientConnection(asyncio.Protocol):
                 transport.write(data)
             if done:
                 self.server.gate.release(done)
-                if self._holding:
+                if self._holding or self.buffer_reported:
                     self._check_held()
             return
         self._apply(session.server_data(data))
@@ -450,7 +558,7 @@ class ClientConnection(asyncio.Protocol):
                     self.transport.close()
                 self._close_backend()
                 self._teardown()
-        if self._holding:  # a statement ended or was admitted: read the client again?
+        if self._holding or self.buffer_reported:  # read the client again? fewer bytes?
             self._check_held()
 
     def cancel(self) -> None:
@@ -496,6 +604,7 @@ class ClientConnection(asyncio.Protocol):
             self.backend.transport.close()
 
     def _teardown(self) -> None:
+        self.server.buffers.forget(self)
         if self._startup_timer is not None:
             self._startup_timer.cancel()
             self._startup_timer = None

@@ -178,6 +178,10 @@ Action = (
 _PARSE_COMPLETE, _BIND_COMPLETE, _CLOSE_COMPLETE = ord("1"), ord("2"), ord("3")
 _ROW_DESCRIPTION, _NO_DATA = ord("T"), ord("n")
 _COMMAND_COMPLETE, _EMPTY_QUERY, _PORTAL_SUSPENDED = ord("C"), ord("I"), ord("s")
+# A batch with an Execute that has held this many bytes without its Sync or a Flush (a
+# pipeline that syncs only at its end) is decided on and streamed through, as after a Flush:
+# holding it whole would take the client's memory, and stopping reading would wait forever.
+STREAM_AFTER = 256 * 1024
 _DESCRIBE_STATEMENT = 0x100  # a Describe of a statement: ParameterDescription before its end
 # what ends the answer to each extended message (an ErrorResponse ends any of them)
 _ANSWER_ENDS: dict[int, frozenset[int]] = {
@@ -235,13 +239,14 @@ class _Span:
 class _Batch(Batch):
     """A batch (see proxy.wire.frontend) and what relaying it takes."""
 
-    __slots__ = ("held", "outstanding", "span", "submitted")
+    __slots__ = ("held", "held_size", "outstanding", "span", "submitted")
 
     def __init__(
         self, held: list[bytes] | None = None, ready: bool = False, syncs: int = 0
     ) -> None:
         super().__init__(ready, syncs)
         self.held = [] if held is None else held  # raw messages not yet forwarded
+        self.held_size = 0  # bytes of them added by the client's extended messages
         self.submitted = False
         self.outstanding = 0  # ReadyForQuery still expected from the server
         self.span: _Span | None = None  # a mixed batch's answers, when read message by message
@@ -409,16 +414,40 @@ class ProxySession:
         return job, query_class, query_class.control or self.transaction_status != b"I", sql
 
     @property
+    def in_flight(self) -> bool:
+        """Whether a statement of this client waits for admission or runs: its end (or its
+        admission) is a state change, after which the caller looks at the client again."""
+        return self._fast_job is not None or bool(self._jobs)
+
+    @property
     def held_bytes(self) -> int:
-        """Client bytes taken and not yet forwarded while a statement of this client waits
-        for admission or runs: batches behind it, and the part of a message still arriving
-        (the caller stops reading a client that has too much of this: it sends faster than
-        it is admitted, and the statement's end reads it again). 0 while none does: then the
-        message still arriving must be read whole for anything to happen — it is bounded by
-        the message size cap."""
-        if self._fast_job is None and not self._jobs:
+        """The bytes the caller may stop reading the client for (it sends faster than it is
+        admitted or served); a state change — an admission, a statement's end — comes
+        without reading it, and the caller looks again then.
+
+        While a statement of the client runs: the batches held behind it. Not the message
+        still arriving: the running statement may need it (a pipeline streaming to its Sync,
+        the data of a COPY), and others may wait for that statement's end. While statements
+        only wait for admission: those batches and the message still arriving. 0 while none
+        is in flight: the message still arriving must then be read whole for anything to
+        happen (it is bounded by the message size cap)."""
+        job = self._fast_job
+        if job is None and not self._jobs:
             return 0
-        held = len(self._client.buffer)
+        held = self._unforwarded()
+        running = (job is not None and self.fast_sent) or any(
+            batch.forwarded for batch in self._jobs.values()
+        )
+        return held if running else held + len(self._client.buffer)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Client bytes taken and not yet forwarded: batches waiting for admission or behind
+        a running statement, and the part of a message still arriving."""
+        return self._unforwarded() + len(self._client.buffer)
+
+    def _unforwarded(self) -> int:
+        held = 0
         if self._fast_job is not None and not self.fast_sent:
             held += len(self._fast_data)
         for batch in self._queue:
@@ -556,6 +585,8 @@ class ProxySession:
         elif kind == pg.SYNC and batch.forwarded and batch.span is None:
             batch.outstanding += 1  # (a mixed batch expects its Sync's from its forwarding on)
             self._replies.append(batch)
+        if not batch.ready and batch.executes and batch.held_size > STREAM_AFTER:
+            batch.ready = True  # a long pipeline without a Sync: decide now, then stream it
         self._pump(out)
 
     def _server_judges(self, raw: bytes, out: list[Action]) -> None:
@@ -586,6 +617,7 @@ class ProxySession:
             out.append(SendToServer(raw))
         else:
             batch.held.append(raw)
+            batch.held_size += len(raw)
 
     def _track_names(self, kind: int, data: bytes, start: int, end: int) -> bool:
         """Note the names a Parse, Bind or Close (whose body is ``data[start:end]``) sets;

@@ -358,3 +358,120 @@ def test_a_closed_embedded_connection_is_freed_without_the_garbage_collector() -
     finally:
         gc.enable()
         e.close()
+
+
+def _ready_socket(port: int, user: str, dbname: str) -> socket.socket:
+    """A raw connection past its startup (trust authentication), ready for queries."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(startup_packet(user, dbname))
+    s.settimeout(10)
+    greeting = b""
+    while not greeting.endswith(b"Z\0\0\0\x05I"):
+        chunk = s.recv(4096)
+        assert chunk, f"closed during startup: {greeting!r}"
+        greeting += chunk
+    return s
+
+
+def _query_message(length: int) -> bytes:
+    """A Query of ``length`` bytes in all: ``select length('xx…')``."""
+    head = b"select length('"
+    tail = b"')\0"
+    fill = length - 5 - len(head) - len(tail)
+    body = head + b"x" * fill + tail
+    return b"Q" + struct.pack("!i", len(body) + 4) + body
+
+
+def _total_cap(port: int, user: str, dbname: str, books: Callable[[], tuple[int, int]]) -> None:
+    """Over the total, the client sending a large message with nothing in flight is refused
+    (53200) and others go on; the total comes back to 0."""
+    limit = 1 << 20
+    first = _query_message(800_000)
+    second = _query_message(2_000_000)
+    with _ready_socket(port, user, dbname) as a, _ready_socket(port, user, dbname) as b:
+        a.sendall(first[:700_000])
+        time.sleep(0.3)
+        b.settimeout(10)
+        with contextlib.suppress(OSError):  # (the proxy may close before all is sent)
+            b.sendall(second[:400_000])
+        refused = b""
+        with contextlib.suppress(OSError):
+            while chunk := b.recv(65536):
+                refused += chunk
+        assert b"53200" in refused and b"out of memory" in refused
+        a.sendall(first[700_000:])
+        answer = b""
+        while not answer.endswith(b"Z\0\0\0\x05I"):
+            chunk = a.recv(65536)
+            assert chunk, "the client that stayed under the total was closed"
+            answer += chunk
+        assert b"799" in answer  # length('xx…'): 800,000 less the message's frame and SQL
+        total, refused_count = books()
+        assert refused_count == 1 and total == 0 and limit
+
+
+def test_relay_refuses_a_large_message_over_the_total(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    proxy = make_proxy()
+    proxy.call(lambda: setattr(proxy.server.buffers, "limit", 1 << 20))
+
+    def books() -> tuple[int, int]:
+        time.sleep(0.2)
+        return proxy.call(lambda: (proxy.server.buffers.total, proxy.server.buffers.refused))
+
+    _total_cap(proxy.port, "postgres", "postgres", books)
+
+
+def test_embedded_refuses_a_large_message_over_the_total() -> None:
+    e = Embedded(Limits())
+    try:
+        e.call(lambda: setattr(e.server.buffers, "limit", 1 << 20))
+
+        def books() -> tuple[int, int]:
+            time.sleep(0.2)
+            return e.call(lambda: (e.server.buffers.total, e.server.buffers.refused))
+
+        _total_cap(e.port, "app", "app", books)
+    finally:
+        e.close()
+
+
+def test_relay_pauses_clients_over_the_total_and_serves_them_all(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    """Clients pipelining statements behind queued ones, together over the total: they are
+    paused, not refused, and every statement is answered once the queue moves."""
+    import threading
+
+    import psycopg
+
+    proxy = make_proxy(limits=Limits(mpl=1))
+    proxy.call(lambda: setattr(proxy.server.buffers, "limit", 1 << 20))
+    dsn = proxy.dsn_base + " user=postgres dbname=postgres"
+    results: list[object] = []
+    peak = [0]
+
+    def pipeline() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn, conn.pipeline():
+            cursors = [conn.execute("select length(%s)", ("z" * 500,)) for _ in range(1_500)]
+        results.append(all(c.fetchone() == (500,) for c in cursors))
+
+    with psycopg.connect(dsn, autocommit=True) as blocker:
+        started = threading.Thread(target=blocker.execute, args=("select pg_sleep(1.5)",))
+        started.start()
+        time.sleep(0.3)
+        clients = [threading.Thread(target=pipeline) for _ in range(3)]
+        for t in clients:
+            t.start()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            peak[0] = max(peak[0], proxy.call(lambda: proxy.server.buffers.total))
+            time.sleep(0.02)
+        for t in clients:
+            t.join(60)
+        started.join(10)
+    assert results == [True, True, True]
+    # reading pauses once over: what one read brings can pass the limit, no more
+    assert peak[0] <= (1 << 20) + 3 * 256 * 1024
+    assert proxy.call(lambda: (proxy.server.buffers.total, proxy.server.buffers.refused)) == (0, 0)

@@ -447,3 +447,28 @@ def test_a_function_call_is_answered_with_its_own_ready_for_query() -> None:
     (submit,) = s.client_data(call)
     assert s.granted(submit.job) == [SendToServer(call)]
     assert Release(submit.job) in s.server_data(m("V", struct.pack("!i", 4) + b"\0\0\0\1") + RFQ)
+
+
+def test_a_long_pipeline_without_a_sync_is_decided_on_and_streamed() -> None:
+    """A pipeline that syncs only at its end is admitted once it has sent STREAM_AFTER bytes,
+    then streams to the server message by message; its Sync ends it as usual."""
+    from proxy.wire.session import STREAM_AFTER
+
+    s = ready_session()
+    statement = parse("s1", "select $1::text") + bind("", "s1") + execute()
+    sent: list[object] = []
+    count = 0
+    while not any(isinstance(a, Submit) for a in sent):
+        sent.extend(s.client_data(statement))
+        count += 1
+        assert count * len(statement) <= STREAM_AFTER + len(statement)
+    assert s.held_bytes > STREAM_AFTER  # waiting for admission: all of it held so far
+    job = next(a for a in sent if isinstance(a, Submit)).job
+    granted = s.granted(job)
+    assert sum(len(a.data) for a in granted if isinstance(a, SendToServer)) > STREAM_AFTER
+    more = s.client_data(statement)  # admitted: straight through
+    assert [type(a) for a in more] == [SendToServer] * len(more) and more
+    assert s.held_bytes == 0
+    s.client_data(SYNC)
+    done = s.server_data(m("1") + m("2") + m("C", cstr("SELECT 1")) + RFQ)
+    assert any(isinstance(a, Release) and a.job == job for a in done)

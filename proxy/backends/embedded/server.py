@@ -29,7 +29,13 @@ from proxy.backends.embedded.auth import AuthenticationFailed, Exchange, Users
 from proxy.backends.embedded.executor import DuckDBBackend, Measurement, QueryError, Refused
 from proxy.backends.embedded.session import DuckDBSession
 from proxy.gate import AdmissionGate
-from proxy.server import Listener, startup_expired
+from proxy.server import (
+    ARRIVING_LIMIT,
+    MAX_BUFFERED,
+    BufferBudget,
+    Listener,
+    startup_expired,
+)
 from proxy.wire import protocol as pg
 from proxy.wire.framing import DEFAULT_MAX_MESSAGE
 from proxy.wire.frontend import (
@@ -78,6 +84,7 @@ class EmbeddedConnection(asyncio.Protocol):
         # INBOX_LIMIT bytes), and whether its socket takes more replies now
         self.inbox_bytes = 0
         self.reading_paused = False
+        self.buffer_reported = 0  # its bytes in server.buffers
         self.writable = asyncio.Event()
         self.writable.set()
         self.startup_timer: asyncio.TimerHandle | None = None
@@ -124,9 +131,6 @@ class EmbeddedConnection(asyncio.Protocol):
                     else:
                         self.inbox.put_nowait(event)
                         self.inbox_bytes += len(event.raw)
-                        if self.inbox_bytes > INBOX_LIMIT and not self.reading_paused:
-                            self.reading_paused = True  # the client sends faster than it is
-                            self.transport.pause_reading()  # served: stop reading it
                 elif isinstance(event, StartupMessage):
                     self._startup(event.parameters)
                 elif isinstance(event, EncryptionRequest):
@@ -145,12 +149,53 @@ class EmbeddedConnection(asyncio.Protocol):
                     return
         except pg.ProtocolViolation as e:
             self._fatal(pg.SQLSTATE_PROTOCOL_VIOLATION, f"protocol violation: {e}")
+            return
+        self._check_buffers()
+
+    def _check_buffers(self) -> None:
+        """Stop reading a client whose messages not yet handled pass INBOX_LIMIT bytes (it
+        sends faster than it is served), read it again below half of it; the same while all
+        clients' bytes are over the total (MAX_BUFFERED) — or, when its bytes are only a
+        large message still arriving, which pausing would never free, refuse it (53200)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        budget = self.server.buffers
+        inbox, arriving = self.inbox_bytes, len(self.core.buffer)
+        budget.report(self, inbox + arriving)
+        paused = inbox > INBOX_LIMIT or (self.reading_paused and inbox > INBOX_LIMIT // 2)
+        if budget.over and inbox + arriving:
+            if inbox:
+                paused = True  # handling its messages, or the total falling, reads it again
+                budget.pause(self)
+            elif arriving > ARRIVING_LIMIT:
+                budget.refused += 1
+                log.warning(
+                    "client refused: the proxy's buffers for all clients are over %d MB",
+                    budget.limit >> 20,
+                )
+                self._fatal(
+                    pg.SQLSTATE_OUT_OF_MEMORY,
+                    f"out of memory: the proxy's buffers for all clients hold "
+                    f"{budget.total / 2**20:.0f} MB (limit {budget.limit / 2**20:.0f} MB); a "
+                    f"message of which {arriving} bytes had arrived was refused",
+                )
+                return
+        if paused != self.reading_paused:
+            self.reading_paused = paused
+            if paused:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
+    def buffers_freed(self) -> None:
+        self._check_buffers()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.startup_timer is not None:
             self.startup_timer.cancel()
         self.writable.set()  # nothing waits for a socket that is gone
         self.inbox.put_nowait(None)
+        self.server.buffers.forget(self)
         self.server.connections.discard(self)
         self.server.by_key.pop(self.key, None)
         for job in list(self.waiting):  # a queued statement nobody will read: withdrawn
@@ -270,10 +315,8 @@ class EmbeddedConnection(asyncio.Protocol):
                 if frame is None:
                     break
                 self.inbox_bytes -= len(frame.raw)
-                if self.reading_paused and self.inbox_bytes <= INBOX_LIMIT // 2:
-                    self.reading_paused = False
-                    if self.transport is not None:
-                        self.transport.resume_reading()
+                if self.buffer_reported or self.reading_paused:
+                    self._check_buffers()
                 if not self.writable.is_set():
                     await self.writable.wait()
                 if not await self._handle(frame):
@@ -460,10 +503,12 @@ class EmbeddedServer(Listener):
         users: Users | None = None,
         tls: ssl.SSLContext | None = None,
         require_tls: bool = False,
+        max_buffered: int = MAX_BUFFERED,
     ) -> None:
         self.gate = gate
         self.backend = backend
         self.max_message = max_message
+        self.buffers = BufferBudget(max_buffered)
         self.users = users  # None: trust (only for clients of this machine; see ``serve``)
         self.tls = tls
         self.require_tls = require_tls  # clients from other hosts must use TLS

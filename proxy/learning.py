@@ -1,0 +1,112 @@
+"""The live proxy keeps its model current: ``admission.online`` on the event loop.
+
+``LiveModel`` registers an ``OnlineEstimator`` as an observer of the scheduler, and every
+``every`` seconds asks it for a model that follows what the statements measured; when there is
+one, the gate swaps it in (``set_model``: queued statements keep their place, the policy's
+scores are rebuilt, nothing pauses). With a model file it saves the model there atomically
+every ``save_every`` seconds when it changed, and once more on shutdown, so a restart resumes
+from what was learned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from admission.model import EtaModel
+from admission.online import OnlineEstimator
+from proxy.gate import AdmissionGate
+
+__all__ = ["REFRESH_EVERY", "SAVE_EVERY", "LiveModel"]
+
+log = logging.getLogger("admission.learning")
+
+REFRESH_EVERY = 2.0  # seconds between looks at the estimates
+SAVE_EVERY = 300.0  # seconds between saves of a changed model to its file
+
+
+class LiveModel:
+    def __init__(
+        self,
+        gate: AdmissionGate,
+        path: Path | None = None,
+        *,
+        every: float = REFRESH_EVERY,
+        save_every: float = SAVE_EVERY,
+        estimator: OnlineEstimator | None = None,
+    ) -> None:
+        self.gate = gate
+        self.path = path
+        self.every, self.save_every = every, save_every
+        self.estimator = estimator or OnlineEstimator()
+        gate.scheduler.observe(finishes=self.estimator.finished)
+        self.updates = 0  # models swapped in
+        self._dirty = False
+        self._saved_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.estimator.enabled
+
+    def start(self) -> None:
+        """Begin looking every ``every`` seconds (on the running loop)."""
+        loop = asyncio.get_running_loop()
+        self._saved_at = loop.time()
+        self._timer = loop.call_later(self.every, self._tick)
+
+    def stop(self) -> None:
+        """Stop looking; save once more if the model changed since the last save."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.save()
+
+    def refresh(self) -> bool:
+        """Swap in a model that follows the estimates if any moved enough; True if one was."""
+        if not self.estimator.enabled:
+            return False
+        model = self.estimator.refresh(self.gate.scheduler.model)
+        if model is None:
+            return False
+        self.gate.set_model(model)
+        self.updates += 1
+        self._dirty = True
+        return True
+
+    def reset(self, model: EtaModel | None = None) -> None:
+        """Start over: forget every sample, serve ``model`` (an empty one by default), learn."""
+        self.estimator.forget()
+        self.estimator.enabled = True
+        self.gate.set_model(model if model is not None else EtaModel())
+        self._dirty = True
+
+    def keep(self, model: EtaModel) -> None:
+        """Serve ``model`` as it is: stop learning (``reset`` starts again)."""
+        self.estimator.enabled = False
+        self.estimator.forget()
+        self.gate.set_model(model)
+
+    def save(self) -> None:
+        """Write the model to its file (atomically) if it changed since the last save."""
+        if self.path is None or not self._dirty:
+            return
+        try:
+            self.gate.scheduler.model.save(self.path)
+        except OSError as e:
+            log.warning("could not save the learned model to %s: %s", self.path, e)
+            return
+        self._dirty = False
+        log.info("learned model saved to %s", self.path)
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            self.refresh()
+            if loop.time() - self._saved_at >= self.save_every:
+                self._saved_at = loop.time()
+                self.save()
+        except Exception:  # a bad estimate must not stop the proxy, nor the learning
+            log.exception("learning from live statements failed")
+        self._timer = loop.call_later(self.every, self._tick)

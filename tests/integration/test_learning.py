@@ -1,0 +1,153 @@
+"""Learning while serving, through the real front ends: a class whose statements become five
+times slower is followed within 50 executions (its D_r within 20 % of what a client measures),
+on PostgreSQL and on the embedded DuckDB; and ``admission serve`` saves what it learned."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from admission import Limits
+from admission.model import EtaModel
+from proxy.learning import LiveModel
+from testing.embeddedharness import Embedded
+from testing.proxyharness import ProxyHarness
+
+FOLLOWS_WITHIN = 50  # executions after the change
+CLOSE = 0.20  # the estimate within this share of the service time clients see
+
+
+def _follow_drift(
+    conn: psycopg.Connection[Any],
+    call: Callable[[Callable[[], Any]], Any],
+    learning: LiveModel,
+    before: str,
+    after: str,
+) -> tuple[int, float, float]:
+    """Run ``before`` 32 times, then ``after`` until the class's D_r is within CLOSE of the
+    median time a client measures for ``after``: (executions of ``after``, D_r, that
+    median)."""
+    for _ in range(32):
+        conn.execute(before)
+    call(learning.refresh)
+    seen_by = learning.estimator.seen
+    fingerprint = max(seen_by, key=lambda fp: seen_by[fp])  # the class of ``before``
+
+    def estimate() -> float:
+        model = learning.gate.scheduler.model
+        (d,) = [c.D for c in model.classes if c.fingerprint == fingerprint]
+        return d
+
+    seen: list[float] = []
+    d = call(estimate)
+    for n in range(1, FOLLOWS_WITHIN + 1):
+        start = time.perf_counter()
+        conn.execute(after)
+        seen.append(time.perf_counter() - start)
+        call(learning.refresh)
+        d = call(estimate)
+        client = statistics.median(seen)
+        if abs(d - client) <= CLOSE * client:
+            return n, d, client
+    return FOLLOWS_WITHIN + 1, d, statistics.median(seen)
+
+
+def test_relay_follows_a_class_that_grows_five_times(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    proxy = make_proxy(policy="latency", limits=Limits(mpl=2))
+    learning = proxy.call(lambda: LiveModel(proxy.gate))
+    with psycopg.connect(
+        proxy.dsn_base + " user=postgres dbname=postgres", autocommit=True
+    ) as conn:
+        n, estimate, client = _follow_drift(
+            conn, proxy.call, learning, "select pg_sleep(0.02)", "select pg_sleep(0.1)"
+        )
+    print(f"relay: followed after {n} executions: D_r {estimate:.3f} s, clients {client:.3f} s")
+    assert n <= FOLLOWS_WITHIN, f"D_r {estimate:.3f} s, clients see {client:.3f} s"
+    assert estimate > 4 * 0.02  # it moved with the class, not by a hair
+
+
+def test_embedded_follows_a_class_that_grows_five_times() -> None:
+    e = Embedded(Limits(mpl=2), policy="latency")
+    try:
+        learning = e.call(lambda: LiveModel(e.server.gate))
+        with e.connect() as conn:
+            conn.execute("select count(*) from range(4000000)")  # warm
+            n, estimate, client = _follow_drift(
+                conn,
+                e.call,
+                learning,
+                "select sum(i) from range(4000000) t(i)",
+                "select sum(i) from range(20000000) t(i)",
+            )
+        print(
+            f"embedded: followed after {n} executions: D_r {estimate:.3f} s, clients {client:.3f} s"
+        )
+        assert n <= FOLLOWS_WITHIN, f"D_r {estimate:.3f} s, clients see {client:.3f} s"
+    finally:
+        e.close()
+
+
+def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
+    """``admission serve --model FILE`` where FILE does not exist yet: it serves, learns the
+    classes it sees, and writes them to FILE on shutdown."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    path = tmp_path / "learned.json"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("admission")),
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--model",
+            str(path),
+            "--policy",
+            "latency",
+            "--mpl",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = psycopg.connect(
+                    f"host=127.0.0.1 port={port} user=app dbname=app", autocommit=True
+                )
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail(f"serve did not start: {proc.stdout.read() if proc.stdout else ''}")
+                time.sleep(0.2)
+        with conn:
+            for _ in range(12):
+                conn.execute("select sum(i) from range(200000) t(i)")
+                conn.execute("select 1 + 1")
+        time.sleep(2.5)  # one look at the estimates (every 2 s)
+        assert not path.exists()  # saved every few minutes and on shutdown, not at once
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, out
+    model = EtaModel.load(path)
+    live = [c for c in model.classes if c.live]
+    assert len(live) == 2, out
+    assert os.path.getsize(path) > 0

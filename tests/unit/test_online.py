@@ -1,0 +1,149 @@
+"""Learning D_r while serving (admission.online): estimates, calibration, drift, noise."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from admission import ClassProfile, EtaModel, Limits, Scheduler
+from admission.online import OnlineEstimator, median_interval
+
+
+def _serve(s: Scheduler, est: OnlineEstimator, fingerprint: str, service: float, n: int) -> None:
+    """``n`` statements of a class, one at a time, each taking ``service`` seconds."""
+    now = s._now if s._now > 0 else 0.0  # (the scheduler's clock; tests only)
+    for _ in range(n):
+        job = f"{fingerprint}-{now}"
+        s.submit(job, fingerprint, now)
+        now += service
+        s.complete(job, now)
+
+
+def _scheduler(model: EtaModel | None = None) -> tuple[Scheduler, OnlineEstimator]:
+    s = Scheduler(model, "latency", Limits(mpl=2))
+    est = OnlineEstimator()
+    s.observe(finishes=est.finished)
+    return s, est
+
+
+def test_median_interval_holds_the_median() -> None:
+    values = [float(v) for v in range(1, 33)]
+    median, low, high = median_interval(values)
+    assert median == 16.5 and low < median < high
+    assert (low, high) == (11.0, 22.0)  # ranks 16 ∓ 5.5, as order statistics
+    assert median_interval([2.0]) == (2.0, 2.0, 2.0)
+
+
+def test_a_proxy_without_a_model_learns_each_class() -> None:
+    s, est = _scheduler()
+    _serve(s, est, "fp:short", 0.01, 4)
+    assert est.refresh(s.model) is None  # fewer than min_samples
+    _serve(s, est, "fp:short", 0.01, 4)
+    _serve(s, est, "fp:long", 0.5, 8)
+    model = est.refresh(s.model)
+    assert model is not None
+    by = {c.fingerprint: c for c in model.classes}
+    assert by["fp:short"].D == pytest.approx(0.01) and by["fp:short"].live == 8
+    assert by["fp:long"].D == pytest.approx(0.5)
+    assert by["fp:long"].D_low is not None and by["fp:long"].D_high is not None
+    s.set_model(model, 100.0)  # the latency policy now puts the short class first
+    assert est.refresh(s.model) is None  # nothing moved since
+
+
+def test_noise_within_the_change_threshold_keeps_the_model() -> None:
+    s, est = _scheduler()
+    _serve(s, est, "fp:a", 0.10, 8)
+    model = est.refresh(s.model)
+    assert model is not None
+    s.set_model(model, 100.0)
+    rng = random.Random(1)
+    for _ in range(32):
+        _serve(s, est, "fp:a", 0.10 * rng.uniform(0.9, 1.1), 1)
+    assert est.refresh(s.model) is None
+
+
+def test_a_class_that_grows_five_times_is_followed_within_fifty_statements() -> None:
+    s, est = _scheduler()
+    _serve(s, est, "fp:a", 0.02, 32)
+    s.set_model(est.refresh(s.model) or s.model, 100.0)
+    for n in range(1, 51):
+        _serve(s, est, "fp:a", 0.10, 1)
+        model = est.refresh(s.model)
+        if model is not None:
+            s.set_model(model, s._now)
+        if abs(s.model.classes[0].D - 0.10) <= 0.2 * 0.10:
+            break
+    assert n <= 50 and n == 17  # the median of 32 crosses over at the 17th
+    assert s.model.classes[0].D == pytest.approx(0.10)
+
+
+def _trained(fingerprint: str, name: str, d: float) -> ClassProfile:
+    return ClassProfile(fingerprint=fingerprint, name=name, D=d, f=1, D_runs=10, count=10)
+
+
+def test_live_times_are_put_in_the_trained_units() -> None:
+    """Statements run 1.5× slower live than alone (contention): trained classes keep their
+    D_r, and a class first seen live gets its time in trained units, not 1.5× too long."""
+    model = EtaModel(
+        classes=(
+            _trained("fp:a", "A", 0.02),
+            _trained("fp:b", "B", 0.10),
+            _trained("fp:c", "C", 0.40),
+        )
+    )
+    s, est = _scheduler(model)
+    for fp, d in (("fp:a", 0.02), ("fp:b", 0.10), ("fp:c", 0.40), ("fp:new", 0.20)):
+        _serve(s, est, fp, 1.5 * d, 8)
+    assert est.scale(s.model) == pytest.approx(1 / 1.5)
+    new = est.refresh(s.model)
+    assert new is not None
+    by = {c.fingerprint: c for c in new.classes}
+    assert [by[f].D for f in ("fp:a", "fp:b", "fp:c")] == [0.02, 0.10, 0.40]  # kept
+    assert by["fp:new"].D == pytest.approx(0.20) and by["fp:new"].live == 8
+
+
+def test_one_trained_class_drifting_does_not_move_the_others() -> None:
+    model = EtaModel(
+        classes=(
+            _trained("fp:a", "A", 0.02),
+            _trained("fp:b", "B", 0.10),
+            _trained("fp:c", "C", 0.40),
+        )
+    )
+    s, est = _scheduler(model)
+    _serve(s, est, "fp:a", 0.02, 8)
+    _serve(s, est, "fp:b", 0.10, 8)
+    _serve(s, est, "fp:c", 2.0, 8)  # its table grew five times
+    new = est.refresh(s.model)
+    assert new is not None
+    by = {c.fingerprint: c for c in new.classes}
+    assert (by["fp:a"].D, by["fp:b"].D) == (0.02, 0.10)
+    assert by["fp:c"].D == pytest.approx(2.0) and by["fp:c"].live == 8
+
+
+def test_only_statements_that_ran_count() -> None:
+    s, est = _scheduler()
+    s.set_limits(Limits(mpl=1), 0.0)
+    s.submit("run", "fp:a", 0.0)
+    s.submit("waits", "fp:a", 0.0)
+    s.cancel("waits", 1.0)  # cancelled while queued: no service time
+    s.submit("bypass", "fp:a", 1.0, bypass=True)
+    s.complete("bypass", 1.5)  # session control: not a sample
+    s.complete("run", 2.0)
+    assert list(est.samples["fp:a"]) == [2.0]
+    est.enabled = False
+    s.submit("off", "fp:a", 3.0)
+    s.complete("off", 4.0)
+    assert list(est.samples["fp:a"]) == [2.0]
+
+
+def test_a_class_not_measured_yet_follows_the_median_of_the_measured() -> None:
+    s, est = _scheduler()
+    _serve(s, est, "fp:rare", 0.05, 2)  # seen, but fewer than min_samples
+    for fp, d in (("fp:a", 0.01), ("fp:b", 0.02), ("fp:c", 0.5)):
+        _serve(s, est, fp, d, 8)
+    model = est.refresh(s.model)
+    assert model is not None
+    rare = next(c for c in model.classes if c.fingerprint == "fp:rare")
+    assert rare.D == pytest.approx(0.02) and rare.live == 0  # not the empty model's 1 s
