@@ -14,7 +14,8 @@ moved enough to matter:
   classes with enough live samples, the live medians are put in the trained units: multiplied
   by the median, over those classes, of trained D_r / live median. That factor also absorbs a
   machine that became slower or faster as a whole; one class drifting does not move it (a
-  median), and with no trained class it is 1;
+  median of at least three: with fewer trained classes it is 1, and every estimate is in live
+  units);
 - a class takes a live estimate once it has ``min_samples`` statements: at once if it never
   had a measured D_r (a class first seen live, or any class of a proxy started without a
   model), else only when the estimate differs from its D_r by more than ``change`` (so noise
@@ -41,6 +42,9 @@ __all__ = ["CHANGE", "MIN_SAMPLES", "WINDOW", "OnlineEstimator", "median_interva
 WINDOW = 32  # service times kept per class: a drifted class's median follows in 17
 MIN_SAMPLES = 5  # statements before a class's live estimate is used
 CHANGE = 0.25  # relative change of an estimate that makes a new model
+# trained classes with live samples needed to put live times in trained units: with fewer, one
+# drifting class would move the scale with it (and with it every other class's estimate)
+CALIBRATE_WITH = 3
 
 
 def median_interval(values: list[float]) -> tuple[float, float, float]:
@@ -100,7 +104,7 @@ class OnlineEstimator:
                 live = statistics.median(times)
                 if live > 0:
                     ratios.append(c.D / live)
-        return statistics.median(ratios) if ratios else 1.0
+        return statistics.median(ratios) if len(ratios) >= CALIBRATE_WITH else 1.0
 
     def refresh(self, model: EtaModel) -> EtaModel | None:
         """``model`` with the live estimates of the classes whose estimate moved enough (see

@@ -7,6 +7,7 @@
 - ``GET /eta?policy=`` — the η matrix a policy uses now
 - ``PUT /policy`` ``{"policy": "sept"}``, ``PUT /limits`` ``{"mpl": 8, …}`` — change at run time
 - ``POST /model/reload`` — read the model file again (a broken file leaves the old model)
+- ``POST /model/reset[?class=NAME]`` — forget what was learned live, of one class or of all
 - ``GET /metrics`` — Prometheus: queue-wait and response-time histograms per class, counters of
   admitted, completed, cancelled and timed-out statements, capacity in use
 - ``GET /recent`` — the last 500 completed statements: class, queue wait, response time
@@ -43,6 +44,7 @@ from admission.model import ClassProfile, EtaModel, ModelError
 from admission.policies import POLICIES
 from admission.scheduler import Job, JobState, Limits, Scheduler
 from proxy.gate import AdmissionGate
+from proxy.learning import LiveModel
 
 __all__ = ["AdminMetrics", "create_app"]
 
@@ -253,11 +255,12 @@ def create_app(
     *,
     model_path: Path | None = None,
     token: str | None = None,
+    learning: LiveModel | None = None,
 ) -> FastAPI:
     app = FastAPI(title="admission", version="1", summary="Admission control for the proxy")
     guard = [Depends(_authorizer(token))]
-    _add_views(app, gate, metrics, guard)
-    _add_controls(app, gate, guard, model_path)
+    _add_views(app, gate, metrics, guard, learning)
+    _add_controls(app, gate, guard, model_path, learning)
 
     @app.get("/metrics", dependencies=guard)
     async def prometheus() -> Response:
@@ -291,7 +294,7 @@ def _limits_json(limits: Limits) -> dict[str, Any]:
     }
 
 
-def _status(gate: AdmissionGate) -> dict[str, Any]:
+def _status(gate: AdmissionGate, learning: LiveModel | None = None) -> dict[str, Any]:
     """``GET /status``, also the answer to a change of policy or limits."""
     scheduler = gate.scheduler
     return {
@@ -309,6 +312,13 @@ def _status(gate: AdmissionGate) -> dict[str, Any]:
         "timed_out": gate.stats.timed_out,
         "cancelled": gate.stats.cancelled,
         "aged": scheduler.stats.aged,
+        "learning": None
+        if learning is None
+        else {
+            "enabled": learning.enabled,
+            "models_swapped_in": learning.updates,
+            "classes_learned_live": sum(1 for c in scheduler.model.classes if c.live),
+        },
     }
 
 
@@ -342,13 +352,19 @@ def _class_view(profile: ClassProfile, tally: _Tally) -> dict[str, Any]:
     }
 
 
-def _add_views(app: FastAPI, gate: AdmissionGate, metrics: AdminMetrics, guard: list[Any]) -> None:
+def _add_views(
+    app: FastAPI,
+    gate: AdmissionGate,
+    metrics: AdminMetrics,
+    guard: list[Any],
+    learning: LiveModel | None,
+) -> None:
     """The routes that only read: status, classes, recent statements, the dashboard, η."""
     scheduler = gate.scheduler
 
     @app.get("/status", dependencies=guard)
     async def status() -> dict[str, Any]:
-        return _status(gate)
+        return _status(gate, learning)
 
     @app.get("/classes", dependencies=guard)
     async def classes() -> list[dict[str, Any]]:
@@ -385,9 +401,13 @@ def _add_views(app: FastAPI, gate: AdmissionGate, metrics: AdminMetrics, guard: 
 
 
 def _add_controls(
-    app: FastAPI, gate: AdmissionGate, guard: list[Any], model_path: Path | None
+    app: FastAPI,
+    gate: AdmissionGate,
+    guard: list[Any],
+    model_path: Path | None,
+    learning: LiveModel | None,
 ) -> None:
-    """The routes that steer the running proxy: policy, limits, model reload."""
+    """The routes that steer the running proxy: policy, limits, model reload and reset."""
 
     @app.put("/policy", dependencies=guard)
     async def set_policy(change: PolicyChange) -> dict[str, Any]:
@@ -396,7 +416,7 @@ def _add_controls(
                 422, f"unknown policy {change.policy!r}; choose from {', '.join(POLICIES)}"
             )
         gate.set_policy(change.policy)
-        return _status(gate)
+        return _status(gate, learning)
 
     @app.put("/limits", dependencies=guard)
     async def set_limits(change: LimitsChange) -> dict[str, Any]:
@@ -410,7 +430,7 @@ def _add_controls(
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         gate.set_limits(limits)
-        return _status(gate)
+        return _status(gate, learning)
 
     @app.post("/model/reload", dependencies=guard)
     async def reload_model() -> dict[str, Any]:
@@ -422,3 +442,41 @@ def _add_controls(
             raise HTTPException(422, f"the model was not reloaded: {e}") from None
         gate.set_model(model)
         return {"reloaded": str(model_path), "classes": len(model.classes)}
+
+    @app.post("/model/reset", dependencies=guard)
+    async def reset_model(
+        query_class: Annotated[str | None, Query(alias="class")] = None,
+    ) -> dict[str, Any]:
+        """Forget what was learned live: of one class (by name or fingerprint), which goes
+        back to its trained profile (or the default one), or of all — the proxy then serves
+        the model file as it is on disk, or, without one, starts from nothing."""
+        if learning is None:
+            raise HTTPException(409, "the proxy is not learning (--no-learn); nothing to reset")
+        on_disk: EtaModel | None = None
+        if model_path is not None and model_path.exists():
+            try:
+                on_disk = EtaModel.load(model_path)
+            except ModelError as e:
+                raise HTTPException(422, f"the model was not reset: {e}") from None
+        if query_class is None:
+            learning.reset(on_disk)
+            return _status(gate, learning)
+        current = gate.scheduler.model
+        index = next(
+            (i for i, c in enumerate(current.classes) if query_class in (c.name, c.fingerprint)),
+            None,
+        )
+        if index is None:
+            raise HTTPException(404, f"no class {query_class!r}")
+        old = current.classes[index]
+        learning.estimator.forget(old.fingerprint)
+        trained = {c.fingerprint: c for c in on_disk.classes} if on_disk else {}
+        back = trained.get(old.fingerprint)
+        if back is None:
+            d = current.default_profile()
+            back = old.model_copy(
+                update={"D": d.D, "D_low": None, "D_high": None, "live": 0, "converged": None}
+            )
+        classes = (*current.classes[:index], back, *current.classes[index + 1 :])
+        gate.set_model(current.model_copy(update={"classes": classes, "eta": {}}))
+        return _status(gate, learning)

@@ -171,7 +171,7 @@ async def serve(
         server.learning.start()
     admin = None
     if config.admin_host is not None:
-        admin = await start_admin(server.gate, metrics, config)
+        admin = await start_admin(server.gate, metrics, config, server.learning)
     log.info(
         "listening host=%s port=%s backend=%s policy=%s mpl=%s threads=%s classes=%s",
         config.listen_host,
@@ -236,7 +236,10 @@ class AdminServer:
 
 
 async def start_admin(
-    gate: AdmissionGate, metrics: AdminMetrics, config: ProxyConfig
+    gate: AdmissionGate,
+    metrics: AdminMetrics,
+    config: ProxyConfig,
+    learning: LiveModel | None = None,
 ) -> AdminServer:
     from proxy.admin import create_app
 
@@ -246,7 +249,13 @@ async def start_admin(
             f"the admin API on {host} needs a token (--admin-token): it can change "
             "the policy and the limits"
         )
-    app = create_app(gate, metrics, model_path=config.model_path, token=config.admin_token)
+    app = create_app(
+        gate,
+        metrics,
+        model_path=config.model_path,
+        token=config.admin_token,
+        learning=learning,
+    )
     admin = AdminServer(app, host, config.admin_port)
     await admin.start()
     log.info("admin API listening host=%s port=%s", host, config.admin_port)

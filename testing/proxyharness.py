@@ -20,6 +20,7 @@ from admission import EtaModel, Event, Limits, Scheduler
 from proxy.admin import AdminMetrics, create_app
 from proxy.app import AdminServer
 from proxy.gate import AdmissionGate
+from proxy.learning import LiveModel
 from proxy.server import BackendAddress, ProxyServer
 from testing.pgcluster import free_port
 
@@ -40,6 +41,7 @@ class ProxyHarness:
         admin: bool = False,
         admin_token: str | None = None,
         model_path: Path | None = None,
+        learn: bool = False,
     ) -> None:
         self.events: list[Event] = []
         self.errors: list[dict[str, Any]] = []
@@ -55,11 +57,19 @@ class ProxyHarness:
         self.thread.start()
         self.call(lambda: self.server.start("127.0.0.1", 0))
         self.port = self.server.port
+        # learning from live statements, refreshed when a test calls learning.refresh
+        self.learning = LiveModel(self.gate, model_path) if learn else None
         self.admin: AdminServer | None = None
         self.admin_url = ""
         if admin:
             port = free_port()
-            app = create_app(self.gate, self.metrics, model_path=model_path, token=admin_token)
+            app = create_app(
+                self.gate,
+                self.metrics,
+                model_path=model_path,
+                token=admin_token,
+                learning=self.learning,
+            )
             self.admin = AdminServer(app, "127.0.0.1", port)
             self.call(self.admin.start)
             self.admin_url = f"http://127.0.0.1:{port}"

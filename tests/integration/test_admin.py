@@ -239,3 +239,42 @@ def test_metrics_count_every_statement_once_and_bucket_its_times() -> None:
     assert value("admission_in_service") == 1 and value("admission_queued") == 1
     assert metrics.tallies()["A"].submitted == 5  # 3 done, 1 cancelled, 1 waiting
     assert [r[1] for r in metrics.recent] == ["B", "A", "B", "A", "B", "A", "C"]
+
+
+def test_learning_in_status_and_reset(make_proxy: MakeProxy, tmp_path: Path) -> None:
+    """What was learned live shows in /status and /classes; /model/reset forgets it, for one
+    class (back to the file's profile) or for all."""
+    import psycopg
+
+    path = tmp_path / "model.json"
+    trained = EtaModel(classes=(ClassProfile(fingerprint="hint:a", name="a", D=5, f=1),))
+    trained.save(path)
+    proxy = make_proxy(admin=True, model=trained, model_path=path, learn=True)
+    learning = proxy.learning
+    assert learning is not None
+    with psycopg.connect(proxy.dsn_base + " user=postgres dbname=postgres", autocommit=True) as c:
+        for _ in range(6):
+            c.execute("select pg_sleep(0.01)")
+            c.execute("/* admission:class=a */ select 1")
+    assert proxy.call(learning.refresh)
+    status = httpx.get(f"{proxy.admin_url}/status").json()
+    assert status["learning"]["enabled"] and status["learning"]["classes_learned_live"] >= 1
+    classes = {c["name"]: c["profile"] for c in httpx.get(f"{proxy.admin_url}/classes").json()}
+    (sleep,) = [n for n in classes if n != "a" and classes[n]["live"]]
+    assert classes[sleep]["live"] == 6 and 0.005 < classes[sleep]["D"] < 0.5
+    one = httpx.post(f"{proxy.admin_url}/model/reset", params={"class": sleep})
+    assert one.status_code == 200
+    classes = {c["name"]: c["profile"] for c in httpx.get(f"{proxy.admin_url}/classes").json()}
+    assert classes[sleep]["live"] == 0
+    assert httpx.post(f"{proxy.admin_url}/model/reset", params={"class": "nope"}).status_code == 404
+    everything = httpx.post(f"{proxy.admin_url}/model/reset").json()
+    # the file's model again; a class seen live stays known, on the default profile
+    assert everything["learning"]["classes_learned_live"] == 0 and everything["classes"] == 2
+    classes = {c["name"]: c["profile"] for c in httpx.get(f"{proxy.admin_url}/classes").json()}
+    assert classes["a"]["D"] == 5 and classes[sleep]["live"] == 0
+
+
+def test_reset_without_learning(make_proxy: MakeProxy) -> None:
+    proxy = make_proxy(admin=True)
+    response = httpx.post(f"{proxy.admin_url}/model/reset")
+    assert response.status_code == 409 and "--no-learn" in response.json()["detail"]
