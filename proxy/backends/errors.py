@@ -34,6 +34,8 @@ def sqlstate_for(error: BaseException) -> str:
             return "42P01"  # undefined_table
         if "Function" in message:
             return "42883"  # undefined_function
+    if "duplicate key" in message:  # a key checked at COMMIT fails the commit itself
+        return "23505"  # unique_violation
     if isinstance(error, duckdb.ConstraintException) and "NOT NULL" in message:
         return "23502"
     if isinstance(error, duckdb.BinderException) and "column" not in message.lower():

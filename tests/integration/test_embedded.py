@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from admission import Limits
 from proxy.backends.embedded import Measurement
 from proxy.wire import protocol as pg
+from testing import fuzz
 from testing.embeddedharness import Embedded
 
 
@@ -271,6 +272,50 @@ def test_errors_carry_sqlstates(embedded: Embedded) -> None:
             await conn.close()
 
     asyncio.run(run())
+
+
+def test_a_failed_commit_ends_the_transaction_as_in_postgresql(embedded: Embedded) -> None:
+    # DuckDB checks a primary key at commit between two transactions: the second COMMIT fails
+    # and DuckDB ends its transaction. The session must say so (idle, as PostgreSQL after a
+    # failed COMMIT), not stay "in a failed transaction" that no ROLLBACK could leave.
+    with embedded.connect() as a, embedded.connect() as b:
+        a.execute("begin")
+        b.execute("begin")
+        a.execute("insert into items (id, name) values (20, 'one')")
+        b.execute("insert into items (id, name) values (20, 'two')")
+        a.execute("commit")
+        with pytest.raises(psycopg.errors.UniqueViolation, match="duplicate key"):
+            b.execute("commit")
+        assert b.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert b.execute("select name from items where id = 20").fetchone() == ("one",)
+        b.execute("begin")
+        b.execute("insert into items (id, name) values (21, 'three')")
+        b.execute("commit")
+        assert b.execute("select count(*) from items where id >= 20").fetchone() == (2,)
+
+
+def test_a_cancel_that_lands_on_begin_leaves_the_session_usable(embedded: Embedded) -> None:
+    # A CancelRequest sent right behind a pipelined BEGIN interrupts it now and then after
+    # DuckDB started (and aborted) its transaction: the client hears 57014 and has no
+    # transaction, so DuckDB must have none either — else every statement after it failed
+    # with 25P02 and the session's ROLLBACK, answered as "no transaction in progress", never
+    # reached DuckDB (one case in five of these hung so).
+    steps = (
+        fuzz.query("begin"),
+        fuzz.query("create temp table if not exists t (a int)"),
+        fuzz.query("insert into t values (1)"),
+        fuzz.query("commit"),
+        fuzz.Cancel(),
+    )
+    ends = []
+    for seed in range(30):
+        case = fuzz.Case(seed, fuzz.startup_packet("app", "app"), steps, ())
+        transcript = asyncio.run(
+            fuzz.run_case("127.0.0.1", embedded.port, case, timeout=10, exact=False)
+        )
+        # answered: the sentinel after the cancel came back
+        ends.append(f"{transcript.end}: {' '.join(transcript.replies)}")
+    assert [e for e in ends if not e.startswith("answered")] == []
 
 
 def test_cancel_interrupts_a_running_duckdb_query(embedded: Embedded) -> None:

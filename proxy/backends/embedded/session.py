@@ -60,6 +60,22 @@ _LOCAL_HEAD = re.compile(r"\s*(?:show|set|savepoint|release|rollback)\b", re.I)
 _DRIVER = "DRIVER:"  # statement kind of a driver's catalog query answered here
 
 
+_ENDS_TRANSACTION = re.compile(r"\s*(?:commit|end|rollback|abort)\b", re.I)
+_NO_TRANSACTION = "no transaction is active"
+
+
+def _end_transaction(cursor: duckdb.DuckDBPyConnection) -> None:
+    """Roll back whatever transaction DuckDB holds for this session, if any. A statement
+    that fails where the client has no transaction open must leave none open: a BEGIN
+    interrupted by a CancelRequest can have started DuckDB's transaction and then aborted it,
+    and every statement after it would fail until a ROLLBACK the client has no reason to send
+    (and that this session, seeing no transaction, would answer itself)."""
+    try:
+        cursor.execute("rollback")
+    except duckdb.Error:
+        pass  # none was open: the usual case
+
+
 def _protocol_violation(text: str) -> QueryError:
     return QueryError(pg.SQLSTATE_PROTOCOL_VIOLATION, text)
 
@@ -255,6 +271,18 @@ class DuckDBSession:
                 formats,
                 backend.profile and bool(self.observers),
             )
+        except QueryError as e:
+            self.running = False  # (a CancelRequest must not interrupt the clean-up)
+            ends = kind == "TRANSACTION" and _ENDS_TRANSACTION.match(query) is not None
+            if self.status == b"I" or ends:
+                await loop.run_in_executor(backend.pool, _end_transaction, self.cursor)
+                had = self.status
+                self.status = b"I"  # a failed COMMIT ends the transaction, as in PostgreSQL
+                if had != b"I" and _NO_TRANSACTION in str(e):
+                    # DuckDB had already ended it (an interrupted COMMIT, say): the client's
+                    # ROLLBACK or COMMIT finds nothing left to end, and succeeds
+                    return Result([], [], "ROLLBACK", [])
+            raise
         finally:
             self.running = False
         self._track_transaction(result.tag)
