@@ -15,6 +15,11 @@ repetition, interleaved in a new order and on the same arrivals,
   default profile and the proxy learns D_r from its statements as they complete
   (``admission.online``, ``proxy.learning``, what ``admission serve`` does by default).
 
+ρ is computed as one server would see it: at MPL 2 on two cores the embedded DuckDB completes
+more than 1/Σ p_r D_r statements a second (``benchmarks.overload`` measured 14.7–15.6/s for
+this mix at SF 1, against 8.3/s for ρ = 1), so a ``--load`` above 1 is how to get near
+saturation, where admission has something to decide.
+
 Only statements that arrive after ``--warmup`` seconds are measured, so the learning run is
 judged after that much load. Printed: each contender's mean and p99 response time; the
 reduction of the mean against the baseline, paired by repetition, for the trained model and

@@ -20,6 +20,7 @@ which the session goes on, never by ending the connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import struct
 from collections.abc import Callable, Sequence
@@ -70,10 +71,8 @@ def _end_transaction(cursor: duckdb.DuckDBPyConnection) -> None:
     interrupted by a CancelRequest can have started DuckDB's transaction and then aborted it,
     and every statement after it would fail until a ROLLBACK the client has no reason to send
     (and that this session, seeing no transaction, would answer itself)."""
-    try:
+    with contextlib.suppress(duckdb.Error):  # none was open: the usual case
         cursor.execute("rollback")
-    except duckdb.Error:
-        pass  # none was open: the usual case
 
 
 def _protocol_violation(text: str) -> QueryError:
