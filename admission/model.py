@@ -92,6 +92,18 @@ class ClassProfile(Profile):
         description="statements the live estimate of D follows (0: D is training's or the "
         "default profile's)",
     )
+    D_trained: float | None = Field(
+        default=None,
+        ge=0,
+        description="D as training measured it, kept once a live estimate replaced it (the "
+        "scale live times are put in, and what a reset goes back to)",
+    )
+    cost: float | None = Field(
+        default=None,
+        ge=0,
+        description="the database's own estimate of a statement's cost (EXPLAIN): until the "
+        "class is measured, D is the known classes' D per unit of cost times this",
+    )
 
     @model_validator(mode="after")
     def _phases_match_fork_size(self) -> ClassProfile:

@@ -19,9 +19,13 @@ moved enough to matter:
 - a class takes a live estimate once it has ``min_samples`` statements: at once if it never
   had a measured D_r (a class first seen live, or any class of a proxy started without a
   model), else only when the estimate differs from its D_r by more than ``change`` (so noise
-  does not churn the model, and a drifted class follows within half a window). Until then a
-  class never measured has the median of the measured classes' D_r (the default profile as it
-  is now, not the arbitrary one of an empty model).
+  does not churn the model, and a drifted class follows within half a window);
+- until then a class never measured starts from a *prior*. With the database's own cost
+  estimate of its statements (``planned``: EXPLAIN's, which the driver asks for) and at least
+  ``CALIBRATE_WITH`` measured classes with one too, the prior is its cost times the median,
+  over those classes, of D_r per unit of cost — the planner's scale turned into seconds by what
+  the known classes measured. Otherwise it is the median of the measured classes' D_r (the
+  default profile as it is now, not the arbitrary one of an empty model).
 
 The classes it changes carry ``live`` (the samples behind the estimate) and the interval, so
 the policies treat classes whose intervals overlap as tied, as they do trained ones. Nothing
@@ -34,10 +38,19 @@ import math
 import statistics
 from collections import deque
 
+from admission import stats
 from admission.model import ClassProfile, EtaModel
 from admission.scheduler import Job, JobState
 
-__all__ = ["CHANGE", "MIN_SAMPLES", "WINDOW", "OnlineEstimator", "median_interval"]
+__all__ = [
+    "CHANGE",
+    "MIN_SAMPLES",
+    "WINDOW",
+    "OnlineEstimator",
+    "forget_learned",
+    "median_interval",
+    "trained_demand",
+]
 
 WINDOW = 32  # service times kept per class: a drifted class's median follows in 17
 MIN_SAMPLES = 5  # statements before a class's live estimate is used
@@ -48,14 +61,12 @@ CALIBRATE_WITH = 3
 
 
 def median_interval(values: list[float]) -> tuple[float, float, float]:
-    """The median of ``values`` and its distribution-free 95 % interval (order statistics
-    n/2 ∓ 1.96·√n/2, clamped to the sample)."""
-    ordered = sorted(values)
-    n = len(ordered)
-    half = 1.96 * math.sqrt(n) / 2
-    low = ordered[max(0, math.floor(n / 2 - half))]
-    high = ordered[min(n - 1, math.ceil(n / 2 + half) - 1)]
-    return statistics.median(ordered), low, high
+    """The median of ``values`` and its distribution-free 95 % interval
+    (``admission.stats.median_interval``; [min, max] for fewer than 6 values, which covers
+    less than 95 %)."""
+    interval = stats.median_interval(values)
+    low, high = interval if interval is not None else (min(values), max(values))
+    return statistics.median(values), low, high
 
 
 class OnlineEstimator:
@@ -70,6 +81,7 @@ class OnlineEstimator:
         self.enabled = True
         self.samples: dict[str, deque[float]] = {}
         self.seen: dict[str, int] = {}  # statements measured per class, all time
+        self.costs: dict[str, float] = {}  # the planner's cost estimate per class
         self.refreshes = 0  # models made
 
     def finished(self, job: Job, now: float) -> None:
@@ -86,6 +98,30 @@ class OnlineEstimator:
         times.append(now - admitted)
         self.seen[fingerprint] = self.seen.get(fingerprint, 0) + 1
 
+    def planned(self, fingerprint: str, cost: float) -> None:
+        """The database's cost estimate of a statement of this class (see ``prior``)."""
+        if cost > 0 and math.isfinite(cost):
+            self.costs[fingerprint] = cost
+
+    def prior(self, classes: list[ClassProfile]) -> dict[str, float]:
+        """D_r of the classes never measured that have a cost estimate: cost times the median
+        D_r per unit of cost of the measured classes with one (none with fewer than
+        ``CALIBRATE_WITH`` of those)."""
+        per_cost = []
+        for c in classes:
+            cost = self.costs.get(c.fingerprint, c.cost)
+            if cost and _measured(c):
+                per_cost.append(c.D / cost)
+        if len(per_cost) < CALIBRATE_WITH:
+            return {}
+        scale = statistics.median(per_cost)
+        out = {}
+        for c in classes:
+            cost = self.costs.get(c.fingerprint, c.cost)
+            if cost and not _measured(c):
+                out[c.fingerprint] = scale * cost
+        return out
+
     def forget(self, fingerprint: str | None = None) -> None:
         """Drop the samples of one class, or of all."""
         if fingerprint is None:
@@ -96,14 +132,17 @@ class OnlineEstimator:
             self.seen.pop(fingerprint, None)
 
     def scale(self, model: EtaModel) -> float:
-        """Trained D_r per second of live service time (1 without trained classes to tell)."""
+        """Trained D_r per second of live service time (1 without trained classes to tell).
+        A class keeps the D_r training measured (``trained_demand``) when a live estimate
+        replaces it, so the classes that calibrate are the same after every refresh."""
         ratios = []
         for c in model.classes:
             times = self.samples.get(c.fingerprint)
-            if _trained(c) and times is not None and len(times) >= self.min_samples:
+            trained = trained_demand(c)
+            if trained is not None and times is not None and len(times) >= self.min_samples:
                 live = statistics.median(times)
                 if live > 0:
-                    ratios.append(c.D / live)
+                    ratios.append(trained / live)
         return statistics.median(ratios) if len(ratios) >= CALIBRATE_WITH else 1.0
 
     def refresh(self, model: EtaModel) -> EtaModel | None:
@@ -118,8 +157,7 @@ class OnlineEstimator:
                 continue
             median, low, high = median_interval(list(times))
             estimate = scale * median
-            measured = _trained(c) or c.live > 0
-            if measured and abs(estimate - c.D) <= self.change * max(c.D, 1e-9):
+            if _measured(c) and abs(estimate - c.D) <= self.change * max(c.D, 1e-9):
                 continue
             classes[i] = c.model_copy(
                 update={
@@ -128,20 +166,29 @@ class OnlineEstimator:
                     "D_high": scale * high,
                     "live": self.seen.get(c.fingerprint, len(times)),
                     "converged": None,
+                    "D_trained": trained_demand(c),
                 }
             )
             changed = True
-        # classes not measured yet (too few statements) follow the default profile as it is
-        # now — the median of the measured classes — not as it was when they were first seen
-        # (on an empty model, an arbitrary 1 s)
-        known = [c.D for c in classes if _trained(c) or c.live > 0]
+        # classes not measured yet (too few statements) start from their prior: what their
+        # cost estimate says, or the default profile as it is now — the median of the
+        # measured classes — not as it was when they were first seen (on an empty model, an
+        # arbitrary 1 s)
+        for i, c in enumerate(classes):
+            cost = self.costs.get(c.fingerprint)
+            if cost is not None and c.cost != cost:
+                classes[i] = c.model_copy(update={"cost": cost})
+                changed = True
+        priors = self.prior(classes)
+        known = [c.D for c in classes if _measured(c)]
         if known:
             default = statistics.median(known)
             for i, c in enumerate(classes):
-                if _trained(c) or c.live > 0:
+                if _measured(c):
                     continue
-                if abs(c.D - default) > self.change * default:
-                    classes[i] = c.model_copy(update={"D": default, "D_low": None, "D_high": None})
+                start = priors.get(c.fingerprint, default)
+                if abs(c.D - start) > self.change * start:
+                    classes[i] = c.model_copy(update={"D": start, "D_low": None, "D_high": None})
                     changed = True
         if not changed:
             return None
@@ -149,6 +196,29 @@ class OnlineEstimator:
         return model.model_copy(update={"classes": tuple(classes), "eta": {}})
 
 
-def _trained(c: ClassProfile) -> bool:
-    """Whether D_r came from training (isolation runs or measured executions), not live."""
-    return c.live == 0 and (c.D_runs > 0 or c.count > 0)
+def trained_demand(c: ClassProfile) -> float | None:
+    """The D_r training measured for the class (isolation runs or measured executions), also
+    once a live estimate replaced it; None for a class training never saw."""
+    if c.D_trained is not None:
+        return c.D_trained
+    return c.D if c.live == 0 and (c.D_runs > 0 or c.count > 0) else None
+
+
+def _measured(c: ClassProfile) -> bool:
+    """Whether D_r was measured (in training or live), not a prior."""
+    return c.live > 0 or trained_demand(c) is not None
+
+
+def forget_learned(model: EtaModel) -> EtaModel:
+    """``model`` as training left it: every class that took a live estimate goes back to its
+    trained D_r, or, never trained, to the default profile of the trained classes."""
+    clean = {"D_low": None, "D_high": None, "live": 0, "D_trained": None, "converged": None}
+    classes = [
+        c.model_copy(update={**clean, "D": c.D_trained})
+        if c.live and c.D_trained is not None
+        else c
+        for c in model.classes
+    ]
+    default = EtaModel(classes=tuple(c for c in classes if c.live == 0)).default_profile()
+    classes = [c.model_copy(update={**clean, "D": default.D}) if c.live else c for c in classes]
+    return model.model_copy(update={"classes": tuple(classes), "eta": {}})

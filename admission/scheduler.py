@@ -37,7 +37,8 @@ are admitted at once and counted against capacity. A job whose fork size exceeds
 budget is admitted when the budget is entirely free, and holds all of it.
 
 Classes. A fingerprint not in the model is learned as a class of its own, with the default
-profile, until ``max_classes`` classes are known; shapes beyond that share one class, OTHER.
+profile, until ``max_classes`` classes beyond the model's were learned; shapes beyond that share
+one class, OTHER.
 
 Preconditions: ``now`` never decreases between calls; job ids are unique among live jobs.
 Nothing here reads a clock or does I/O: the proxy and the simulator both drive this object.
@@ -248,6 +249,7 @@ class Scheduler:
         # something other than a submit to an already non-empty class happens.
         self._blocked_until = _NEVER
         self._busy_since = _NEVER  # when the queue last went from empty to non-empty
+        self._learned = 0  # classes learned live, beyond the model's (what max_classes caps)
         for c in self.model.classes:
             self._add_class_state(c.fingerprint, c.name, c.f)
         self._compile()
@@ -513,9 +515,11 @@ class Scheduler:
         """Reload: the new model's classes first, then any class only seen live."""
         self._advance(now)
         known = model.index()
+        self._learned = 0  # the new model's classes are its own; those only seen live stay so
         for st in self._classes:
             if st.fingerprint not in known:
                 model = model.with_class(st.fingerprint, st.name)
+                self._learned += 1
         self.model = model
         by_fp = self._by_fp
         self._classes = []
@@ -551,12 +555,13 @@ class Scheduler:
 
     def _learn_class(self, fingerprint: str, name: str | None, sample_sql: str) -> _ClassState:
         cap = self.max_classes
-        if cap is not None and len(self._classes) >= cap and fingerprint != OTHER:
+        if cap is not None and self._learned >= cap and fingerprint != OTHER:
             other = self._by_fp.get(OTHER)  # (not remembered per shape: that would grow too)
             self.stats.over_cap += 1
             return other or self._learn_class(OTHER, OTHER, "")
         self.model = self.model.with_class(fingerprint, name or fingerprint, sample_sql)
         self.stats.unknown_classes += 1
+        self._learned += 1
         st = self._add_class_state(fingerprint, name or fingerprint, self.model.classes[-1].f)
         self._compile()
         return st

@@ -126,7 +126,9 @@ def bench(
         str,
         typer.Option(
             help="Comma-separated: none, fcfs, sept, min-q, min-a, max-u, max-p, …; POLICY@N "
-            "runs that policy at MPL N (fcfs@1,fcfs@2,fcfs@4: pools of each size)."
+            "runs that policy at MPL N (fcfs@1,fcfs@2,fcfs@4: pools of each size); "
+            "POLICY@auto tunes the MPL while it runs (as serve --mpl auto), from --mpl or the "
+            "cores; POLICY+learn starts from no model and learns D_r while it runs."
         ),
     ] = ",".join(("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p")),
     repetitions: Annotated[int, typer.Option(help="Repetitions of every policy.", min=1)] = 3,

@@ -58,6 +58,25 @@ def recommended_mpl(model: EtaModel) -> int:
     return max(1, model.cores)
 
 
+AUTO = "auto"
+
+
+def parse_mpl(value: str | None) -> tuple[int | None, bool]:
+    """An --mpl value: a whole number ≥ 0 (0 = unlimited), or "auto" (tuned while serving).
+    Returns the number (None for auto or not given) and whether it is tuned."""
+    if value is None:
+        return None, False
+    if value.strip().lower() == AUTO:
+        return None, True
+    try:
+        number = int(value)
+    except ValueError:
+        raise fail(f"--mpl takes a whole number or 'auto', not {value!r}") from None
+    if number < 0:
+        raise fail(f"--mpl must be 0 (unlimited) or more, not {number}")
+    return number, False
+
+
 def limits(
     mpl: int,
     threads: int,
@@ -85,6 +104,11 @@ def resolve_lifo_after(lifo_after: float | None, queue_timeout: float | None) ->
     shed by a timeout, never left to starve); 0 turns it off."""
     if lifo_after is None:
         return queue_timeout or None
+    if lifo_after and not queue_timeout:
+        raise fail(
+            "--lifo-after needs --queue-timeout: once the newest go first, only the timeout "
+            "admits or sheds the oldest, which would otherwise wait for ever"
+        )
     return lifo_after or None
 
 

@@ -29,6 +29,7 @@ from cli.options import (
     env,
     fail,
     limits,
+    parse_mpl,
     progress_printer,
     recommended_mpl,
 )
@@ -101,14 +102,16 @@ def serve(
         ),
     ] = True,
     mpl: Annotated[
-        int | None,
+        str | None,
         typer.Option(
-            help="Multiprogramming limit: statements in service at once (0 = unlimited). "
+            help="Multiprogramming limit: statements in service at once (0 = unlimited), or "
+            "'auto': tuned while serving to the lowest MPL whose throughput is within 5% of "
+            "the best measured (starting from the default below; see /status → mpl_auto). "
             "Default: with --model, the cores the model was trained on (what the benchmarks "
             "recommend; a model file still to be learned: this machine's cores); without, "
             "unlimited.",
             envvar=env("mpl"),
-            min=0,
+            metavar="N|auto",
         ),
     ] = None,
     threads: ThreadsOption = 0,
@@ -276,13 +279,16 @@ def serve(
                 f"{model}: the model file does not exist, and its directory does not either "
                 "(the proxy would learn a model but could not save it)"
             )
-        if mpl is None:
+        number, auto_mpl = parse_mpl(mpl)
+        if number is None:
             if loaded is not None:
-                mpl = recommended_mpl(loaded)
-            else:  # learning from nothing into --model: this machine's cores
-                mpl = (os.cpu_count() or 1) if model is not None else 0
+                number = recommended_mpl(loaded)
+            elif model is not None or auto_mpl:  # learning from nothing: this machine's cores
+                number = os.cpu_count() or 1
+            else:
+                number = 0
         admission_limits = limits(
-            mpl, threads, backfill, max_wait, queue_timeout, due_factor, lifo_after
+            number, threads, backfill, max_wait, queue_timeout, due_factor, lifo_after
         )
         prepare, dataset = _tpch(tpch)
         config = ProxyConfig(
@@ -294,6 +300,7 @@ def serve(
             model_path=model,
             learn=learn,
             limits=admission_limits,
+            auto_mpl=auto_mpl,
             max_queue=max_queue,
             max_classes=max_classes,
             max_message=max_message,

@@ -35,6 +35,7 @@ from cli.options import (
     fail,
     float_list,
     out,
+    parse_mpl,
     policy_list,
     resolve_lifo_after,
 )
@@ -76,8 +77,14 @@ def simulate(
         int, typer.Option(help="N_fcr: thread budget (0 = unlimited).", envvar=env("fcr"), min=0)
     ] = 100,
     mpl: Annotated[
-        int, typer.Option(help="Multiprogramming limit (0 = unlimited).", envvar=env("mpl"), min=0)
-    ] = 0,
+        str,
+        typer.Option(
+            help="Multiprogramming limit (0 = unlimited), or 'auto': tuned as the run goes (as "
+            "serve --mpl auto), from the cores.",
+            envvar=env("mpl"),
+            metavar="N|auto",
+        ),
+    ] = "0",
     think: Annotated[
         float, typer.Option(help="Mean exponential think time Z.", envvar=env("think"), min=0)
     ] = 5.0,
@@ -189,6 +196,7 @@ def simulate(
     chosen = policy_list(policies)
     if arrival_rate is not None and load is not None:
         raise fail("give --arrival-rate or --load, not both")
+    mpl_number, mpl_auto = parse_mpl(mpl)
     try:
         work, shares, mix_name, trained = _workload(workload, mix, model, mix_vector)
         rate = arrival_rate
@@ -202,7 +210,8 @@ def simulate(
             mix=shares,
             think=think,
             fcr=fcr or None,
-            mpl=mpl or None,
+            mpl=mpl_number or None,
+            mpl_auto=mpl_auto,
             backfill=backfill,
             max_wait=max_wait,
             queue_timeout=queue_timeout,
@@ -342,12 +351,18 @@ def _print_study(study: StudyResult) -> None:
     )
     out.print(
         f"[bold]{study.workload}[/] mix {study.mix}: {network} M={cfg.cores} "
-        f"N_fcr={cfg.fcr or '∞'} MPL={cfg.mpl or '∞'} routing={cfg.routing} "
+        f"N_fcr={cfg.fcr or '∞'} MPL={_mpl_text(cfg)} routing={cfg.routing} "
         f"service={cfg.service}, {study.replications} replications × {cfg.completions} "
         "completions; ± is a 95% CI"
     )
     out.print(_class_table(study))
     out.print(_policy_table(study))
+
+
+def _mpl_text(cfg: SimConfig) -> str:
+    if cfg.mpl_auto:
+        return f"auto (from {cfg.mpl or cfg.cores})"
+    return str(cfg.mpl or "∞")
 
 
 def _class_table(study: StudyResult) -> Table:
@@ -385,6 +400,9 @@ def _policy_table(study: StudyResult) -> Table:
         "timed out",
     ):
         table.add_column(col, justify="right")
+    tuned = study.config.mpl_auto
+    if tuned:
+        table.add_column("MPL held", justify="right")
     for name, s in study.policies.items():
         table.add_row(
             name,
@@ -395,5 +413,6 @@ def _policy_table(study: StudyResult) -> Table:
             str(s.weighted_slowdown),
             str(s.aged),
             str(s.timed_out),
+            *([str(s.mpl_mean)] if tuned else []),
         )
     return table

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import random
 import statistics
 import threading
@@ -63,10 +64,12 @@ __all__ = [
     "BenchConfig",
     "BenchResult",
     "learns",
+    "mean_mpl",
     "paired_change",
     "paired_changes",
     "parse_policy",
     "run_bench",
+    "tunes_mpl",
     "verdict",
 ]
 
@@ -83,6 +86,7 @@ Progress = Callable[[str], None]
 
 
 LEARN = "+learn"  # a policy spec's suffix: start from no model and learn D_r while it runs
+AUTO = "auto"  # POLICY@auto: the MPL tuned while it runs
 
 
 def learns(spec: str) -> bool:
@@ -90,9 +94,19 @@ def learns(spec: str) -> bool:
     return spec.strip().endswith(LEARN)
 
 
+def tunes_mpl(spec: str) -> bool:
+    """Whether a run of ``spec`` (``latency@auto``) tunes its MPL while it runs (``--mpl
+    auto``), starting from the configured MPL (or this machine's cores)."""
+    spec = spec.strip()
+    if learns(spec):
+        spec = spec[: -len(LEARN)]
+    return spec.partition("@")[2].strip().lower() == AUTO
+
+
 def parse_policy(spec: str) -> tuple[str, int | None]:
-    """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2); "none" takes no MPL. A
-    ``+learn`` suffix (see ``learns``) is allowed on any but none."""
+    """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2; ``fcfs@auto``: tuned, see
+    ``tunes_mpl``, the MPL returned is None); "none" takes no MPL. A ``+learn`` suffix (see
+    ``learns``) is allowed on any but none."""
     spec = spec.strip()
     if learns(spec):
         spec = spec[: -len(LEARN)]
@@ -106,6 +120,8 @@ def parse_policy(spec: str) -> tuple[str, int | None]:
         return name, None
     if name == "none":
         raise ValueError("none is no admission control: it takes no MPL")
+    if mpl.strip().lower() == AUTO:
+        return name, None
     try:
         value = int(mpl)
     except ValueError:
@@ -193,6 +209,7 @@ class Run:
     aged: int
     timed_out: int
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, queued, running)
+    mpls: list[tuple[float, int]] = field(default_factory=list)  # (t, MPL) of a tuned run
 
 
 @dataclass
@@ -286,10 +303,13 @@ def _finite(value: Any) -> Any:
 
 
 def _limits(config: BenchConfig, policy: str) -> Limits:
-    """A run's limits: none has none; POLICY@N runs at MPL N; others at the configured ones."""
+    """A run's limits: none has none; POLICY@N runs at MPL N; POLICY@auto starts from the
+    configured MPL, or this machine's cores; others run at the configured ones."""
     name, mpl = parse_policy(policy)
     if name == "none":
         return Limits()
+    if tunes_mpl(policy):
+        mpl = config.limits.mpl or os.cpu_count() or 1
     return config.limits if mpl is None else dataclasses.replace(config.limits, mpl=mpl)
 
 
@@ -324,9 +344,10 @@ def run_bench(
         model=model,
         progress=progress,
         learn=any(learns(p) for p in config.policies),
+        auto_mpl=any(tunes_mpl(p) for p in config.policies),
     )
     proxy, conninfo = target.proxy, target.conninfo
-    learning = proxy.server.learning
+    learning, auto_mpl = proxy.server.learning, proxy.server.auto_mpl
     traced, traced_demands = _traced(trace, model) if trace is not None else (None, {})
     try:
         gate = proxy.gate
@@ -344,6 +365,11 @@ def run_bench(
                         proxy.call(learning.reset)
                     else:
                         proxy.call(functools.partial(learning.keep, model))
+                if auto_mpl is not None:  # tuned runs start afresh; others keep their MPL
+                    if tunes_mpl(policy):
+                        proxy.call(auto_mpl.resume)
+                    else:
+                        proxy.call(auto_mpl.pause)
                 before = (gate.scheduler.stats.aged, gate.stats.timed_out)
                 progress(f"repetition {rep + 1}/{config.repetitions}: {policy}")
                 sampler = _QueueSampler(proxy, gate)
@@ -381,6 +407,7 @@ def run_bench(
                         after[0] - before[0],
                         after[1] - before[1],
                         [(t - origin, q, n) for t, q, n in timeline],
+                        [(t - origin, m) for t, m in sampler.mpls] if tunes_mpl(policy) else [],
                     )
                 )
                 if learned is not None and learns(policy):
@@ -463,22 +490,25 @@ class _QueueSampler:
 
     def __init__(self, proxy: Any, gate: Any) -> None:
         self.samples: list[tuple[float, int, int]] = []
+        self.mpls: list[tuple[float, int]] = []  # (t, MPL in force), 0 for none
         self._done = threading.Event()
         self._proxy, self._gate = proxy, gate
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _read(self) -> tuple[int, int]:
+    def _read(self) -> tuple[int, int, int]:
         scheduler = self._gate.scheduler
-        return scheduler.queued, scheduler.running
+        return scheduler.queued, scheduler.running, scheduler.limits.mpl or 0
 
     def _run(self) -> None:
         while not self._done.wait(SAMPLE_EVERY):
             try:
-                queued, running = self._proxy.call(self._read)
+                queued, running, mpl = self._proxy.call(self._read)
             except Exception:  # the proxy is closing
                 return
-            self.samples.append((time.monotonic(), queued, running))
+            now = time.monotonic()
+            self.samples.append((now, queued, running))
+            self.mpls.append((now, mpl))
 
     def stop(self) -> list[tuple[float, int, int]]:
         self._done.set()
@@ -674,12 +704,31 @@ def _repetition(run: Run, config: BenchConfig) -> dict[str, Any]:
     """One run's own numbers, for the JSON (paired comparisons, drift between repetitions)."""
     w = _window(run, config)
     times = [r for _, r in w.responses]
-    return {
+    out: dict[str, Any] = {
         "repetition": run.repetition,
         "throughput": sum(w.completions.values()) / w.length,
         "mean_response": statistics.fmean(times) if times else float("nan"),
         "p99_response": float(np.percentile(times, 99)) if times else float("nan"),
     }
+    if run.mpls:  # a tuned run: where its MPL went
+        out["mpl_path"] = _mpl_path(run.mpls)
+        out["mpl_mean"] = mean_mpl(run.mpls, config.warmup_seconds)
+    return out
+
+
+def _mpl_path(mpls: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
+    """(seconds into the run, MPL) at the start and at every change."""
+    path: list[tuple[float, int]] = []
+    for t, m in mpls:
+        if not path or path[-1][1] != m:
+            path.append((round(t, 1), m))
+    return path
+
+
+def mean_mpl(mpls: Sequence[tuple[float, int]], since: float = 0.0) -> float:
+    """The MPL a tuned run held on average (over equally spaced samples) after ``since``."""
+    held = [m for t, m in mpls if t >= since]
+    return statistics.fmean(held) if held else float("nan")
 
 
 def _repetition_mean(result: BenchResult, policy: str, rep: int) -> float:

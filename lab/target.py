@@ -54,6 +54,7 @@ def open_target(
     limits: Limits | None = None,
     progress: Progress = _quiet,
     learn: bool = False,
+    auto_mpl: bool = False,
 ) -> Target:
     """``backend``: "duckdb" (embedded, in memory) or postgresql://HOST:PORT/DB, into which
     TPC-H is loaded first (loading is idempotent). ``learn``: the proxy keeps its model current
@@ -67,6 +68,7 @@ def open_target(
             model=model,
             limits=limits or Limits(),
             learn=learn,
+            auto_mpl=auto_mpl,
         )
         proxy = BackgroundProxy(config, progress)
         return Target(proxy, proxy.conninfo())
@@ -75,7 +77,12 @@ def open_target(
     with psycopg.connect(backend) as conn:
         load_postgres(conn, data, scale_factor, progress=progress)
     config = ProxyConfig(
-        backend=address, listen_port=0, model=model, limits=limits or Limits(), learn=learn
+        backend=address,
+        listen_port=0,
+        model=model,
+        limits=limits or Limits(),
+        learn=learn,
+        auto_mpl=auto_mpl,
     )
     proxy = BackgroundProxy(config, progress)
     user, dbname = url_identity(backend)

@@ -21,13 +21,15 @@ It listens on loopback by default; bound to any other address it requires a bear
 
 from __future__ import annotations
 
+import math
 import secrets
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, Response
@@ -41,8 +43,10 @@ from prometheus_client.core import (
 from pydantic import BaseModel, Field
 
 from admission.model import ClassProfile, EtaModel, ModelError
+from admission.online import forget_learned
 from admission.policies import POLICIES
 from admission.scheduler import Job, JobState, Limits, Scheduler
+from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel
 
@@ -224,6 +228,11 @@ class AdminMetrics:
             ("admission_in_service", "Statements in service", s.in_service if s else 0),
             ("admission_threads_in_use", "Thread budget in use", s.threads_in_use if s else 0),
             ("admission_queued", "Statements waiting", s.queued if s else 0),
+            (
+                "admission_mpl",
+                "Multiprogramming limit in force (0: unlimited)",
+                (s.limits.mpl or 0) if s else 0,
+            ),
         )
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=float(value))
@@ -238,15 +247,16 @@ class PolicyChange(BaseModel):
 
 
 class LimitsChange(BaseModel):
-    """Fields left out keep their value; 0 for mpl or threads means unlimited."""
+    """Fields left out keep their value; 0 for mpl or threads means unlimited; "auto" for mpl
+    tunes it (a proxy started with ``--mpl auto``), a number stops the tuning."""
 
-    mpl: int | None = Field(default=None, ge=0)
+    mpl: Annotated[int, Field(ge=0)] | Literal["auto"] | None = None
     threads: int | None = Field(default=None, ge=0)
     backfill: bool | None = None
     max_wait: float | None = Field(default=None, ge=0)
     queue_timeout: float | None = Field(default=None, ge=0)
     due_factor: float | None = Field(default=None, ge=0)  # 0: the latency policy never ages
-    lifo_after: float | None = Field(default=None, ge=0)  # null: never newest-first
+    lifo_after: float | None = Field(default=None, ge=0)  # 0 or null: never newest-first
 
 
 def create_app(
@@ -256,11 +266,13 @@ def create_app(
     model_path: Path | None = None,
     token: str | None = None,
     learning: LiveModel | None = None,
+    auto_mpl: AutoMpl | None = None,
 ) -> FastAPI:
     app = FastAPI(title="admission", version="1", summary="Admission control for the proxy")
     guard = [Depends(_authorizer(token))]
-    _add_views(app, gate, metrics, guard, learning)
-    _add_controls(app, gate, guard, model_path, learning)
+    tuners = _Tuners(learning, auto_mpl)
+    _add_views(app, gate, metrics, guard, tuners)
+    _add_controls(app, gate, guard, model_path, tuners)
 
     @app.get("/metrics", dependencies=guard)
     async def prometheus() -> Response:
@@ -294,9 +306,42 @@ def _limits_json(limits: Limits) -> dict[str, Any]:
     }
 
 
-def _status(gate: AdmissionGate, learning: LiveModel | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Tuners:
+    """What keeps the running proxy tuned, when it was started so: the live model
+    (``proxy.learning``) and the adaptive MPL (``proxy.autompl``)."""
+
+    learning: LiveModel | None = None
+    auto_mpl: AutoMpl | None = None
+
+
+def _auto_mpl_json(auto: AutoMpl | None) -> dict[str, Any] | None:
+    if auto is None:
+        return None
+    controller = auto.controller
+    return {
+        "enabled": auto.enabled,
+        "mpl": controller.mpl,
+        "changes": controller.changes,
+        "reason": controller.reason,
+        "bounds": [controller.low, controller.high],
+        "throughput_by_mpl": [
+            {
+                "mpl": e.mpl,
+                "work_per_second": e.mean,
+                "stderr": None if math.isnan(e.stderr) else e.stderr,
+                "samples": e.samples,
+                "age_seconds": e.age,
+            }
+            for e in controller.estimates()
+        ],
+    }
+
+
+def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
     """``GET /status``, also the answer to a change of policy or limits."""
     scheduler = gate.scheduler
+    learning = tuners.learning
     return {
         "policy": scheduler.policy.name,
         "limits": _limits_json(scheduler.limits),
@@ -319,6 +364,7 @@ def _status(gate: AdmissionGate, learning: LiveModel | None = None) -> dict[str,
             "models_swapped_in": learning.updates,
             "classes_learned_live": sum(1 for c in scheduler.model.classes if c.live),
         },
+        "mpl_auto": _auto_mpl_json(tuners.auto_mpl),
     }
 
 
@@ -357,14 +403,14 @@ def _add_views(
     gate: AdmissionGate,
     metrics: AdminMetrics,
     guard: list[Any],
-    learning: LiveModel | None,
+    tuners: _Tuners,
 ) -> None:
     """The routes that only read: status, classes, recent statements, the dashboard, η."""
     scheduler = gate.scheduler
 
     @app.get("/status", dependencies=guard)
     async def status() -> dict[str, Any]:
-        return _status(gate, learning)
+        return _status(gate, tuners)
 
     @app.get("/classes", dependencies=guard)
     async def classes() -> list[dict[str, Any]]:
@@ -405,9 +451,10 @@ def _add_controls(
     gate: AdmissionGate,
     guard: list[Any],
     model_path: Path | None,
-    learning: LiveModel | None,
+    tuners: _Tuners,
 ) -> None:
     """The routes that steer the running proxy: policy, limits, model reload and reset."""
+    learning, auto_mpl = tuners.learning, tuners.auto_mpl
 
     @app.put("/policy", dependencies=guard)
     async def set_policy(change: PolicyChange) -> dict[str, Any]:
@@ -416,21 +463,36 @@ def _add_controls(
                 422, f"unknown policy {change.policy!r}; choose from {', '.join(POLICIES)}"
             )
         gate.set_policy(change.policy)
-        return _status(gate, learning)
+        return _status(gate, tuners)
 
     @app.put("/limits", dependencies=guard)
     async def set_limits(change: LimitsChange) -> dict[str, Any]:
         current = _limits_json(gate.scheduler.limits)
-        for key in change.model_fields_set:
+        tune = change.mpl == "auto"
+        if tune and auto_mpl is None:
+            raise HTTPException(
+                409, 'the proxy was started without --mpl auto; it cannot tune "mpl"'
+            )
+        for key in change.model_fields_set - ({"mpl"} if tune else set()):
             value = getattr(change, key)
-            zero_is_none = key in ("mpl", "threads", "due_factor")
+            zero_is_none = key in ("mpl", "threads", "due_factor", "lifo_after")
             current[key] = (value or None) if zero_is_none else value
         try:
             limits = Limits(**current)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
+        if limits.lifo_after is not None and limits.queue_timeout is None:
+            raise HTTPException(
+                422,
+                "lifo_after needs a queue_timeout: once the newest go first, only the timeout "
+                "admits or sheds the oldest, which would otherwise wait for ever",
+            )
         gate.set_limits(limits)
-        return _status(gate, learning)
+        if auto_mpl is not None and tune:
+            auto_mpl.resume()
+        elif auto_mpl is not None and "mpl" in change.model_fields_set:
+            auto_mpl.pause()  # a number set by hand: it stays
+        return _status(gate, tuners)
 
     @app.post("/model/reload", dependencies=guard)
     async def reload_model() -> dict[str, Any]:
@@ -448,8 +510,9 @@ def _add_controls(
         query_class: Annotated[str | None, Query(alias="class")] = None,
     ) -> dict[str, Any]:
         """Forget what was learned live: of one class (by name or fingerprint), which goes
-        back to its trained profile (or the default one), or of all — the proxy then serves
-        the model file as it is on disk, or, without one, starts from nothing."""
+        back to the D_r training measured (or the default profile), or of all — the proxy
+        then serves the model file with every learned estimate taken out again, or, without
+        one, starts from nothing. What is reset is saved to the file like anything learned."""
         if learning is None:
             raise HTTPException(409, "the proxy is not learning (--no-learn); nothing to reset")
         on_disk: EtaModel | None = None
@@ -459,8 +522,8 @@ def _add_controls(
             except ModelError as e:
                 raise HTTPException(422, f"the model was not reset: {e}") from None
         if query_class is None:
-            learning.reset(on_disk)
-            return _status(gate, learning)
+            learning.reset(forget_learned(on_disk) if on_disk is not None else None)
+            return _status(gate, tuners)
         current = gate.scheduler.model
         index = next(
             (i for i, c in enumerate(current.classes) if query_class in (c.name, c.fingerprint)),
@@ -470,13 +533,9 @@ def _add_controls(
             raise HTTPException(404, f"no class {query_class!r}")
         old = current.classes[index]
         learning.estimator.forget(old.fingerprint)
-        trained = {c.fingerprint: c for c in on_disk.classes} if on_disk else {}
-        back = trained.get(old.fingerprint)
-        if back is None:
-            d = current.default_profile()
-            back = old.model_copy(
-                update={"D": d.D, "D_low": None, "D_high": None, "live": 0, "converged": None}
-            )
+        (back,) = forget_learned(current.model_copy(update={"classes": (old,)})).classes
+        if old.live and old.D_trained is None:  # never trained: the default profile of now
+            back = back.model_copy(update={"D": current.default_profile().D})
         classes = (*current.classes[:index], back, *current.classes[index + 1 :])
-        gate.set_model(current.model_copy(update={"classes": classes, "eta": {}}))
-        return _status(gate, learning)
+        learning.swap(current.model_copy(update={"classes": classes, "eta": {}}))
+        return _status(gate, tuners)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import ssl
 from collections.abc import Callable, Iterator
@@ -18,14 +19,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from admission.model import EtaModel
+from admission.mpl import MplController
 from admission.scheduler import MAX_CLASSES, Limits, Scheduler
 from proxy.admin import AdminMetrics
+from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
-from proxy.learning import LiveModel
+from proxy.learning import LiveModel, Planner
 from proxy.server import MAX_BUFFERED, BackendAddress, Listener, ProxyServer
 
 if TYPE_CHECKING:
     import duckdb
+
+    from proxy.backends.embedded import EmbeddedServer
 
 Progress = Callable[[str], None]
 # Fills the embedded backend's DuckDB connection before the proxy accepts clients.
@@ -49,6 +54,7 @@ class ProxyConfig:
     model_path: Path | None = None
     learn: bool = False  # keep the model current from live statements (proxy.learning)
     limits: Limits = field(default_factory=Limits)
+    auto_mpl: bool = False  # tune the MPL while serving, from limits.mpl (proxy.autompl)
     max_queue: int | None = 10_000
     max_classes: int | None = MAX_CLASSES  # statement shapes learned live, at most
     max_message: int = 256 * 1024 * 1024
@@ -70,6 +76,7 @@ class ProxyConfig:
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+MPL_HIGH = 64  # --mpl auto in front of PostgreSQL: the highest MPL it tries
 
 
 def check_exposure(config: ProxyConfig, users: object | None) -> None:
@@ -111,8 +118,10 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
     metrics = AdminMetrics(scheduler)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
     listener: Listener
+    planner: Planner | None = None  # what a class not yet measured may cost (for a prior)
     if config.backend is None:
-        listener = embedded_server(config, gate, progress)
+        embedded = embedded_server(config, gate, progress)
+        listener, planner = embedded, embedded.backend.plan_cost
     else:
         check_exposure(config, None)
         tls = tls_context(config)
@@ -125,11 +134,16 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         )
     listener.startup_timeout = config.startup_timeout
     if config.learn:
-        listener.learning = LiveModel(gate, config.model_path)
+        listener.learning = LiveModel(gate, config.model_path, planner=planner)
+    if config.auto_mpl:
+        start = config.limits.mpl or os.cpu_count() or 1
+        # embedded: more statements in service than worker threads would only queue there
+        high = config.workers if config.backend is None else MPL_HIGH
+        listener.auto_mpl = AutoMpl(gate, MplController(start, high=max(high, start)))
     return listener, metrics
 
 
-def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress) -> Listener:
+def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress) -> EmbeddedServer:
     from proxy.backends.embedded import DuckDBBackend, EmbeddedServer, Lockdown, Users
 
     users = Users.configured(config.users_file)
@@ -169,16 +183,18 @@ async def serve(
     await server.start(config.listen_host, config.listen_port)
     if server.learning is not None:
         server.learning.start()
+    if server.auto_mpl is not None:
+        server.auto_mpl.start()
     admin = None
     if config.admin_host is not None:
-        admin = await start_admin(server.gate, metrics, config, server.learning)
+        admin = await start_admin(server.gate, metrics, config, server.learning, server.auto_mpl)
     log.info(
         "listening host=%s port=%s backend=%s policy=%s mpl=%s threads=%s classes=%s",
         config.listen_host,
         server.port,
         describe_backend(config),
         config.policy,
-        config.limits.mpl,
+        f"auto (from {config.limits.mpl})" if config.auto_mpl else config.limits.mpl,
         config.limits.threads,
         len(config.model.classes) if config.model else 0,
     )
@@ -198,6 +214,8 @@ async def serve(
     if admin is not None:
         await admin.stop()
     await server.close()
+    if server.auto_mpl is not None:
+        server.auto_mpl.stop()
     if server.learning is not None:
         server.learning.stop()
 
@@ -240,6 +258,7 @@ async def start_admin(
     metrics: AdminMetrics,
     config: ProxyConfig,
     learning: LiveModel | None = None,
+    auto_mpl: AutoMpl | None = None,
 ) -> AdminServer:
     from proxy.admin import create_app
 
@@ -255,6 +274,7 @@ async def start_admin(
         model_path=config.model_path,
         token=config.admin_token,
         learning=learning,
+        auto_mpl=auto_mpl,
     )
     admin = AdminServer(app, host, config.admin_port)
     await admin.start()
@@ -291,6 +311,8 @@ class BackgroundProxy:
         self.call(lambda: self.server.start(config.listen_host, config.listen_port))
         if self.server.learning is not None:
             self.call(self.server.learning.start)
+        if self.server.auto_mpl is not None:
+            self.call(self.server.auto_mpl.start)
         self.port = self.server.port
         self.host = config.listen_host
 
@@ -310,6 +332,8 @@ class BackgroundProxy:
         try:
             if self.server.learning is not None:
                 self.call(self.server.learning.stop)
+            if self.server.auto_mpl is not None:
+                self.call(self.server.auto_mpl.stop)
             self.call(self.server.close)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)

@@ -3,26 +3,33 @@
 ``LiveModel`` registers an ``OnlineEstimator`` as an observer of the scheduler, and every
 ``every`` seconds asks it for a model that follows what the statements measured; when there is
 one, the gate swaps it in (``set_model``: queued statements keep their place, the policy's
-scores are rebuilt, nothing pauses). With a model file it saves the model there atomically
-every ``save_every`` seconds when it changed, and once more on shutdown, so a restart resumes
-from what was learned.
+scores are rebuilt, nothing pauses). With a ``planner`` (the embedded DuckDB has one: EXPLAIN's
+estimated cardinalities) it also asks the database what each class's sample statement costs,
+one class at a time off the event loop, so that a class never measured starts from a prior
+scaled from what the measured classes cost and took. With a model file it saves the model
+there atomically every ``save_every`` seconds when it changed, and once more on shutdown, so a
+restart resumes from what was learned.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from admission.model import EtaModel
 from admission.online import OnlineEstimator
 from proxy.gate import AdmissionGate
 
-__all__ = ["REFRESH_EVERY", "SAVE_EVERY", "LiveModel"]
+__all__ = ["REFRESH_EVERY", "SAVE_EVERY", "LiveModel", "Planner"]
 
 log = logging.getLogger("admission.learning")
 
 REFRESH_EVERY = 2.0  # seconds between looks at the estimates
+PLAN_AT_ONCE = 16  # classes asked about per look
+# The database's cost estimate of a statement (a sample of a class), or None when it has none.
+Planner = Callable[[str], Awaitable[float | None]]
 SAVE_EVERY = 300.0  # seconds between saves of a changed model to its file
 
 
@@ -35,8 +42,12 @@ class LiveModel:
         every: float = REFRESH_EVERY,
         save_every: float = SAVE_EVERY,
         estimator: OnlineEstimator | None = None,
+        planner: Planner | None = None,
     ) -> None:
         self.gate = gate
+        self.planner = planner
+        self._planned: set[str] = set()  # classes whose cost was asked for
+        self._planning: asyncio.Task[None] | None = None
         self.path = path
         self.every, self.save_every = every, save_every
         self.estimator = estimator or OnlineEstimator()
@@ -61,7 +72,37 @@ class LiveModel:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._planning is not None:
+            self._planning.cancel()
+            self._planning = None
         self.save()
+
+    def plan(self) -> asyncio.Task[None] | None:
+        """Ask the planner for the cost of the classes not asked about yet (a task on the
+        loop, one statement at a time; one already running is left to finish). Returns the
+        task at work, if any."""
+        if self.planner is None or (self._planning is not None and not self._planning.done()):
+            return self._planning
+        todo = [
+            (c.fingerprint, c.sample_sql)
+            for c in self.gate.scheduler.model.classes
+            if c.fingerprint not in self._planned and c.cost is None and c.sample_sql
+        ]
+        if todo:
+            self._planning = asyncio.get_running_loop().create_task(self._plan(todo))
+        return self._planning
+
+    async def _plan(self, todo: list[tuple[str, str]]) -> None:
+        assert self.planner is not None
+        for fingerprint, sql in todo[:PLAN_AT_ONCE]:
+            self._planned.add(fingerprint)
+            try:
+                cost = await self.planner(sql)
+            except Exception:  # a statement the planner cannot take has no prior, that is all
+                log.debug("no cost estimate for %s", fingerprint, exc_info=True)
+                continue
+            if cost is not None:
+                self.estimator.planned(fingerprint, cost)
 
     def refresh(self) -> bool:
         """Swap in a model that follows the estimates if any moved enough; True if one was."""
@@ -80,6 +121,11 @@ class LiveModel:
         self.estimator.forget()
         self.estimator.enabled = True
         self.gate.set_model(model if model is not None else EtaModel())
+        self._dirty = True
+
+    def swap(self, model: EtaModel) -> None:
+        """Serve ``model`` from now on, and save it like anything learned."""
+        self.gate.set_model(model)
         self._dirty = True
 
     def keep(self, model: EtaModel) -> None:
@@ -103,6 +149,7 @@ class LiveModel:
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         try:
+            self.plan()
             self.refresh()
             if loop.time() - self._saved_at >= self.save_every:
                 self._saved_at = loop.time()

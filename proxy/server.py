@@ -52,6 +52,7 @@ __all__ = [
 
 
 if TYPE_CHECKING:
+    from proxy.autompl import AutoMpl
     from proxy.learning import LiveModel
 
 log = logging.getLogger("admission.proxy")
@@ -195,6 +196,7 @@ class Listener:
     buffers: BufferBudget
     startup_timeout: float = STARTUP_TIMEOUT
     learning: LiveModel | None = None  # the model kept current while serving (proxy.app)
+    auto_mpl: AutoMpl | None = None  # the MPL tuned while serving (--mpl auto)
 
     def protocol(self) -> asyncio.Protocol:
         raise NotImplementedError
@@ -386,6 +388,7 @@ class ClientConnection(asyncio.Protocol):
             self._server_write(data)
         else:
             session.fast_wait()
+            self._check_held()  # what waits counts against the total like any held batch
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed:

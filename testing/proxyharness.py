@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from admission import EtaModel, Event, Limits, Scheduler
+from admission.mpl import MplController
 from proxy.admin import AdminMetrics, create_app
 from proxy.app import AdminServer
+from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel
 from proxy.server import BackendAddress, ProxyServer
@@ -42,6 +44,7 @@ class ProxyHarness:
         admin_token: str | None = None,
         model_path: Path | None = None,
         learn: bool = False,
+        auto_mpl: MplController | None = None,
     ) -> None:
         self.events: list[Event] = []
         self.errors: list[dict[str, Any]] = []
@@ -58,7 +61,11 @@ class ProxyHarness:
         self.call(lambda: self.server.start("127.0.0.1", 0))
         self.port = self.server.port
         # learning from live statements, refreshed when a test calls learning.refresh
-        self.learning = LiveModel(self.gate, model_path) if learn else None
+        self.learning = self.call(lambda: LiveModel(self.gate, model_path)) if learn else None
+        # --mpl auto, tuned by ``auto_mpl`` (its timer running on the proxy's loop)
+        self.auto_mpl = self.call(lambda: AutoMpl(self.gate, auto_mpl)) if auto_mpl else None
+        if self.auto_mpl is not None:
+            self.call(self.auto_mpl.start)
         self.admin: AdminServer | None = None
         self.admin_url = ""
         if admin:
@@ -69,6 +76,7 @@ class ProxyHarness:
                 model_path=model_path,
                 token=admin_token,
                 learning=self.learning,
+                auto_mpl=self.auto_mpl,
             )
             self.admin = AdminServer(app, "127.0.0.1", port)
             self.call(self.admin.start)
@@ -120,6 +128,8 @@ class ProxyHarness:
 
     def close(self) -> None:
         try:
+            if self.auto_mpl is not None:
+                self.call(self.auto_mpl.stop)
             if self.admin is not None:
                 self.call(self.admin.stop)
             self.call(self.server.close)

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from admission.model import EtaModel
+from admission.mpl import MplController
 from admission.policies import Policy
 from admission.scheduler import DUE_FACTOR, Job, Limits, Scheduler
 from admission.sim.workload import Workload, populations
@@ -63,6 +64,9 @@ class SimConfig:
     service: str = "deterministic"
     class_per_cycle: bool = False
     arrival_rate: float | None = None  # set: an open network with Poisson arrivals
+    # tune the MPL while it runs (admission.mpl), from ``mpl`` (or the cores): every tenth of
+    # the mean D_r the controller hears whether the MPL was saturated and the work completed
+    mpl_auto: bool = False
     completions: int = 20_000
     warmup: int = 2_000
 
@@ -79,10 +83,12 @@ class SimConfig:
             raise ValueError(f"a closed network needs at least one job, not {self.jobs}")
         if self.arrival_rate is not None and self.arrival_rate <= 0:
             raise ValueError(f"arrival rate must be positive, not {self.arrival_rate}")
+        if self.mpl_auto and self.mpl is not None and self.mpl < 1:
+            raise ValueError(f"an MPL to start tuning from must be at least 1, not {self.mpl}")
 
     def limits(self) -> Limits:
         return Limits(
-            mpl=self.mpl,
+            mpl=(self.mpl or self.cores) if self.mpl_auto else self.mpl,
             threads=self.fcr,
             backfill=self.backfill,
             max_wait=self.max_wait,
@@ -111,6 +117,7 @@ class RunResult:
     aged: int = 0
     timed_out: int = 0
     extra: dict[str, float] = field(default_factory=dict)
+    mpl_mean: float | None = None  # with mpl_auto: the MPL held, time-averaged after warm-up
 
     @property
     def throughput(self) -> float:
@@ -172,6 +179,14 @@ class _Engine:
         self.a_count = [0] * self.k
         self.measuring = False
         self.scheduler = Scheduler(model, policy, config.limits(), on_grant=self._on_grant)
+        self.controller: MplController | None = None
+        if config.mpl_auto:
+            demand = float(np.mean([model.classes[i].D for i in range(self.k)]))
+            start = self.scheduler.limits.mpl or config.cores
+            self.controller = MplController(
+                start, high=max(start, config.jobs, 4 * config.cores), window=4 * demand
+            )
+            self.control_every = demand / 10
 
     def _on_grant(self, job: Job, tasks: Sequence[int]) -> None:
         if self.measuring:
@@ -207,7 +222,7 @@ class _Engine:
 
         events: list[
             tuple[float, int, int, int]
-        ] = []  # (time, seq, core | -1 arrival | -2 tick, x)
+        ] = []  # (time, seq, core | -1 arrival | -2 tick | -3 MPL control, x)
         seq = 0
 
         # jobs: class, phase, tasks left in phase, arrival time
@@ -226,6 +241,14 @@ class _Engine:
         for j in range(n_jobs):
             t0 = cfg.think * expo() if cfg.think > 0 else 0.0
             heapq.heappush(events, (t0, seq, -1, j))
+            seq += 1
+        controller = self.controller
+        control_work = 0.0  # Σ D_r of the jobs completed since the last control event
+        demand_of = [self.scheduler.model.classes[i].D for i in range(k_classes)]
+        mpl_area = 0.0  # time integral of the MPL in force, while measuring
+        mpl_last = 0.0
+        if controller is not None:
+            heapq.heappush(events, (self.control_every, seq, -3, 0))
             seq += 1
         if open_net:
             assert cfg.arrival_rate is not None
@@ -357,6 +380,7 @@ class _Engine:
                     granted = []
                 else:
                     granted = sched.complete(j, t)
+                    control_work += demand_of[c]
                     sys_area += in_system * (t - sys_last)
                     sys_last = t
                     in_system -= 1
@@ -370,6 +394,7 @@ class _Engine:
                         q_area = [0.0] * k_classes
                         q_last = [t] * k_classes
                         aged_at_start = sched.stats.aged
+                        mpl_last = t
                     if not open_net:
                         if cfg.class_per_cycle:
                             job_cls[j] = draw_class()
@@ -394,6 +419,20 @@ class _Engine:
                 in_system += 1
                 for job in sched.submit(x, fps[c], t, fork=phases[c][0][0]):
                     start(job, t)
+            elif k == -3:  # the adaptive MPL looks
+                assert controller is not None
+                mpl = sched.limits.mpl or 0
+                saturated = sched.queued > 0 and sched.running >= mpl
+                moved = controller.observe(t, self.control_every, saturated, control_work)
+                control_work = 0.0
+                if moved is not None:
+                    if self.measuring:
+                        mpl_area += mpl * (t - mpl_last)
+                        mpl_last = t
+                    for job in sched.set_limits(replace(sched.limits, mpl=moved), t):
+                        start(job, t)
+                heappush(events, (t + self.control_every, seq, -3, 0))
+                seq += 1
             else:  # aging / timeout deadline
                 tick_at = float("inf")
                 for job in sched.tick(t):
@@ -411,6 +450,9 @@ class _Engine:
         for c in range(k_classes):
             q_area[c] += tasks_now[c] * (t - q_last[c])
         sys_area += in_system * (t - sys_last)
+        mpl_mean = None
+        if controller is not None:
+            mpl_mean = (mpl_area + (sched.limits.mpl or 0) * (t - mpl_last)) / duration
         admissions = self.a_count
         total_adm = sum(admissions)
         a_matrix = [
@@ -437,4 +479,5 @@ class _Engine:
             task_completions=measured_tasks,
             aged=sched.stats.aged - aged_at_start,
             timed_out=timed_out_count,
+            mpl_mean=mpl_mean,
         )

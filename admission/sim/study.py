@@ -217,6 +217,7 @@ class PolicySummary:
     timed_out: int
     task_completions: int
     ccdf: list[tuple[float, float]]
+    mpl_mean: Estimate | None = None  # with the adaptive MPL: the MPL it held
 
     @classmethod
     def of(cls, policy: str, runs: Sequence[RunResult], demands: Sequence[float]) -> PolicySummary:
@@ -262,6 +263,9 @@ class PolicySummary:
             timed_out=sum(x.timed_out for x in runs),
             task_completions=sum(x.task_completions for x in runs),
             ccdf=ccdf(np.concatenate([_all(x) for x in runs])),
+            mpl_mean=Estimate.of([x.mpl_mean for x in runs if x.mpl_mean is not None])
+            if any(x.mpl_mean is not None for x in runs)
+            else None,
         )
 
     def json(self) -> dict[str, Any]:
@@ -275,6 +279,8 @@ class PolicySummary:
             "weighted_slowdown",
         ):
             out.update(getattr(self, key).json(key))
+        if self.mpl_mean is not None:
+            out.update(self.mpl_mean.json("mpl_mean"))
         out["per_class"] = {
             name: {k: v for key, est in m.items() for k, v in est.json(key).items()}
             for name, m in self.per_class.items()

@@ -57,6 +57,14 @@ def test_policy_and_limits_change_at_run_time(make_proxy: MakeProxy) -> None:
     assert aging["limits"]["due_factor"] == 5 and aging["limits"]["queue_timeout"] == 5
     invalid = httpx.put(f"{proxy.admin_url}/limits", json={"threads": -1})
     assert invalid.status_code == 422
+    lifo = httpx.put(f"{proxy.admin_url}/limits", json={"lifo_after": 2}).json()
+    assert lifo["limits"]["lifo_after"] == 2
+    # no queue timeout under adaptive LIFO: the oldest would wait for ever
+    starving = httpx.put(f"{proxy.admin_url}/limits", json={"queue_timeout": None})
+    assert starving.status_code == 422 and "queue_timeout" in starving.json()["detail"]
+    assert proxy.scheduler.limits.queue_timeout == 5
+    off = httpx.put(f"{proxy.admin_url}/limits", json={"lifo_after": 0}).json()
+    assert off["limits"]["lifo_after"] is None  # 0 is off, as on the command line
     run_queries(proxy, "select 'still works'")
 
 
@@ -243,11 +251,12 @@ def test_metrics_count_every_statement_once_and_bucket_its_times() -> None:
 
 def test_learning_in_status_and_reset(make_proxy: MakeProxy, tmp_path: Path) -> None:
     """What was learned live shows in /status and /classes; /model/reset forgets it, for one
-    class (back to the file's profile) or for all."""
+    class (back to what training measured, even once the learned model was saved over the
+    file) or for all."""
     import psycopg
 
     path = tmp_path / "model.json"
-    trained = EtaModel(classes=(ClassProfile(fingerprint="hint:a", name="a", D=5, f=1),))
+    trained = EtaModel(classes=(ClassProfile(fingerprint="hint:a", name="a", D=5, f=1, D_runs=10),))
     trained.save(path)
     proxy = make_proxy(admin=True, model=trained, model_path=path, learn=True)
     learning = proxy.learning
@@ -257,15 +266,21 @@ def test_learning_in_status_and_reset(make_proxy: MakeProxy, tmp_path: Path) -> 
             c.execute("select pg_sleep(0.01)")
             c.execute("/* admission:class=a */ select 1")
     assert proxy.call(learning.refresh)
+    proxy.call(learning.save)  # as serve does every few minutes: the file now holds it
+    assert EtaModel.load(path).classes[0].live == 6
     status = httpx.get(f"{proxy.admin_url}/status").json()
     assert status["learning"]["enabled"] and status["learning"]["classes_learned_live"] >= 1
     classes = {c["name"]: c["profile"] for c in httpx.get(f"{proxy.admin_url}/classes").json()}
     (sleep,) = [n for n in classes if n != "a" and classes[n]["live"]]
     assert classes[sleep]["live"] == 6 and 0.005 < classes[sleep]["D"] < 0.5
+    assert classes["a"]["live"] == 6 and classes["a"]["D"] < 1  # select 1 is no 5 s
     one = httpx.post(f"{proxy.admin_url}/model/reset", params={"class": sleep})
     assert one.status_code == 200
     classes = {c["name"]: c["profile"] for c in httpx.get(f"{proxy.admin_url}/classes").json()}
     assert classes[sleep]["live"] == 0
+    httpx.post(f"{proxy.admin_url}/model/reset", params={"class": "a"})
+    classes = {c["name"]: c["profile"] for c in httpx.get(f"{proxy.admin_url}/classes").json()}
+    assert classes["a"]["D"] == 5 and classes["a"]["live"] == 0
     assert httpx.post(f"{proxy.admin_url}/model/reset", params={"class": "nope"}).status_code == 404
     everything = httpx.post(f"{proxy.admin_url}/model/reset").json()
     # the file's model again; a class seen live stays known, on the default profile

@@ -475,3 +475,39 @@ def test_relay_pauses_clients_over_the_total_and_serves_them_all(
     # reading pauses once over: what one read brings can pass the limit, no more
     assert peak[0] <= (1 << 20) + 3 * 256 * 1024
     assert proxy.call(lambda: (proxy.server.buffers.total, proxy.server.buffers.refused)) == (0, 0)
+
+
+def test_relay_counts_a_single_waiting_statement_against_the_total(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    """A Query that arrives whole in one read and waits for admission (the relay's fast path)
+    is held like any batch: the total sees it, and gives it back once it has run."""
+    import threading
+
+    import psycopg
+
+    proxy = make_proxy(limits=Limits(mpl=1))
+    dsn = proxy.dsn_base + " user=postgres dbname=postgres"
+    with psycopg.connect(dsn, autocommit=True) as blocker:
+        started = threading.Thread(target=blocker.execute, args=("select pg_sleep(1)",))
+        started.start()
+        time.sleep(0.3)
+        sockets = [_ready_socket(proxy.port, "postgres", "postgres") for _ in range(3)]
+        try:
+            for s in sockets:
+                s.sendall(_query_message(20_000))
+            time.sleep(0.3)
+            total = proxy.call(lambda: proxy.server.buffers.total)
+            assert total >= 3 * 20_000, total  # all three wait, all three counted
+            started.join(10)
+            for s in sockets:
+                answer = b""
+                while not answer.endswith(b"Z\0\0\0\x05I"):
+                    chunk = s.recv(65536)
+                    assert chunk, "closed before its answer"
+                    answer += chunk
+        finally:
+            for s in sockets:
+                s.close()
+    time.sleep(0.2)
+    assert proxy.call(lambda: proxy.server.buffers.total) == 0

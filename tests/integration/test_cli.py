@@ -124,6 +124,8 @@ def test_simulate_table_output() -> None:
         (["--routing", "sideways"], "routing must be one of"),
         (["--replications", "0"], "replications"),
         (["--model", "/nonexistent/model.json"], "cannot read the model file"),
+        (["--lifo-after", "1"], "--lifo-after needs --queue-timeout"),
+        (["--mpl", "lots"], "--mpl takes a whole number or 'auto'"),
     ],
 )
 def test_simulate_bad_arguments_are_clear(args: list[str], message: str) -> None:

@@ -151,3 +151,39 @@ def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
     live = [c for c in model.classes if c.live]
     assert len(live) == 2, out
     assert os.path.getsize(path) > 0
+
+
+def test_embedded_classes_not_measured_start_from_duckdbs_cost_estimate() -> None:
+    """The embedded server's planner (EXPLAIN's estimated cardinalities) gives every class a
+    cost; a class seen fewer than five times gets D_r = its cost × the median D_r per unit of
+    cost of the measured classes, and keeps the cost in the model."""
+    e = Embedded(Limits(mpl=2), policy="latency")
+    try:
+        learning = e.call(lambda: LiveModel(e.server.gate, planner=e.backend.plan_cost))
+        measured = (
+            "select sum(i) from range(1000000) t(i)",
+            "select count(*) from range(4000000) t(i) where i % 3 = 0",
+            "select max(i + 1) from range(16000000) t(i)",
+        )
+        with e.connect() as conn:
+            for sql in measured:
+                for _ in range(8):
+                    conn.execute(sql)
+            for _ in range(2):
+                conn.execute("select min(i * 2) from range(8000000) t(i)")
+
+        task = e.call(learning.plan)
+        deadline = time.monotonic() + 30
+        while task is not None and not task.done() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        e.call(learning.refresh)
+        model = e.call(lambda: e.server.gate.scheduler.model)
+    finally:
+        e.close()
+    classes = {c.sample_sql: c for c in model.classes}
+    known = [classes[sql] for sql in measured]
+    assert all(c.live == 8 and c.cost for c in known)
+    new = next(c for c in model.classes if "min(i * 2)" in c.sample_sql)
+    assert new.live == 0 and new.cost == pytest.approx(16_000_001)
+    scale = statistics.median(c.D / c.cost for c in known if c.cost)
+    assert new.D == pytest.approx(scale * new.cost)

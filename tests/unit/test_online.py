@@ -31,7 +31,9 @@ def test_median_interval_holds_the_median() -> None:
     values = [float(v) for v in range(1, 33)]
     median, low, high = median_interval(values)
     assert median == 16.5 and low < median < high
-    assert (low, high) == (11.0, 22.0)  # ranks 16 ∓ 5.5, as order statistics
+    # order statistics 10 and 23 of 32: exact coverage 1 − 2·P(B ≤ 9) = 98.0 % (11 and 22
+    # would cover 95.0 % — just under, as the binomial's steps fall)
+    assert (low, high) == (10.0, 23.0)
     assert median_interval([2.0]) == (2.0, 2.0, 2.0)
 
 
@@ -159,3 +161,85 @@ def test_too_few_trained_classes_to_calibrate_leave_live_units() -> None:
     assert new is not None
     by = {c.fingerprint: c for c in new.classes}
     assert by["fp:a"].D == 0.02 and by["fp:b"].D == pytest.approx(0.50)
+
+
+def test_a_class_not_measured_yet_starts_from_its_cost_estimate() -> None:
+    s, est = _scheduler()
+    _serve(s, est, "fp:new", 0.05, 2)  # seen, but fewer than min_samples
+    # three measured classes whose D_r is 1 ms per 10,000 units of the planner's cost
+    for fp, d in (("fp:a", 0.01), ("fp:b", 0.02), ("fp:c", 0.5)):
+        _serve(s, est, fp, d, 8)
+        est.planned(fp, d * 1e7)
+    est.planned("fp:new", 3e6)
+    model = est.refresh(s.model)
+    assert model is not None
+    by = {c.fingerprint: c for c in model.classes}
+    assert by["fp:new"].D == pytest.approx(0.3) and by["fp:new"].live == 0
+    assert by["fp:new"].cost == 3e6 and by["fp:a"].cost == 1e5  # kept in the model
+    # once measured, the measurement wins over the prior
+    _serve(s, est, "fp:new", 0.05, 6)
+    s.set_model(model, 1000.0)
+    measured = est.refresh(s.model)
+    assert measured is not None
+    assert next(c for c in measured.classes if c.fingerprint == "fp:new").D == pytest.approx(0.05)
+
+
+def test_without_enough_costed_classes_the_prior_is_the_median() -> None:
+    s, est = _scheduler()
+    _serve(s, est, "fp:new", 0.05, 2)
+    for fp, d in (("fp:a", 0.01), ("fp:b", 0.02), ("fp:c", 0.5)):
+        _serve(s, est, fp, d, 8)
+    est.planned("fp:a", 1e5)  # one measured class with a cost: no scale to trust
+    est.planned("fp:new", 3e6)
+    est.planned("fp:b", float("nan"))  # a planner's nonsense is not kept
+    model = est.refresh(s.model)
+    assert model is not None
+    assert next(c for c in model.classes if c.fingerprint == "fp:new").D == pytest.approx(0.02)
+    assert "fp:b" not in est.costs
+
+
+def test_the_calibration_keeps_its_classes_once_they_take_live_estimates() -> None:
+    """Live times run 2× the trained ones; C drifts 4×. Once C takes its live estimate it still
+    calibrates (by the D_r training measured, kept in the model): the scale stays ½ refresh
+    after refresh, and no class flips into live units."""
+    model = EtaModel(
+        classes=(
+            _trained("fp:a", "A", 0.01),
+            _trained("fp:b", "B", 0.10),
+            _trained("fp:c", "C", 1.00),
+            _trained("fp:idle", "I", 0.50),  # nothing of it runs
+        )
+    )
+    s, est = _scheduler(model)
+    for fp, live in (("fp:a", 0.02), ("fp:b", 0.20), ("fp:c", 8.0)):
+        _serve(s, est, fp, live, 8)
+    first = est.refresh(s.model)
+    assert first is not None
+    s.set_model(first, 1000.0)
+    by = {c.fingerprint: c for c in first.classes}
+    assert by["fp:c"].D == pytest.approx(4.0) and by["fp:c"].D_trained == 1.0
+    for _ in range(3):  # more of the same: nothing moves any more
+        for fp, live in (("fp:a", 0.02), ("fp:b", 0.20), ("fp:c", 8.0)):
+            _serve(s, est, fp, live, 4)
+        assert est.scale(s.model) == pytest.approx(0.5)
+        assert est.refresh(s.model) is None
+    by = {c.fingerprint: c for c in s.model.classes}
+    assert [by[f].D for f in ("fp:a", "fp:b", "fp:idle")] == [0.01, 0.10, 0.50]
+
+
+def test_forget_learned_goes_back_to_training() -> None:
+    from admission.online import forget_learned
+
+    model = EtaModel(classes=(_trained("fp:a", "A", 0.01), _trained("fp:b", "B", 0.30)))
+    s, est = _scheduler(model)
+    _serve(s, est, "fp:a", 0.05, 8)  # drifted 5×
+    _serve(s, est, "fp:new", 0.2, 8)  # never trained
+    learned = est.refresh(s.model)
+    assert learned is not None
+    back = {c.fingerprint: c for c in forget_learned(learned).classes}
+    assert back["fp:a"].D == 0.01 and back["fp:a"].live == 0 and back["fp:a"].D_trained is None
+    assert back["fp:b"].D == 0.30  # untouched
+    assert back["fp:new"].D == pytest.approx(0.155) and back["fp:new"].live == 0  # the median
+    # and the file round trip keeps what reset needs
+    again = EtaModel.model_validate_json(learned.model_dump_json())
+    assert {c.fingerprint: c.D_trained for c in again.classes}["fp:a"] == 0.01

@@ -158,5 +158,12 @@ def test_a_model_larger_than_the_cap_keeps_its_classes() -> None:
     )
     s = Scheduler(model, "min-a", Limits(mpl=1), max_classes=2)
     s.submit(0, "fp:2", 0.0)
-    s.submit(1, "fp:new", 0.0)
-    assert s.class_names == ["c0", "c1", "c2", OTHER]
+    # the cap counts the classes learned beyond the model's: two more, then OTHER
+    for i, fp in enumerate(("fp:new", "fp:new2", "fp:new3"), start=1):
+        s.submit(i, fp, 0.0)
+    assert s.class_names == ["c0", "c1", "c2", "fp:new", "fp:new2", OTHER]
+    # a model that holds what was learned (a saved, reloaded one) is the model's own: two
+    # more can be learned beyond it
+    s.set_model(s.model, 1.0)
+    s.submit(4, "fp:new4", 1.0)
+    assert s.class_names[-1] == "fp:new4"

@@ -94,3 +94,29 @@ def test_littles_law_on_every_run() -> None:
                 run.jobs_in_system,
                 littles,
             )
+
+
+@pytest.mark.parametrize(("fork", "start"), [(1, 1), (1, 10), (2, 6)])
+def test_adaptive_mpl_finds_the_knee_of_a_closed_network(fork: int, start: int) -> None:
+    """M = 4 processor-sharing cores, 12 jobs with no think time, each forking ``fork`` tasks
+    of demand 1 routed to the least-loaded core: at MPL m the cores run min(m·fork, 4) tasks
+    and X(m) = min(m·fork, 4)/fork exactly, so the lowest MPL within 5 % of the best
+    throughput is 4/fork. The controller (``admission.mpl``) must hold about that MPL and lose
+    no throughput for it."""
+    w = Workload("knee", (SimClass("J", ((fork, 1.0),)),))
+    cfg = SimConfig(
+        cores=4,
+        jobs=12,
+        mix=(1.0,),
+        think=0.0,
+        fcr=None,
+        mpl=start,
+        mpl_auto=True,
+        routing="least-loaded",
+        completions=20_000,
+        warmup=2_000,
+    )
+    (run,) = replicate(w, cfg, w.model(4, None), "fcfs", 1, seed=3)
+    knee = 4 // fork
+    assert run.mpl_mean is not None and abs(run.mpl_mean - knee) < 0.35, run.mpl_mean
+    assert run.throughput > 0.95 * 4 / fork, run.throughput

@@ -11,6 +11,7 @@ statement's wall time and CPU time (``Measurement``, what training needs).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -48,6 +49,8 @@ __all__ = [
 # read, as fast as the client takes it, so the proxy never holds more than a chunk of it.
 CHUNK_ROWS = 50_000
 _STDIO = re.compile(r"\b(?:stdin|stdout)\b", re.I)
+_PLANNABLE = re.compile(r"\s*(?:\(\s*)*(?:select|with|from|values|table)\b", re.I)
+_PARAM = re.compile(r"\$\d")
 _INT16 = struct.Struct("!h")
 _INT32 = struct.Struct("!i")
 SERVER_VERSION = "15.0"
@@ -70,6 +73,7 @@ class DuckDBBackend:
         self.version = duckdb.__version__
         self.profile = profile
         self.server_version = f"{SERVER_VERSION} (admission, DuckDB {self.version})"
+        self._planner: duckdb.DuckDBPyConnection | None = None  # plan_cost's own cursor
         self.version_string = f"PostgreSQL {self.server_version}"
 
     def cursor(self, user: str = "duckdb") -> duckdb.DuckDBPyConnection:
@@ -79,6 +83,16 @@ class DuckDBBackend:
         if self.profile:
             cursor.execute("PRAGMA enable_profiling = 'no_output'")
         return cursor
+
+    async def plan_cost(self, sql: str) -> float | None:
+        """DuckDB's own cost estimate of a read-only statement: the estimated cardinalities of
+        its plan's operators, summed (EXPLAIN, nothing run); None for anything else."""
+        if not _PLANNABLE.match(sql) or _PARAM.search(sql):
+            return None
+        if self._planner is None:
+            self._planner = self.connection.cursor()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, plan_cost, self._planner, sql)
 
     def lock(self, rules: lockdown.Lockdown) -> None:
         """Close the database to the host (``proxy.backends.embedded.lockdown``): after the
@@ -278,6 +292,28 @@ def execute(
         return data_rows(chunk, types, formats)
 
     return Result(columns, encoded, tag, formats, latency, cpu_time, more)
+
+
+def plan_cost(cursor: duckdb.DuckDBPyConnection, sql: str) -> float | None:
+    """``DuckDBBackend.plan_cost`` in the worker thread."""
+    try:
+        rows = cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}").fetchall()
+        plan = json.loads(rows[0][1])
+    except (duckdb.Error, ValueError, IndexError, TypeError):
+        return None
+    total = 0.0
+    stack = list(plan) if isinstance(plan, list) else [plan]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        extra = node.get("extra_info")
+        if isinstance(extra, dict):
+            digits = re.sub(r"[^0-9.]", "", str(extra.get("Estimated Cardinality", "")))
+            with contextlib.suppress(ValueError):
+                total += float(digits)
+        stack.extend(node.get("children") or ())
+    return total or None
 
 
 def _profiled(cursor: duckdb.DuckDBPyConnection, latency: float) -> tuple[float, float | None]:

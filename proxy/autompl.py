@@ -1,0 +1,118 @@
+"""``--mpl auto``: the live proxy tunes its own MPL (``admission.mpl`` on the event loop).
+
+Every ``TICK`` seconds ``AutoMpl`` tells the controller how long it has been, whether the gate
+was saturated at that instant (statements queued while the MPL's worth are in service: the MPL
+is what holds them back), and the work completed since the last tick — the model's D_r of
+every statement that completed, read from the scheduler's ``finishes`` observer. When the
+controller moves the MPL, the gate's limits change (``set_limits``: the queue is dispatched at
+once if the MPL grew; statements in service finish if it shrank). Reading two counters every
+0.1 s costs the loop next to nothing.
+
+Throughput is counted in the model's D_r, so a model whose D_r change (a reload, the live
+model learning) starts the measurements over, at the MPL in force.
+
+A limit set by hand (``PUT /limits`` with a number for ``mpl``) stops the tuning; ``"auto"``
+starts it again from the MPL in force.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+from admission.model import EtaModel
+from admission.mpl import MplController
+from admission.scheduler import Job, JobState
+from proxy.gate import AdmissionGate
+
+__all__ = ["TICK", "AutoMpl"]
+
+log = logging.getLogger("admission.mpl")
+
+TICK = 0.1  # seconds between looks at the gate
+
+
+class AutoMpl:
+    def __init__(self, gate: AdmissionGate, controller: MplController, tick: float = TICK) -> None:
+        self.gate = gate
+        self.controller = controller
+        self.tick = tick
+        self.enabled = True
+        self._work = 0.0  # expected seconds of service completed since the last tick
+        self._demands: dict[str, float] = {}
+        self._model: EtaModel | None = None
+        self._last = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        gate.scheduler.observe(finishes=self._finished)
+        self._apply(controller.mpl)
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
+        self._timer = loop.call_later(self.tick, self._tick)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def pause(self) -> None:
+        """Stop tuning: the MPL stays where it is until someone sets it (or ``resume``)."""
+        self.enabled = False
+
+    def resume(self, start: int | None = None) -> None:
+        """Tune again from ``start`` (default: the MPL in force), with what was measured
+        forgotten: the MPL or the workload changed behind the controller's back."""
+        old = self.controller
+        mpl = start if start is not None else self.gate.scheduler.limits.mpl or old.mpl
+        self.controller = MplController(
+            mpl,
+            low=old.low,
+            high=old.high,
+            tolerance=old.tolerance,
+            window=old.window,
+            samples=old.keep,
+            min_samples=old.min_samples,
+            stale=old.stale,
+        )
+        self.enabled = True
+        self._work = 0.0
+        self._apply(self.controller.mpl)
+
+    def _finished(self, job: Job, _now: float) -> None:
+        if job.state is not JobState.DONE or job.bypass:
+            return
+        model = self.gate.scheduler.model
+        if model is not self._model:  # a new model (a class learned, a reload): its D_r
+            self._model = model
+            demands = {c.fingerprint: c.D for c in model.classes}
+            old = self._demands
+            if any(abs(demands.get(fp, d) - d) > 0.1 * d for fp, d in old.items()):
+                # work measured in the old D_r would not compare with work in the new
+                self.controller.forget()
+            self._demands = demands
+        self._work += self._demands.get(job.klass.fingerprint, 0.0)
+
+    def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        try:
+            if self.enabled:
+                scheduler = self.gate.scheduler
+                mpl = scheduler.limits.mpl
+                saturated = mpl is not None and scheduler.queued > 0 and scheduler.running >= mpl
+                moved = self.controller.observe(now, now - self._last, saturated, self._work)
+                if moved is not None:
+                    log.info("MPL %d: %s", moved, self.controller.reason)
+                    self._apply(moved)
+        except Exception:  # the tuning must never stop the proxy
+            log.exception("the adaptive MPL failed")
+        self._work = 0.0
+        self._last = now
+        self._timer = loop.call_later(self.tick, self._tick)
+
+    def _apply(self, mpl: int) -> None:
+        limits = self.gate.scheduler.limits
+        if limits.mpl != mpl:
+            self.gate.set_limits(dataclasses.replace(limits, mpl=mpl))

@@ -1,0 +1,122 @@
+"""``--mpl auto`` on a real proxy in front of a real PostgreSQL: the MPL follows what the
+database does, and the admin API shows it and steers it.
+
+Statements that sleep in PostgreSQL (``pg_sleep``) cost the machine nothing, so the more run at
+once the more complete: the controller must climb to the highest MPL it may use. The
+controller is made quick for the test (windows of 0.25 s); the logic is the one
+``admission serve --mpl auto`` runs (``tests/unit/test_mpl_controller.py`` checks its choices).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import httpx
+import psycopg
+
+from admission import Limits
+from admission.mpl import MplController
+from testing.proxyharness import ProxyHarness
+
+SLEEP = "select pg_sleep(0.02)"
+
+
+@contextmanager
+def closed_load(proxy: ProxyHarness, clients: int, sql: str = SLEEP) -> Iterator[list[int]]:
+    """``clients`` connections running ``sql`` back to back until the block ends; yields the
+    list of statements each completed (read it after the block)."""
+    done = [0] * clients
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def client(i: int) -> None:
+        try:
+            dsn = f"{proxy.dsn_base} user=postgres dbname=postgres"
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                while not stop.is_set():
+                    conn.execute(sql)
+                    done[i] += 1
+        except BaseException as e:  # reported below, not lost in a thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
+    for t in threads:
+        t.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    assert not errors, errors
+
+
+def quick(start: int, high: int) -> MplController:
+    return MplController(start, high=high, window=0.25, samples=4, min_samples=2)
+
+
+def wait_for(check: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return check()
+
+
+def test_the_mpl_climbs_while_more_in_service_completes_more(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    proxy = make_proxy(limits=Limits(mpl=2), auto_mpl=quick(2, 6))
+    auto = proxy.auto_mpl
+    assert auto is not None
+
+    def measured() -> dict[int, float]:
+        return proxy.call(lambda: {e.mpl: e.mean for e in auto.controller.estimates()})
+
+    with closed_load(proxy, 10) as done:
+        reached = wait_for(lambda: proxy.call(lambda: proxy.scheduler.limits.mpl) == 6, 40)
+        assert reached, measured()
+        assert wait_for(lambda: 6 in measured(), 10)
+    assert sum(done) > 0
+    by_mpl = measured()
+    # what it measured is what pg_sleep(0.02) gives: about 50 statements a second per slot
+    assert by_mpl[6] > 1.5 * by_mpl.get(2, by_mpl[6] / 3)
+    assert proxy.wait_idle()["in_service"] == 0
+
+
+def test_the_admin_api_shows_and_steers_the_tuning(
+    make_proxy: Callable[..., ProxyHarness],
+) -> None:
+    proxy = make_proxy(limits=Limits(mpl=2), auto_mpl=quick(2, 6), admin=True)
+    with closed_load(proxy, 8), httpx.Client(base_url=proxy.admin_url) as admin:
+        assert wait_for(lambda: admin.get("/status").json()["mpl_auto"]["changes"] > 0, 30)
+        status = admin.get("/status").json()
+        auto = status["mpl_auto"]
+        assert auto["enabled"] and auto["mpl"] == status["limits"]["mpl"]
+        assert auto["bounds"] == [1, 6] and auto["reason"]
+        assert all(level["samples"] >= 1 for level in auto["throughput_by_mpl"])
+        metrics = admin.get("/metrics").text
+        assert f"admission_mpl {float(status['limits']['mpl'])}" in metrics
+        # a number set by hand stops the tuning and stays
+        status = admin.put("/limits", json={"mpl": 3}).json()
+        assert status["limits"]["mpl"] == 3 and not status["mpl_auto"]["enabled"]
+        time.sleep(1.5)
+        assert admin.get("/status").json()["limits"]["mpl"] == 3
+        # "auto" starts it again, from where it is
+        status = admin.put("/limits", json={"mpl": "auto"}).json()
+        assert status["mpl_auto"]["enabled"] and status["mpl_auto"]["changes"] == 0
+        assert wait_for(lambda: admin.get("/status").json()["mpl_auto"]["changes"] > 0, 30)
+        assert admin.put("/limits", json={"mpl": "many"}).status_code == 422
+
+
+def test_auto_needs_a_proxy_started_with_it(make_proxy: Callable[..., ProxyHarness]) -> None:
+    proxy = make_proxy(limits=Limits(mpl=2), admin=True)
+    with httpx.Client(base_url=proxy.admin_url) as admin:
+        response = admin.put("/limits", json={"mpl": "auto"})
+        assert response.status_code == 409 and "--mpl auto" in response.json()["detail"]
+        assert admin.get("/status").json()["mpl_auto"] is None
+        assert admin.get("/status").json()["limits"]["mpl"] == 2
