@@ -92,6 +92,12 @@ class ClassProfile(Profile):
         description="statements the live estimate of D follows (0: D is training's or the "
         "default profile's)",
     )
+    profiled: int = Field(
+        default=0,
+        ge=0,
+        description="windows of the live sampler that moved U, Q and A (0: training's or the "
+        "default profile's)",
+    )
     D_trained: float | None = Field(
         default=None,
         ge=0,

@@ -37,6 +37,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from admission import stats
 from admission.model import ClassProfile, EtaModel
@@ -47,8 +49,10 @@ __all__ = [
     "MIN_SAMPLES",
     "WINDOW",
     "OnlineEstimator",
+    "WindowProfile",
     "forget_learned",
     "median_interval",
+    "merge_profile",
     "trained_demand",
 ]
 
@@ -222,3 +226,75 @@ def forget_learned(model: EtaModel) -> EtaModel:
     default = EtaModel(classes=tuple(c for c in classes if c.live == 0)).default_profile()
     classes = [c.model_copy(update={**clean, "D": default.D}) if c.live else c for c in classes]
     return model.model_copy(update={"classes": tuple(classes), "eta": {}})
+
+
+@dataclass(frozen=True, slots=True)
+class WindowProfile:
+    """What the sampler measured of one class over a window while serving (training's
+    quantities: U_r, Q_r, A_r; the statements completed in the window)."""
+
+    U: float
+    Q: float
+    A: float
+    completed: int
+
+
+def merge_profile(
+    model: EtaModel,
+    window: Mapping[str, WindowProfile],
+    a_matrix: Mapping[str, Mapping[str, float]],
+    *,
+    weight: float = 0.5,
+    min_completed: int = MIN_SAMPLES,
+) -> EtaModel | None:
+    """``model`` with U_r, Q_r, A_r and A^c_r moved toward one window's measurements: each
+    becomes (1 − ``weight``) × what the model held + ``weight`` × the window's, for the classes
+    that completed at least ``min_completed`` statements in it (an estimate of two statements is
+    noise), so a sustained change is followed within a few windows and one odd window moves
+    little. A class the model holds only on the default profile takes the window's at once.
+    ``a_matrix[c][r]``: A^c_r of the window, for the admitted classes c. None when no class had
+    enough statements."""
+    if not 0 < weight <= 1:
+        raise ValueError(f"weight must be in (0, 1], not {weight}")
+    index = model.index()
+    enough = {fp for fp, w in window.items() if w.completed >= min_completed and fp in index}
+    if not enough:
+        return None
+
+    def blend(old: float, new: float, fresh: bool) -> float:
+        return new if fresh else (1 - weight) * old + weight * new
+
+    classes = list(model.classes)
+    fresh = {fp: not _measured_profile(classes[index[fp]]) for fp in enough}
+    for fp in enough:
+        c, w = classes[index[fp]], window[fp]
+        classes[index[fp]] = c.model_copy(
+            update={
+                "U": blend(c.U, w.U, fresh[fp]),
+                "Q": blend(c.Q, w.Q, fresh[fp]),
+                "A": blend(c.A, w.A, fresh[fp]),
+                "Q_low": None,
+                "Q_high": None,
+                "profiled": c.profiled + 1,
+            }
+        )
+    rows = [list(row) for row in model.a_matrix()]
+    for c_fp, seen in a_matrix.items():
+        if c_fp not in enough:
+            continue
+        col = index[c_fp]
+        for r_fp, r_index in index.items():
+            new = seen.get(r_fp, 0.0)
+            rows[r_index][col] = blend(rows[r_index][col], new, fresh[c_fp])
+    return model.model_copy(
+        update={
+            "classes": tuple(classes),
+            "A_matrix": tuple(tuple(row) for row in rows),
+            "eta": {},
+        }
+    )
+
+
+def _measured_profile(c: ClassProfile) -> bool:
+    """Whether U_r, Q_r and A_r were measured (in training, or by the live sampler)."""
+    return c.profiled > 0 or c.count > 0  # (count: statements training's concurrent run saw)

@@ -36,7 +36,10 @@ from cli.options import (
 from proxy.server import MAX_BUFFERED
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from proxy.app import Prepare, ProxyConfig
+    from proxy.server import Listener, Tuner
 
 
 def serve(
@@ -101,6 +104,26 @@ def serve(
             envvar=env("learn"),
         ),
     ] = True,
+    sample_interval: Annotated[
+        float,
+        typer.Option(
+            help="While learning: sample the database's threads in execution every this many "
+            "seconds (training's sampler: the embedded DuckDB's threads, or a PostgreSQL on "
+            "this machine, from /proc) and keep each class's U_r, Q_r, A_r and A^c_r current "
+            "from it, window by window (0: off; D_r is learned either way).",
+            envvar=env("sample_interval"),
+            min=0,
+        ),
+    ] = 0.2,
+    profile_window: Annotated[
+        float,
+        typer.Option(
+            help="Seconds per window of the live profile: each window's estimates move the "
+            "model halfway toward them.",
+            envvar=env("profile_window"),
+            min=1,
+        ),
+    ] = 60.0,
     mpl: Annotated[
         str | None,
         typer.Option(
@@ -301,6 +324,9 @@ def serve(
             learn=learn,
             limits=admission_limits,
             auto_mpl=auto_mpl,
+            extend=_live_profile(sample_interval, profile_window, backend is None)
+            if learn and sample_interval > 0
+            else None,
             max_queue=max_queue,
             max_classes=max_classes,
             max_message=max_message,
@@ -323,6 +349,24 @@ def serve(
     except (ValueError, ModelError) as e:
         raise fail(str(e)) from None
     _run(config, listen)
+
+
+def _live_profile(
+    interval: float, window: float, embedded: bool
+) -> Callable[[Listener], Tuner | None]:
+    """Training's sampler, run while serving (``training.live``), on the proxy once built."""
+    if window <= interval:
+        raise fail("--profile-window must be longer than --sample-interval")
+
+    def extend(listener: Listener) -> Tuner | None:
+        from training.live import LiveProfile
+
+        if listener.learning is None:
+            return None
+        make = LiveProfile.for_embedded if embedded else LiveProfile.for_postgresql
+        return make(listener.learning, os.cpu_count() or 1, interval=interval, window=window)
+
+    return extend
 
 
 def _check_combinations(

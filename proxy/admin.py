@@ -363,6 +363,8 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
             "enabled": learning.enabled,
             "models_swapped_in": learning.updates,
             "classes_learned_live": sum(1 for c in scheduler.model.classes if c.live),
+            "classes_profiled_live": sum(1 for c in scheduler.model.classes if c.profiled),
+            "profile": learning.profile_status() if learning.profile_status else None,
         },
         "mpl_auto": _auto_mpl_json(tuners.auto_mpl),
     }
@@ -394,6 +396,9 @@ def _class_view(profile: ClassProfile, tally: _Tally) -> dict[str, Any]:
             "f_runs": {str(size): runs for size, runs in profile.f_runs.items()},
             "converged": profile.converged,
             "live": profile.live,
+            "D_trained": profile.D_trained,
+            "cost": profile.cost,
+            "profiled": profile.profiled,
         },
     }
 

@@ -25,7 +25,7 @@ from proxy.admin import AdminMetrics
 from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel, Planner
-from proxy.server import MAX_BUFFERED, BackendAddress, Listener, ProxyServer
+from proxy.server import MAX_BUFFERED, BackendAddress, Listener, ProxyServer, Tuner
 
 if TYPE_CHECKING:
     import duckdb
@@ -55,6 +55,9 @@ class ProxyConfig:
     learn: bool = False  # keep the model current from live statements (proxy.learning)
     limits: Limits = field(default_factory=Limits)
     auto_mpl: bool = False  # tune the MPL while serving, from limits.mpl (proxy.autompl)
+    # more that keeps the proxy tuned while it serves, built on the front end once it exists
+    # (the command line adds training's live profile sampler this way: training.live)
+    extend: Callable[[Listener], Tuner | None] | None = None
     max_queue: int | None = 10_000
     max_classes: int | None = MAX_CLASSES  # statement shapes learned live, at most
     max_message: int = 256 * 1024 * 1024
@@ -140,6 +143,10 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         # embedded: more statements in service than worker threads would only queue there
         high = config.workers if config.backend is None else MPL_HIGH
         listener.auto_mpl = AutoMpl(gate, MplController(start, high=max(high, start)))
+    if config.extend is not None:
+        extra = config.extend(listener)
+        if extra is not None:
+            listener.extras = (*listener.extras, extra)
     return listener, metrics
 
 
@@ -181,10 +188,8 @@ async def serve(
     """Run until SIGINT/SIGTERM; then refuse new clients and close the open ones."""
     server, metrics = build(config, progress)
     await server.start(config.listen_host, config.listen_port)
-    if server.learning is not None:
-        server.learning.start()
-    if server.auto_mpl is not None:
-        server.auto_mpl.start()
+    for tuner in server.tuners():
+        tuner.start()
     admin = None
     if config.admin_host is not None:
         admin = await start_admin(server.gate, metrics, config, server.learning, server.auto_mpl)
@@ -214,10 +219,8 @@ async def serve(
     if admin is not None:
         await admin.stop()
     await server.close()
-    if server.auto_mpl is not None:
-        server.auto_mpl.stop()
-    if server.learning is not None:
-        server.learning.stop()
+    for tuner in reversed(server.tuners()):
+        tuner.stop()
 
 
 class AdminServer:
@@ -309,10 +312,8 @@ class BackgroundProxy:
         self.thread = threading.Thread(target=self.loop.run_forever, name="proxy", daemon=True)
         self.thread.start()
         self.call(lambda: self.server.start(config.listen_host, config.listen_port))
-        if self.server.learning is not None:
-            self.call(self.server.learning.start)
-        if self.server.auto_mpl is not None:
-            self.call(self.server.auto_mpl.start)
+        for tuner in self.server.tuners():
+            self.call(tuner.start)
         self.port = self.server.port
         self.host = config.listen_host
 
@@ -330,10 +331,8 @@ class BackgroundProxy:
 
     def close(self) -> None:
         try:
-            if self.server.learning is not None:
-                self.call(self.server.learning.stop)
-            if self.server.auto_mpl is not None:
-                self.call(self.server.auto_mpl.stop)
+            for tuner in reversed(self.server.tuners()):
+                self.call(tuner.stop)
             self.call(self.server.close)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)

@@ -45,9 +45,10 @@ class AutoMpl:
         self._last = 0.0
         self._timer: asyncio.TimerHandle | None = None
         gate.scheduler.observe(finishes=self._finished)
-        self._apply(controller.mpl)
 
     def start(self) -> None:
+        """Begin tuning from the controller's MPL (call on the proxy's loop)."""
+        self._apply(self.controller.mpl)
         loop = asyncio.get_running_loop()
         self._last = loop.time()
         self._timer = loop.call_later(self.tick, self._tick)

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from admission.model import EtaModel
 from admission.online import OnlineEstimator
@@ -46,6 +47,8 @@ class LiveModel:
     ) -> None:
         self.gate = gate
         self.planner = planner
+        # what the sampler measuring U_r, Q_r and A^c_r says of itself (training.live), if one
+        self.profile_status: Callable[[], dict[str, Any]] | None = None
         self._planned: set[str] = set()  # classes whose cost was asked for
         self._planning: asyncio.Task[None] | None = None
         self.path = path

@@ -45,6 +45,7 @@ __all__ = [
     "STARTUP_TIMEOUT",
     "BackendAddress",
     "ProxyServer",
+    "Tuner",
     "parse_backend",
     "startup_expired",
     "url_identity",
@@ -186,6 +187,15 @@ class BufferBudget:
         self.report(who, 0)
 
 
+class Tuner(Protocol):
+    """Something that keeps the proxy tuned while it serves, started and stopped with it on
+    its event loop (the live model, the adaptive MPL, the live profile sampler)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class Listener:
     """What every front end shares: a listening socket, its clients' protocol factory, and its
     clients by the backend key each was given, which a CancelRequest names."""
@@ -197,6 +207,12 @@ class Listener:
     startup_timeout: float = STARTUP_TIMEOUT
     learning: LiveModel | None = None  # the model kept current while serving (proxy.app)
     auto_mpl: AutoMpl | None = None  # the MPL tuned while serving (--mpl auto)
+    extras: tuple[Tuner, ...] = ()  # more of the kind (ProxyConfig.extend)
+
+    def tuners(self) -> list[Tuner]:
+        """What keeps the proxy tuned while it serves, in the order to start them."""
+        found: list[Tuner | None] = [self.learning, self.auto_mpl, *self.extras]
+        return [t for t in found if t is not None]
 
     def protocol(self) -> asyncio.Protocol:
         raise NotImplementedError

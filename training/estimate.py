@@ -98,6 +98,13 @@ class Estimator:
             self._a_sum[klass] = {}
             self._admissions[klass] = 0
 
+    def take_over(self, other: Estimator) -> None:
+        """The statements in flight in ``other`` (a window that closes) finish in this one:
+        their tasks count here from now on; their admission counted there."""
+        for j in other.jobs.values():
+            self._known(j.klass)
+        self.jobs, other.jobs = other.jobs, {}
+
     def in_flight(self) -> dict[Hashable, str]:
         return {job: j.klass for job, j in self.jobs.items()}
 

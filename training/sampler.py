@@ -135,6 +135,17 @@ class PostgresJobs:
             j.leader_cpu = self.last_cpu[j.leader] = leader.cpu
         return (j.leader_cpu - j.base) + sum(j.workers.values())
 
+    def prune(self) -> None:
+        """Forget the processes of statements no longer in flight (a sampler that runs for
+        ever would otherwise keep every backend and parallel worker it ever read)."""
+        keep = set()
+        for j in self.jobs.values():
+            keep.add(j.leader)
+            keep.update(j.workers)
+            keep.update(j.earlier)
+        self.last_cpu = {pid: cpu for pid, cpu in self.last_cpu.items() if pid in keep}
+        self.worker_class = {pid: k for pid, k in self.worker_class.items() if pid in keep}
+
     def finish(self) -> dict[str, float]:
         """CPU seconds per class that exited workers used after their last sample."""
         postmaster = self.probe.postmaster

@@ -243,3 +243,33 @@ def test_forget_learned_goes_back_to_training() -> None:
     # and the file round trip keeps what reset needs
     again = EtaModel.model_validate_json(learned.model_dump_json())
     assert {c.fingerprint: c.D_trained for c in again.classes}["fp:a"] == 0.01
+
+
+def test_a_window_of_the_live_profile_moves_the_model_halfway() -> None:
+    from admission.online import WindowProfile, merge_profile
+
+    trained = EtaModel(
+        classes=(
+            ClassProfile(fingerprint="fp:a", name="A", D=0.1, f=2, U=0.2, Q=1.0, A=2.0, count=50),
+            ClassProfile(fingerprint="fp:b", name="B", D=0.5, f=1, U=0.1, Q=0.5, A=1.0, count=50),
+        ),
+        A_matrix=((2.0, 1.0), (1.0, 1.0)),
+    )
+    live = trained.with_class("fp:new", "N")  # the default profile, never measured
+    window = {
+        "fp:a": WindowProfile(U=0.4, Q=3.0, A=4.0, completed=20),
+        "fp:b": WindowProfile(U=0.9, Q=9.0, A=9.0, completed=2),  # too few: left alone
+        "fp:new": WindowProfile(U=0.05, Q=0.2, A=0.4, completed=8),
+    }
+    seen = {"fp:a": {"fp:a": 4.0, "fp:new": 1.0}, "fp:new": {"fp:a": 3.0, "fp:new": 0.6}}
+    merged = merge_profile(live, window, seen)
+    assert merged is not None
+    a, b, new = merged.classes
+    assert (a.U, a.Q, a.A, a.profiled) == (pytest.approx(0.3), 2.0, 3.0, 1)
+    assert (b.U, b.Q, b.A, b.profiled) == (0.1, 0.5, 1.0, 0)
+    assert (new.U, new.Q, new.A, new.profiled) == (0.05, 0.2, 0.4, 1)  # at once: no prior
+    m = merged.a_matrix()  # m[r][c] = A^c_r; the columns of a and new moved
+    assert m[0][0] == 3.0 and m[2][0] == pytest.approx(0.5 * live.a_matrix()[2][0] + 0.5)
+    assert m[0][2] == 3.0 and m[2][2] == 0.6  # new: the window's at once
+    assert m[0][1] == 1.0 and m[1][1] == 1.0  # b's column: not enough statements
+    assert merge_profile(live, {"fp:b": window["fp:b"]}, {}) is None

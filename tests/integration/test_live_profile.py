@@ -1,0 +1,131 @@
+"""Training's sampler while serving (``training.live``): real statements through the proxy, real
+threads and processes read from /proc, windows of estimates blended into the live model.
+
+On the embedded DuckDB and in front of a PostgreSQL on this machine: after two windows of
+load, every class that ran has U_r, Q_r and A_r above 0 and a row and column of A^c_r, the model
+says it was profiled live, and the sampler took a small share of a core. Statements whose
+process never runs (they sleep) show no task in execution, and the sampler says it stopped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from admission import Limits
+from admission.model import EtaModel
+from proxy.app import BackgroundProxy, ProxyConfig
+from proxy.server import BackendAddress, Listener, Tuner
+from testing.pgcluster import Cluster
+from training.live import LiveProfile
+
+WINDOW = 1.5  # seconds (60 when serving): two windows in a few seconds of load
+
+
+def _profile(embedded: bool) -> Callable[[Listener], Tuner | None]:
+    def extend(listener: Listener) -> Tuner | None:
+        assert listener.learning is not None
+        make = LiveProfile.for_embedded if embedded else LiveProfile.for_postgresql
+        return make(listener.learning, 2, interval=0.05, window=WINDOW)
+
+    return extend
+
+
+@contextmanager
+def _proxy(backend: BackendAddress | None) -> Iterator[BackgroundProxy]:
+    config = ProxyConfig(
+        backend=backend,
+        listen_port=0,
+        learn=True,
+        limits=Limits(mpl=2),
+        extend=_profile(backend is None),
+    )
+    proxy = BackgroundProxy(config)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+def _load(conninfo: str, statements: list[str], seconds: float, clients: int = 4) -> int:
+    """``clients`` connections running ``statements`` in turn for ``seconds``; how many ran."""
+    done = [0] * clients
+    errors: list[BaseException] = []
+    stop = time.monotonic() + seconds
+
+    def client(i: int) -> None:
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                while time.monotonic() < stop:
+                    conn.execute(statements[(i + done[i]) % len(statements)])
+                    done[i] += 1
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 30)
+    assert not errors, errors
+    return sum(done)
+
+
+def _profiled(proxy: BackgroundProxy, statements: list[str]) -> tuple[EtaModel, dict[str, int]]:
+    model: EtaModel = proxy.call(lambda: proxy.gate.scheduler.model)
+    by_sql = {c.sample_sql: c for c in model.classes}
+    assert all(sql in by_sql for sql in statements), list(by_sql)
+    index = model.index()
+    return model, {sql: index[by_sql[sql].fingerprint] for sql in statements}
+
+
+def _check(proxy: BackgroundProxy, statements: list[str]) -> None:
+    model, at = _profiled(proxy, statements)
+    a = model.a_matrix()
+    for sql, i in at.items():
+        c = model.classes[i]
+        assert c.profiled >= 1 and c.U > 0 and c.Q > 0 and c.A > 0, c
+        assert all(a[r][i] > 0 for r in at.values()), (sql, a)  # each saw the others admitted
+    learning = proxy.server.learning
+    assert learning is not None and learning.profile_status is not None
+    status = proxy.call(learning.profile_status)
+    assert status["windows"] >= 2 and status["windows_merged"] >= 1, status
+    assert status["stopped_because"] is None
+    assert 0 < status["sampler_cpu_share"] < 0.25, status  # Δ = 50 ms here, 200 ms in serve
+
+
+def test_embedded_profiles_each_class_while_serving() -> None:
+    statements = [
+        "select sum(i) from range(3000000) t(i)",
+        "select count(*) from range(2000000) t(i) where i % 3 = 0",
+    ]
+    with _proxy(None) as proxy:
+        assert _load(proxy.conninfo("app", "app"), statements, 2.5 * WINDOW) > 10
+        _check(proxy, statements)
+
+
+def test_postgresql_profiles_each_class_while_serving(pg: Cluster) -> None:
+    statements = [
+        "select count(*) from generate_series(1, 400000)",
+        "select sum(x) from generate_series(1, 200000) as x",
+    ]
+    with _proxy(BackendAddress("127.0.0.1", pg.port)) as proxy:
+        assert _load(proxy.conninfo("postgres", "postgres"), statements, 2.5 * WINDOW) > 10
+        _check(proxy, statements)
+
+
+def test_statements_never_seen_running_stop_the_sampler(pg: Cluster) -> None:
+    with _proxy(BackendAddress("127.0.0.1", pg.port)) as proxy:
+        _load(proxy.conninfo("postgres", "postgres"), ["select pg_sleep(0.05)"], 1.5 * WINDOW)
+        learning = proxy.server.learning
+        assert learning is not None and learning.profile_status is not None
+        deadline = time.monotonic() + 2 * WINDOW
+        status = proxy.call(learning.profile_status)
+        while status["stopped_because"] is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+            status = proxy.call(learning.profile_status)
+        assert "no task of theirs" in (status["stopped_because"] or ""), status

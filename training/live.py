@@ -1,0 +1,155 @@
+"""Training's sampler while serving: U_r, Q_r, A_r and A^c_r kept current (``serve``).
+
+``admission train`` measures a class's profile once, in a concurrent run it drives itself.
+``LiveProfile`` runs the very same measurement on whatever the clients send: a ``Recorder``
+(``training.sampler``) hears the scheduler's admissions and completions and samples, every
+``interval`` seconds from a thread of its own, how many tasks each statement in flight has in
+execution (the embedded DuckDB's threads, or a local PostgreSQL's backends and parallel
+workers, from /proc). Every ``window`` seconds the window's ``Estimator`` is closed — the
+statements in flight carry over into the next — and its U_r, Q_r, A_r and A^c_r are blended
+into the live model (``admission.online.merge_profile``: halfway toward each window's values,
+for the classes that completed enough statements in it), which the gate swaps in like any
+learned model. D_r is learned from service times (``proxy.learning``); f_r stays training's.
+
+Only what runs on this machine can be sampled: in front of a PostgreSQL elsewhere the probe
+sees no process, and the first window that completed statements but saw no task in execution
+stops the sampler (logged, and shown in ``/status``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Hashable
+from typing import Any
+
+from admission.online import WindowProfile, merge_profile
+from proxy.learning import LiveModel
+from training.estimate import Estimator
+from training.proc import ThreadProbe, read_task
+from training.sampler import DuckDBJobs, Jobs, PostgresJobs, Recorder
+
+__all__ = ["INTERVAL", "WINDOW", "LiveProfile"]
+
+log = logging.getLogger("admission.profile")
+
+INTERVAL = 0.2  # seconds between samples (the thesis' Δ; training's default is 50 ms)
+WINDOW = 60.0  # seconds per window of estimates
+
+
+class LiveProfile:
+    def __init__(
+        self,
+        learning: LiveModel,
+        jobs: Jobs,
+        cores: int,
+        *,
+        interval: float = INTERVAL,
+        window: float = WINDOW,
+    ) -> None:
+        if interval <= 0 or window <= interval:
+            raise ValueError(f"need 0 < interval < window, not {interval} and {window}")
+        self.learning = learning
+        self.gate = learning.gate
+        self.cores, self.interval, self.window = cores, interval, window
+        self.recorder = Recorder(self._estimator(), jobs, self._describe, interval)
+        self.gate.scheduler.observe(events=self.recorder.on_event)
+        self.windows = 0  # windows closed
+        self.merged = 0  # of them, the ones that moved the model
+        self.stopped_because: str | None = None
+        self._started = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        learning.profile_status = self.status
+
+    @classmethod
+    def for_embedded(cls, learning: LiveModel, cores: int, **kwargs: Any) -> LiveProfile:
+        model = learning.gate.scheduler.model
+        weights = {c.fingerprint: float(c.f) for c in model.classes}
+        return cls(learning, DuckDBJobs(ThreadProbe(), weights), cores, **kwargs)
+
+    @classmethod
+    def for_postgresql(cls, learning: LiveModel, cores: int, **kwargs: Any) -> LiveProfile:
+        return cls(learning, PostgresJobs(), cores, **kwargs)
+
+    def _estimator(self) -> Estimator:
+        model = self.gate.scheduler.model
+        return Estimator(self.cores, {c.fingerprint: c.f for c in model.classes})
+
+    def _describe(self, job: Hashable) -> tuple[str, int | None]:
+        record = self.gate.scheduler.job(job)
+        client = self.gate.client(job)  # type: ignore[arg-type]
+        pid = client.backend_pid if client is not None else None
+        return (record.fingerprint if record is not None else "?"), pid
+
+    def start(self) -> None:
+        """Start sampling (call on the proxy's loop)."""
+        self._started = time.monotonic()
+        self.recorder.start()
+        self._timer = asyncio.get_running_loop().call_later(self.window, self._roll)
+
+    def stop(self, why: str | None = None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.recorder.recording:
+            self.recorder.stop()
+        if why is not None:
+            self.stopped_because = why
+            log.warning("live profile stopped: %s", why)
+
+    def sampler_share(self) -> float:
+        """CPU the sampling thread has used, as a share of one core since it started."""
+        tid = self.recorder.sampler_tid
+        elapsed = time.monotonic() - self._started
+        if tid is None or elapsed <= 0:
+            return 0.0
+        reading = read_task(f"/proc/self/task/{tid}")
+        cpu = reading.cpu if reading is not None else self.recorder.sampler_cpu
+        return cpu / elapsed
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "interval": self.interval,
+            "window": self.window,
+            "windows": self.windows,
+            "windows_merged": self.merged,
+            "sampler_cpu_share": self.sampler_share(),
+            "stopped_because": self.stopped_because,
+        }
+
+    def _roll(self) -> None:
+        """Close the window: its estimates into the model, a new window for what follows."""
+        self._timer = asyncio.get_running_loop().call_later(self.window, self._roll)
+        try:
+            self._close_window()
+        except Exception:  # the profile must never stop the proxy
+            log.exception("the live profile failed to close a window")
+
+    def _close_window(self) -> None:
+        recorder = self.recorder
+        with recorder.lock:
+            old = recorder.estimator
+            new = self._estimator()
+            new.take_over(old)  # statements in flight finish in the next window
+            recorder.estimator = new
+            jobs = recorder.jobs
+            if isinstance(jobs, PostgresJobs):
+                jobs.prune()
+        self.windows += 1
+        estimates = old.estimates()
+        done = sum(e.count for e in estimates.values())
+        if done and not any(e.Q > 0 for e in estimates.values()):
+            self.stop(
+                "statements completed but no task of theirs was ever seen in execution (is "
+                "the database on another machine?)"
+            )
+            return
+        order = old.classes()
+        matrix = old.a_matrix(order)
+        seen = {c: {r: matrix[i][j] for i, r in enumerate(order)} for j, c in enumerate(order)}
+        window = {fp: WindowProfile(e.U, e.Q, e.A, e.count) for fp, e in estimates.items()}
+        merged = merge_profile(self.gate.scheduler.model, window, seen)
+        if merged is not None:
+            self.merged += 1
+            self.learning.swap(merged)
