@@ -104,6 +104,16 @@ def serve(
             envvar=env("learn"),
         ),
     ] = True,
+    explain_dsn: Annotated[
+        str | None,
+        typer.Option(
+            help="With --backend: a connection string the proxy may use to EXPLAIN the sample "
+            "statement of a class it has not measured yet (nothing is run), so the class starts "
+            "from the planner's cost scaled by the measured classes' D_r per unit of cost "
+            "(the embedded DuckDB needs none).",
+            envvar=env("explain_dsn"),
+        ),
+    ] = None,
     sample_interval: Annotated[
         float,
         typer.Option(
@@ -279,6 +289,8 @@ def serve(
     )
     chosen = policy or (RECOMMENDED_POLICY if model is not None else "fcfs")
     _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
+    if explain_dsn is not None and backend is None:
+        raise fail("--explain-dsn belongs to --backend: the embedded DuckDB plans by itself")
     if backend is not None and (users or allow_file_access or allow_extensions):
         raise fail(
             "--users, --allow-file-access and --allow-extensions belong to the embedded DuckDB "
@@ -324,6 +336,7 @@ def serve(
             learn=learn,
             limits=admission_limits,
             auto_mpl=auto_mpl,
+            explain_dsn=explain_dsn,
             extend=_live_profile(sample_interval, profile_window, backend is None)
             if learn and sample_interval > 0
             else None,

@@ -25,6 +25,7 @@ from proxy.admin import AdminMetrics
 from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel, Planner
+from proxy.planner import PostgresPlanner
 from proxy.server import MAX_BUFFERED, BackendAddress, Listener, ProxyServer, Tuner
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class ProxyConfig:
     learn: bool = False  # keep the model current from live statements (proxy.learning)
     limits: Limits = field(default_factory=Limits)
     auto_mpl: bool = False  # tune the MPL while serving, from limits.mpl (proxy.autompl)
+    explain_dsn: str | None = None  # PostgreSQL: where the live model may EXPLAIN (priors)
     # more that keeps the proxy tuned while it serves, built on the front end once it exists
     # (the command line adds training's live profile sampler this way: training.live)
     extend: Callable[[Listener], Tuner | None] | None = None
@@ -126,6 +128,8 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         embedded = embedded_server(config, gate, progress)
         listener, planner = embedded, embedded.backend.plan_cost
     else:
+        if config.explain_dsn is not None:
+            planner = PostgresPlanner(config.explain_dsn).plan_cost
         check_exposure(config, None)
         tls = tls_context(config)
         listener = ProxyServer(

@@ -220,3 +220,20 @@ def test_classify_from_arguments_and_stdin() -> None:
     assert result.returncode == 0 and "pg:" in result.stdout and "yes" in result.stdout
     piped = run("classify", stdin="select 1\nselect 2\n")
     assert piped.returncode == 0 and piped.stdout.count("pg:") == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mpl", "some"], "--mpl takes a whole number or 'auto'"),
+        (["--mpl", "-1"], "--mpl must be 0 (unlimited) or more"),
+        (["--explain-dsn", "host=x"], "--explain-dsn belongs to --backend"),
+        (["--lifo-after", "3"], "--lifo-after needs --queue-timeout"),
+        (["--sample-interval", "5", "--profile-window", "2"], "--profile-window must be longer"),
+    ],
+)
+def test_serve_bad_arguments_are_clear(args: list[str], message: str) -> None:
+    result = run("serve", "--listen", "127.0.0.1:0", *args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr.replace("\n", " ")
+    assert "Traceback" not in result.stderr

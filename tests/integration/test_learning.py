@@ -187,3 +187,44 @@ def test_embedded_classes_not_measured_start_from_duckdbs_cost_estimate() -> Non
     assert new.live == 0 and new.cost == pytest.approx(16_000_001)
     scale = statistics.median(c.D / c.cost for c in known if c.cost)
     assert new.D == pytest.approx(scale * new.cost)
+
+
+def test_relay_classes_not_measured_start_from_postgresqls_cost_estimate(
+    make_proxy: Callable[..., ProxyHarness], pg: Any
+) -> None:
+    """In front of PostgreSQL, with a connection to EXPLAIN on (``--explain-dsn``): the same
+    prior from the plan's Total Cost."""
+    from proxy.planner import PostgresPlanner
+
+    proxy = make_proxy(policy="latency", limits=Limits(mpl=2))
+    planner = PostgresPlanner(f"host=127.0.0.1 port={pg.port} user=postgres dbname=postgres")
+    learning = proxy.call(lambda: LiveModel(proxy.gate, planner=planner.plan_cost))
+    measured = (
+        "select count(*) from generate_series(1, 100000)",
+        "select sum(x) from generate_series(1, 200000) as x where x % 3 = 0",
+        "select max(x + 1) from generate_series(1, 400000) as x",
+    )
+    with psycopg.connect(
+        proxy.dsn_base + " user=postgres dbname=postgres", autocommit=True
+    ) as conn:
+        for sql in measured:
+            for _ in range(8):
+                conn.execute(sql)
+        for _ in range(2):
+            conn.execute("select min(x * 2) from generate_series(1, 300000) as x")
+        conn.execute("select %s::int", (1,))  # a parameter ($1): no plan to ask for
+    task = proxy.call(learning.plan)
+    deadline = time.monotonic() + 30
+    while task is not None and not task.done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proxy.call(learning.refresh)
+    proxy.call(planner.close)
+    model = proxy.call(lambda: proxy.gate.scheduler.model)
+    classes = {c.sample_sql: c for c in model.classes}
+    known = [classes[sql] for sql in measured]
+    assert all(c.live == 8 and c.cost for c in known)
+    new = next(c for c in model.classes if "min(x * 2)" in c.sample_sql)
+    assert new.live == 0 and new.cost is not None and new.cost > 0
+    scale = statistics.median(c.D / c.cost for c in known if c.cost)
+    assert new.D == pytest.approx(scale * new.cost)
+    assert next(c for c in model.classes if "$1" in c.sample_sql).cost is None

@@ -27,6 +27,7 @@ import duckdb
 from proxy.backends.embedded import compat, lockdown
 from proxy.backends.errors import sqlstate_for
 from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type
+from proxy.planner import plannable
 from proxy.wire import protocol as pg
 
 __all__ = [
@@ -49,8 +50,6 @@ __all__ = [
 # read, as fast as the client takes it, so the proxy never holds more than a chunk of it.
 CHUNK_ROWS = 50_000
 _STDIO = re.compile(r"\b(?:stdin|stdout)\b", re.I)
-_PLANNABLE = re.compile(r"\s*(?:\(\s*)*(?:select|with|from|values|table)\b", re.I)
-_PARAM = re.compile(r"\$\d")
 _INT16 = struct.Struct("!h")
 _INT32 = struct.Struct("!i")
 SERVER_VERSION = "15.0"
@@ -87,7 +86,7 @@ class DuckDBBackend:
     async def plan_cost(self, sql: str) -> float | None:
         """DuckDB's own cost estimate of a read-only statement: the estimated cardinalities of
         its plan's operators, summed (EXPLAIN, nothing run); None for anything else."""
-        if not _PLANNABLE.match(sql) or _PARAM.search(sql):
+        if not plannable(sql):
             return None
         if self._planner is None:
             self._planner = self.connection.cursor()

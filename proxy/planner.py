@@ -1,0 +1,73 @@
+"""The database's own cost estimate of a statement, for the prior of a class not yet measured.
+
+The embedded DuckDB answers from EXPLAIN's estimated cardinalities
+(``DuckDBBackend.plan_cost``). In front of PostgreSQL the proxy holds no connection of its own
+— clients authenticate with the server themselves — so ``PostgresPlanner`` needs one given
+(``serve --explain-dsn``): it runs ``EXPLAIN (FORMAT JSON)`` there (the plan's Total Cost,
+nothing executed), one statement at a time, with a short statement timeout.
+
+Only read-only statements without parameters are asked about (a SELECT, WITH, VALUES or
+TABLE): EXPLAIN of anything else could have effects, and ``$1`` has no value to plan with.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+__all__ = ["PostgresPlanner", "plannable"]
+
+log = logging.getLogger("admission.planner")
+
+_PLANNABLE = re.compile(r"\s*(?:\(\s*)*(?:select|with|from|values|table)\b", re.I)
+_PARAM = re.compile(r"\$\d")
+TIMEOUT_MS = 2000  # EXPLAIN does not run the statement; planning it takes no longer than this
+
+
+def plannable(sql: str) -> bool:
+    """Whether ``sql`` may be EXPLAINed to estimate its cost (read-only, no parameters)."""
+    return bool(_PLANNABLE.match(sql)) and not _PARAM.search(sql)
+
+
+class PostgresPlanner:
+    """``plan_cost(sql)`` over a connection of its own to ``dsn``, opened at first use and
+    again after it broke; a server that cannot be reached is logged once and gives no cost."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._conn: Any = None  # psycopg.AsyncConnection, once open
+        self._warned = False
+
+    async def _connection(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            self._conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            await self._conn.execute(f"set statement_timeout = {TIMEOUT_MS}")
+        return self._conn
+
+    async def plan_cost(self, sql: str) -> float | None:
+        if not plannable(sql):
+            return None
+        import psycopg
+
+        try:
+            conn = await self._connection()
+            cursor = await conn.execute(f"EXPLAIN (FORMAT JSON) {sql}")
+            row = await cursor.fetchone()
+        except psycopg.OperationalError as e:
+            if not self._warned:
+                log.warning("cannot EXPLAIN on %s: %s (no cost priors)", self.dsn, e)
+                self._warned = True
+            return None
+        except psycopg.Error:
+            return None  # a statement PostgreSQL cannot plan here: no prior for it
+        try:
+            return float(row[0][0]["Plan"]["Total Cost"]) or None
+        except (TypeError, KeyError, IndexError, ValueError):
+            return None
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
