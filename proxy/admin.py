@@ -27,6 +27,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from itertools import accumulate
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -370,7 +371,9 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
     }
 
 
-def _class_view(profile: ClassProfile, tally: _Tally) -> dict[str, Any]:
+def _class_view(
+    profile: ClassProfile, tally: _Tally, learned_at: float | None = None
+) -> dict[str, Any]:
     """One class in ``GET /classes``: its counts and mean times, and the model's profile."""
     done = tally.completed
     admitted = tally.admitted + tally.bypassed
@@ -399,6 +402,10 @@ def _class_view(profile: ClassProfile, tally: _Tally) -> dict[str, Any]:
             "D_trained": profile.D_trained,
             "cost": profile.cost,
             "profiled": profile.profiled,
+            # when the live model last moved D_r (ISO 8601, UTC), if it did since the start
+            "learned_at": None
+            if learned_at is None
+            else datetime.fromtimestamp(learned_at, UTC).isoformat(timespec="seconds"),
         },
     }
 
@@ -412,6 +419,7 @@ def _add_views(
 ) -> None:
     """The routes that only read: status, classes, recent statements, the dashboard, η."""
     scheduler = gate.scheduler
+    learning = tuners.learning
 
     @app.get("/status", dependencies=guard)
     async def status() -> dict[str, Any]:
@@ -421,7 +429,11 @@ def _add_views(
     async def classes() -> list[dict[str, Any]]:
         tallies = metrics.tallies()
         return [
-            _class_view(profile, tallies.get(profile.name) or _Tally())
+            _class_view(
+                profile,
+                tallies.get(profile.name) or _Tally(),
+                learning.changed_at.get(profile.fingerprint) if learning else None,
+            )
             for profile in scheduler.model.classes
         ]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class LiveModel:
         self.planner = planner
         # what the sampler measuring U_r, Q_r and A^c_r says of itself (training.live), if one
         self.profile_status: Callable[[], dict[str, Any]] | None = None
+        self.changed_at: dict[str, float] = {}  # class → when its D_r last changed (Unix time)
         self._planned: set[str] = set()  # classes whose cost was asked for
         self._planning: asyncio.Task[None] | None = None
         self.path = path
@@ -111,9 +113,15 @@ class LiveModel:
         """Swap in a model that follows the estimates if any moved enough; True if one was."""
         if not self.estimator.enabled:
             return False
-        model = self.estimator.refresh(self.gate.scheduler.model)
+        old = self.gate.scheduler.model
+        model = self.estimator.refresh(old)
         if model is None:
             return False
+        before = {c.fingerprint: c.D for c in old.classes}
+        now = time.time()
+        for c in model.classes:
+            if before.get(c.fingerprint) != c.D:
+                self.changed_at[c.fingerprint] = now
         self.gate.set_model(model)
         self.updates += 1
         self._dirty = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -273,6 +274,7 @@ def test_learning_in_status_and_reset(make_proxy: MakeProxy, tmp_path: Path) -> 
     classes = {c["name"]: c["profile"] for c in httpx.get(f"{proxy.admin_url}/classes").json()}
     (sleep,) = [n for n in classes if n != "a" and classes[n]["live"]]
     assert classes[sleep]["live"] == 6 and 0.005 < classes[sleep]["D"] < 0.5
+    assert classes[sleep]["learned_at"].startswith(str(datetime.now(UTC).year))
     assert classes["a"]["live"] == 6 and classes["a"]["D"] < 1  # select 1 is no 5 s
     one = httpx.post(f"{proxy.admin_url}/model/reset", params={"class": sleep})
     assert one.status_code == 200
