@@ -4,14 +4,17 @@
 
 The live model (``proxy.learning``) and the adaptive MPL (``proxy.autompl``) read no
 ``/proc`` and start no thread: they listen to the scheduler (a ``finishes`` observer each) and
-look at what they gathered every 2 s (the model) and every 0.1 s (the MPL). So their cost is
-(1) the observers' work per statement and (2) the periodic looks. Both are measured here on
+look at what they gathered every 2 s (the model) and every 0.1 s (the MPL). The live profile
+(``training.live``) listens too, and samples /proc from a thread of its own (its cost:
+``python -m benchmarks.sampler --interval 0.2``). So their cost here is (1) the observers' work
+per statement and (2) the periodic looks. Both are measured here on
 the very objects the proxy uses, side by side in one run, with ``--in-flight`` statements in
 service at once (MPL = that many, a completion and a new submission per cycle, the classes
 drawn at random):
 
-- per statement: a scheduler cycle without observers, with the estimator's, and with both the
-  estimator's and the adaptive MPL's — the difference in µs;
+- per statement: a scheduler cycle without observers, with the estimator's, with the adaptive
+  MPL's too, and with the live profile's recorder too (``training.live``: the lock and the
+  estimator's books per admission and completion) — the difference in µs;
 - per look: ``OnlineEstimator.refresh`` with every class's window full (it makes no new model
   when nothing moved, the usual case), and ``MplController.observe``;
 - the share of one core all of it takes at 1,000 and at 10,000 statements a second (target:
@@ -33,6 +36,9 @@ from admission import ClassProfile, EtaModel, Limits, Scheduler
 from admission.mpl import MplController
 from admission.online import OnlineEstimator
 from admission.scheduler import Job, JobState
+from training.estimate import Estimator
+from training.proc import ThreadProbe
+from training.sampler import DuckDBJobs, Recorder
 
 __all__ = ["main"]
 
@@ -87,6 +93,26 @@ def _with_both(s: Scheduler) -> None:
     s.observe(finishes=finished)
 
 
+def _with_all(s: Scheduler) -> None:
+    """The estimator, the adaptive MPL and the live profile's recorder (what
+    ``training.live.LiveProfile`` hangs on the scheduler; its sampling thread is left out:
+    ``benchmarks.sampler`` measures that)."""
+    _with_both(s)
+    estimator = Estimator(2, {c.fingerprint: c.f for c in s.model.classes}, keep_jobs=False)
+    recorder = Recorder(estimator, DuckDBJobs(ThreadProbe(), {}), lambda _j: ("?", None), 0.2)
+    recorder.recording = True
+
+    def granted(job: Job, _tasks: Sequence[int]) -> None:
+        if not job.bypass:
+            recorder.admitted(job.id, job.klass.fingerprint, None)
+
+    def finished(job: Job, _now: float) -> None:
+        if not job.bypass:
+            recorder.released(job.id)
+
+    s.observe(grants=granted, finishes=finished)
+
+
 def _refresh_cost(k: int, rng: random.Random, rounds: int) -> float:
     """Seconds per look at the estimates, every class's window full, nothing moved."""
     model = _model(k, rng)
@@ -139,23 +165,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     met = True
     for k in ks:
         model = _model(k, rng)
-        best = {"none": float("inf"), "estimator": float("inf"), "both": float("inf")}
-        for _ in range(args.rounds):  # interleaved: drift hits all three alike
-            for name, hook in (
-                ("none", lambda _s: None),
-                ("estimator", _with_estimator),
-                ("both", _with_both),
-            ):
+        hooks: dict[str, Callable[[Scheduler], None]] = {
+            "none": lambda _s: None,
+            "estimator": _with_estimator,
+            "both": _with_both,
+            "all": _with_all,
+        }
+        best = dict.fromkeys(hooks, float("inf"))
+        for _ in range(args.rounds):  # interleaved: drift hits all alike
+            for name, hook in hooks.items():
                 cost = _cycles(model, args.statements // args.rounds, args.in_flight, hook)
                 best[name] = min(best[name], cost)
-        extra = best["both"] - best["none"]
+        extra = best["all"] - best["none"]
         look = _refresh_cost(k, rng, args.rounds)
         per_second = look / 2.0 + observe_look / 0.1  # a model look every 2 s, MPL every 0.1 s
         print(f"K = {k} classes")
         print(
             f"  scheduler cycle {best['none'] * 1e6:.2f} µs; with the estimator "
             f"{best['estimator'] * 1e6:.2f} µs; with the estimator and the adaptive MPL "
-            f"{best['both'] * 1e6:.2f} µs (+{extra * 1e6:.2f} µs a statement)"
+            f"{best['both'] * 1e6:.2f} µs; and the live profile's recorder "
+            f"{best['all'] * 1e6:.2f} µs (+{extra * 1e6:.2f} µs a statement in all)"
         )
         print(
             f"  a look at the estimates {look * 1e3:.3f} ms (every 2 s), the MPL's "

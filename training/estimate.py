@@ -72,19 +72,32 @@ class Completed:
 
 class Estimator:
     def __init__(
-        self, cores: int, fork: Mapping[str, int] | None = None, keep_series: bool = False
+        self,
+        cores: int,
+        fork: Mapping[str, int] | None = None,
+        keep_series: bool = False,
+        keep_jobs: bool = True,
     ) -> None:
+        """``keep_jobs``: keep every completed job (``completed``) and the time series the Q_r
+        intervals are made of; a sampler that runs for ever (``training.live``) keeps only the
+        per-class sums ``estimates`` needs, so a window costs the same memory at any rate."""
         self.cores = cores
         self.fork = dict(fork or {})
         self.keep_series = keep_series
+        self.keep_jobs = keep_jobs
         self.jobs: dict[Hashable, _Job] = {}
         self.completed: list[Completed] = []
+        # per class: jobs completed, Σ response time, Σ thread-seconds, Σ CPU (measured or 0)
+        self._done: dict[str, list[float]] = {}
         self.first: float | None = None
         self.last: float | None = None
         self._task_time: dict[str, float] = {}  # Σ n_r · dt
         self._cpu: dict[str, float] = {}
         self._a_sum: dict[str, dict[str, float]] = {}  # [c][r]: Σ N_r at class-c admissions
         self._admissions: dict[str, int] = {}
+        # Σ tasks (at the last sample) of the jobs in flight, per class: what an admission sees,
+        # kept as samples and completions change it (admissions cost O(classes), not O(jobs))
+        self._held: dict[str, float] = {}
         self._classes: list[str] = []
         # (from, to, class-r tasks in execution) held over [from, to): for batch means
         self._segments: list[tuple[float, float, dict[str, float]]] = []
@@ -103,20 +116,20 @@ class Estimator:
         their tasks count here from now on; their admission counted there."""
         for j in other.jobs.values():
             self._known(j.klass)
+            self._held[j.klass] = self._held.get(j.klass, 0.0) + j.tasks
         self.jobs, other.jobs = other.jobs, {}
+        other._held = {}
 
     def in_flight(self) -> dict[Hashable, str]:
         return {job: j.klass for job, j in self.jobs.items()}
 
     def admit(self, job: Hashable, klass: str, now: float) -> None:
         self._known(klass)
-        seen: dict[str, float] = {}
-        for other in self.jobs.values():
-            seen[other.klass] = seen.get(other.klass, 0.0) + other.tasks
-        seen[klass] = seen.get(klass, 0.0) + self.fork.get(klass, 1)
         row = self._a_sum[klass]
-        for r, n in seen.items():
-            row[r] = row.get(r, 0.0) + n
+        for r, n in self._held.items():  # the tasks in execution of the jobs in flight
+            if n:
+                row[r] = row.get(r, 0.0) + n
+        row[klass] = row.get(klass, 0.0) + self.fork.get(klass, 1)
         self._admissions[klass] += 1
         self.jobs[job] = _Job(klass, now)
 
@@ -135,14 +148,17 @@ class Estimator:
                 j.thread_seconds += j.tasks * dt
                 self._task_time[j.klass] += j.tasks * dt
                 held[j.klass] = held.get(j.klass, 0.0) + j.tasks
-            if dt > 0 and any(held.values()):
+            if dt > 0 and self.keep_jobs and any(held.values()):
                 self._segments.append((self.last, now, held))
         else:
             self.first = now
         self.last = now
         self._samples += 1
+        held = self._held
         for job, j in self.jobs.items():
-            j.tasks = float(tasks.get(job, 0.0))
+            n = float(tasks.get(job, 0.0))
+            held[j.klass] = held.get(j.klass, 0.0) + n - j.tasks
+            j.tasks = n
             if self.keep_series:
                 j.series.append((now, float(forks.get(job, 0.0)) if forks else j.tasks))
 
@@ -151,18 +167,26 @@ class Estimator:
         j = self.jobs.pop(job, None)
         if j is None:
             return
+        if j.tasks:
+            self._held[j.klass] -= j.tasks
         if self.last is not None and now > self.last:  # hold the last sample until the end
             extra = j.tasks * (now - self.last)
             j.thread_seconds += extra
             self._task_time[j.klass] += extra
-            if j.tasks:
+            if j.tasks and self.keep_jobs:
                 self._segments.append((self.last, now, {j.klass: j.tasks}))
         if cpu is not None:
             j.cpu = cpu
             self._cpu[j.klass] += cpu
-        self.completed.append(
-            Completed(job, j.klass, j.admitted, now, j.thread_seconds, j.cpu, tuple(j.series))
-        )
+        sums = self._done.setdefault(j.klass, [0, 0.0, 0.0, 0.0])
+        sums[0] += 1
+        sums[1] += now - j.admitted
+        sums[2] += j.thread_seconds
+        sums[3] += j.cpu or 0.0
+        if self.keep_jobs:
+            self.completed.append(
+                Completed(job, j.klass, j.admitted, now, j.thread_seconds, j.cpu, tuple(j.series))
+            )
 
     def add_cpu(self, klass: str, seconds: float) -> None:
         """CPU of class ``klass`` that no single job could be charged with."""
@@ -183,17 +207,17 @@ class Estimator:
         total_adm = sum(self._admissions.values())
         out = {}
         for r in self._classes:
-            done = [c for c in self.completed if c.klass == r]
+            n, response, thread_seconds, cpu = self._done.get(r, (0, 0.0, 0.0, 0.0))
             a_any = sum(self._a_sum[c].get(r, 0.0) for c in self._classes)
             out[r] = ClassEstimate(
                 U=self._cpu[r] / (t * self.cores),
                 Q=self._task_time[r] / t,
                 A=a_any / total_adm if total_adm else 0.0,
-                throughput=len(done) / t,
-                response=statistics.fmean(c.completed - c.admitted for c in done) if done else 0.0,
-                thread_seconds=statistics.fmean(c.thread_seconds for c in done) if done else 0.0,
-                cpu=statistics.fmean(c.cpu or 0.0 for c in done) if done else 0.0,
-                count=len(done),
+                throughput=n / t,
+                response=response / n if n else 0.0,
+                thread_seconds=thread_seconds / n if n else 0.0,
+                cpu=cpu / n if n else 0.0,
+                count=int(n),
             )
         return out
 

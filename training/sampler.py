@@ -281,14 +281,22 @@ class Recorder:
             return
         if event.kind == "grant":
             klass, pid = self.describe(event.job)
-            with self.lock:
-                self.jobs.begin(event.job, klass, pid)
-                self.estimator.admit(event.job, klass, self.clock())
+            self.admitted(event.job, klass, pid)
         elif event.kind == "release":
-            with self.lock:
-                if event.job in self.estimator.jobs:
-                    cpu = self.jobs.end(event.job)
-                    self.estimator.complete(event.job, self.clock(), cpu)
+            self.released(event.job)
+
+    def admitted(self, job: Hashable, klass: str, pid: int | None) -> None:
+        """A statement of class ``klass`` (served by process ``pid``, if one) was admitted."""
+        with self.lock:
+            self.jobs.begin(job, klass, pid)
+            self.estimator.admit(job, klass, self.clock())
+
+    def released(self, job: Hashable) -> None:
+        """A statement left: its tasks and CPU are counted to its end."""
+        with self.lock:
+            if job in self.estimator.jobs:
+                cpu = self.jobs.end(job)
+                self.estimator.complete(job, self.clock(), cpu)
 
     # sampling
 
