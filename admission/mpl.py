@@ -9,38 +9,49 @@ idle and caps the throughput. Where the line lies depends on the machine, the da
 when they do. Schroeder et al. ("How to determine a good multi-programming level for external
 scheduling", ICDE 2006) show that a low MPL loses little throughput once it covers the
 resources the workload actually uses, and find it with a feedback loop on measured throughput.
-``MplController`` is such a loop: it measures throughput at the MPL in force and moves the MPL
-one step at a time toward **the lowest MPL whose throughput is within ``tolerance`` (5 %) of the
-best throughput measured at any MPL**.
+``MplController`` is such a loop: it measures the throughput of the MPL in force and moves the
+MPL one step at a time toward **the lowest MPL whose capacity is within ``tolerance`` (5 %) of
+the best measured at any MPL — and, under load, high enough for what arrives**.
 
 What it measures
 ----------------
 Throughput at MPL m says something about m only while m is what limits it: while statements
 are queued and m are in service (*saturated*). Unsaturated time — spare capacity, or the thread
-budget rather than the MPL holding statements back — tells nothing about m and is not counted.
-The driver reports, every few hundred milliseconds, the time elapsed, whether the gate was
-saturated, and the *work* completed meanwhile: the expected service time (D_r) of every
-statement that completed, so that a stretch with more long statements than usual does not read
-as lower throughput. Saturated time is cut into windows of ``window`` seconds; each window's
-work per second is one sample of the MPL's throughput, and each MPL keeps its last ``samples``
-samples, dropped once older than ``stale`` seconds (the workload changes; the curve with it).
+budget rather than the MPL holding statements back — says nothing about m's capacity; it only
+counts toward the *demand*, the work arriving per second over the last ``demand_window``
+seconds. The driver reports, every few hundred milliseconds, the time elapsed, whether the gate
+was saturated, the statements completed and their *work*: each one's expected service time
+(D_r), so that a stretch with more long statements than usual does not read as lower
+throughput. A *sample* of the MPL's capacity (work per second) closes once ``window`` seconds
+of saturated time and ``min_completions`` completions have gathered (long statements get longer
+samples); each MPL keeps its last ``samples``. A sample counts as *fresh* for ``stale`` seconds.
 
 How it moves
 ------------
-Once the MPL in force has ``min_samples`` samples, with best = the highest mean throughput of
-any MPL that has that many:
+After a move it lets the statements admitted under the old MPL finish (a window and as many
+completions as there were statements in service) and then judges the new MPL only on
+``min_samples`` samples of its own. With best = the highest capacity known at any MPL — fresh,
+or the last measured if it went stale, so that re-measuring nearby levels cannot compound the
+tolerance step by step — and floor = (1 − tolerance) × best, raised toward best while the
+demand would load the lower MPL beyond ``utilization`` (waiting grows steeply as a server
+fills; giving up capacity is only cheap while there is some to spare):
 
-- below (1 − tolerance) × best: one step toward the best MPL;
-- else, if the next MPL down is not known to be worse (no fresh samples, or within tolerance of
-  best): one step down — the lower MPL is what this controller is for;
-- else, if the next MPL up has no fresh samples and this MPL is the best known: one step up, to
-  look (the best may lie higher); a look that found nothing better is not repeated before
-  ``stale`` seconds;
-- else stay.
+1. significantly below the floor (one-sided 95 %, from the standard errors of its samples and
+   of the best's): one step toward the best MPL;
+2. else look one higher — when this MPL is the best known and gained significantly more
+   than half the tolerance over the MPL below (the curve is still climbing: keep climbing),
+   or when it had settled here, the MPL above has no fresh samples and it last looked
+   ``stale`` seconds ago (the workload may have changed);
+3. else one step down when the MPL below is not known to be worse (no fresh samples, not
+   significantly below the floor, or found so on fewer samples than a level keeps and a
+   quarter of ``stale`` ago) — the lower MPL is what this controller is for;
 
-Between ``low`` and ``high``. Every move waits for fresh samples at the new MPL, so it moves at
-most once per ``min_samples`` × ``window`` seconds of saturation. Nothing here reads a clock:
-the driver passes the time.
+Samples are noisy (a 2 s sample of statements of 50 ms counts some 40 of them: ±16 %), so
+"within the tolerance" means "not shown to be below it": differences smaller than the noise
+of a few samples are not told apart, and the lower MPL gets the benefit of the doubt.
+4. else stay.
+
+Between ``low`` and ``high``. Nothing here reads a clock: the driver passes the time.
 """
 
 from __future__ import annotations
@@ -52,22 +63,31 @@ from dataclasses import dataclass
 
 __all__ = ["TOLERANCE", "LevelEstimate", "MplController"]
 
-TOLERANCE = 0.05  # throughput given up for a lower MPL, at most
-WINDOW = 2.0  # seconds of saturated time per throughput sample
+TOLERANCE = 0.05  # capacity given up for a lower MPL, at most
+UTILIZATION = 0.8  # the most of a lower MPL's capacity the demand may take for it to be chosen
+WINDOW = 2.0  # seconds of saturated time per capacity sample, at least
+MIN_COMPLETIONS = 10  # completions per capacity sample, at least
 SAMPLES = 8  # samples kept per MPL
-MIN_SAMPLES = 4  # samples an MPL needs before it is judged
-STALE = 300.0  # seconds after which a sample is forgotten
+MIN_SAMPLES = 6  # samples an MPL needs, taken since it was last moved to, before it is judged
+STALE = 600.0  # seconds a sample counts as fresh (and how often it looks again around)
+DEMAND_WINDOW = 60.0  # seconds over which the demand (work arriving per second) is averaged
+Z = 1.645  # one-sided 95 %: how many standard errors apart two capacities must be to differ
 
 
 @dataclass(frozen=True, slots=True)
 class LevelEstimate:
-    """What is known of one MPL's throughput (work per second, saturated)."""
+    """What is known of one MPL's capacity (work per second, saturated)."""
 
     mpl: int
     mean: float
     samples: int
     stderr: float  # standard error of the mean (nan with fewer than two samples)
     age: float  # seconds since its newest sample
+    fresh: bool  # its newest sample is younger than ``stale``
+
+
+def _se(level: LevelEstimate) -> float:
+    return 0.0 if math.isnan(level.stderr) else level.stderr
 
 
 class _Level:
@@ -77,14 +97,12 @@ class _Level:
         self.samples: deque[float] = deque(maxlen=keep)
         self.times: deque[float] = deque(maxlen=keep)
 
-    def add(self, value: float, now: float) -> None:
+    def add(self, value: float, now: float, stale: float) -> None:
+        if self.times and now - self.times[-1] >= stale:  # measured anew: the old is history
+            self.samples.clear()
+            self.times.clear()
         self.samples.append(value)
         self.times.append(now)
-
-    def expire(self, before: float) -> None:
-        while self.times and self.times[0] < before:
-            self.times.popleft()
-            self.samples.popleft()
 
 
 class MplController:
@@ -97,101 +115,156 @@ class MplController:
         low: int = 1,
         high: int = 64,
         tolerance: float = TOLERANCE,
+        utilization: float = UTILIZATION,
         window: float = WINDOW,
+        min_completions: int = MIN_COMPLETIONS,
         samples: int = SAMPLES,
         min_samples: int = MIN_SAMPLES,
         stale: float = STALE,
+        demand_window: float = DEMAND_WINDOW,
     ) -> None:
         if not 1 <= low <= high:
             raise ValueError(f"need 1 ≤ low ≤ high, not {low} and {high}")
         if not 0 <= tolerance < 1:
             raise ValueError(f"tolerance must be in [0, 1), not {tolerance}")
-        if window <= 0 or stale <= 0:
-            raise ValueError("window and stale must be positive")
+        if not 0 < utilization <= 1:
+            raise ValueError(f"utilization must be in (0, 1], not {utilization}")
+        if window <= 0 or stale <= 0 or demand_window <= 0:
+            raise ValueError("window, stale and demand_window must be positive")
         if not 1 <= min_samples <= samples:
             raise ValueError(f"need 1 ≤ min_samples ≤ samples, not {min_samples}, {samples}")
         self.low, self.high = low, high
         self.mpl = min(max(start, low), high)
-        self.tolerance, self.window, self.stale = tolerance, window, stale
-        self.keep, self.min_samples = samples, min_samples
+        self.tolerance, self.utilization = tolerance, utilization
+        self.window, self.min_completions, self.stale = window, max(0, min_completions), stale
+        self.keep, self.min_samples, self.demand_window = samples, min_samples, demand_window
         self.changes = 0  # MPL changes made
         self.reason = "starting"  # why the MPL is what it is, for people
+        self.demand = 0.0  # work arriving per second, averaged over demand_window
         self._levels: dict[int, _Level] = {}
-        self._work = 0.0  # work completed in the current window's saturated time
-        self._filled = 0.0  # saturated seconds in the current window
-        # saturated seconds still to let pass after a move before measuring: the statements
-        # admitted under the old MPL are still in service for a while
-        self._settle = 0.0
+        self._work = 0.0  # work completed in the current sample's saturated time
+        self._done = 0  # completions in it
+        self._filled = 0.0  # saturated seconds in it
+        self._taken = 0  # samples taken at the current MPL since it was moved to
+        # after a move: saturated seconds and completions still to let pass before measuring
+        # (the statements admitted under the old MPL are still in service for a while)
+        self._settle = window  # (at the start too: what is in service came before)
+        self._settle_done = self.mpl
         self._looked_up: dict[int, float] = {}  # MPL → when it last looked one higher
+        self._settled = False  # the last decision was to stay (looks up start only from there)
         self._now = -math.inf
 
-    def observe(self, now: float, elapsed: float, saturated: bool, work: float) -> int | None:
-        """``elapsed`` seconds ending at ``now`` passed, saturated or not, and ``work``
-        (seconds of expected service) completed in them. Returns the new MPL when it changes."""
+    # -- what the driver tells -----------------------------------------------------------
+
+    def observe(
+        self, now: float, elapsed: float, saturated: bool, work: float, completed: int = 0
+    ) -> int | None:
+        """``elapsed`` seconds ending at ``now`` passed, saturated or not, in which
+        ``completed`` statements completed with ``work`` seconds of expected service in all.
+        Returns the new MPL when it changes."""
         self._now = max(self._now, now)
-        if not saturated or elapsed <= 0:
+        if elapsed <= 0:
             return None
-        if self._settle > 0:
+        share = min(1.0, elapsed / self.demand_window)
+        self.demand += share * (work / elapsed - self.demand)
+        if not saturated:
+            return None
+        if self._settle > 0 or self._settle_done > 0:
             self._settle -= elapsed
+            self._settle_done -= completed
             return None
         self._work += work
+        self._done += completed
         self._filled += elapsed
-        if self._filled < self.window:
+        if self._filled < self.window or self._done < self.min_completions:
             return None
         level = self._levels.get(self.mpl)
         if level is None:
             level = self._levels[self.mpl] = _Level(self.keep)
-        level.add(self._work / self._filled, now)
-        self._work = self._filled = 0.0
+        level.add(self._work / self._filled, now, self.stale)
+        self._work, self._done, self._filled = 0.0, 0, 0.0
+        self._taken += 1
+        if self._taken < self.min_samples:
+            return None
         return self._decide(now)
 
     def forget(self) -> None:
-        """Drop every sample (the unit of work changed: a new model's D_r), keep the MPL."""
+        """Drop every sample (the unit of work changed), keep the MPL."""
         self._levels.clear()
         self._looked_up.clear()
-        self._work = self._filled = 0.0
+        self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
+
+    # -- what it knows ---------------------------------------------------------------------
 
     def estimates(self) -> list[LevelEstimate]:
-        """Each MPL with fresh samples, lowest first."""
+        """Each MPL measured, lowest first (stale ones too, marked)."""
         out = []
         for mpl in sorted(self._levels):
             level = self._levels[mpl]
-            level.expire(self._now - self.stale)
             if not level.samples:
                 continue
             values = list(level.samples)
             n = len(values)
             stderr = statistics.stdev(values) / math.sqrt(n) if n > 1 else math.nan
+            age = self._now - level.times[-1]
             out.append(
-                LevelEstimate(mpl, statistics.fmean(values), n, stderr, self._now - level.times[-1])
+                LevelEstimate(mpl, statistics.fmean(values), n, stderr, age, age < self.stale)
             )
         return out
 
+    def floor(self, best: float) -> float:
+        """The least capacity an MPL may have to be chosen: within tolerance of the best, and
+        not loaded beyond ``utilization`` by the demand (never above the best itself)."""
+        return min(best, max((1 - self.tolerance) * best, self.demand / self.utilization))
+
+    # -- how it moves ----------------------------------------------------------------------
+
     def _decide(self, now: float) -> int | None:
-        known = {e.mpl: e for e in self.estimates() if e.samples >= self.min_samples}
-        here = known.get(self.mpl)
-        if here is None:
-            return None
-        best = max(known.values(), key=lambda e: e.mean)
-        floor = (1 - self.tolerance) * best.mean
-        below, above = self.mpl - 1, self.mpl + 1
-        if here.mean < floor:
+        every = {e.mpl: e for e in self.estimates()}
+        here = every[self.mpl]  # fresh: just sampled
+        # the highest of several noisy means is high by luck (the winner's curse): the best
+        # is the MPL whose capacity is surely highest — the highest mean less one standard
+        # error — and the floor is taken from there
+        best = max(every.values(), key=lambda e: e.mean - _se(e))
+        floor = self.floor(max(best.mean - _se(best), 0.0))
+        lower = every.get(self.mpl - 1)
+        upper = every.get(self.mpl + 1)
+
+        def acceptable(level: LevelEstimate) -> bool:
+            """Not significantly below the floor (one-sided 95 %, the best's noise too)."""
+            if level.mpl == best.mpl:
+                return True
+            scale = floor / best.mean if best.mean > 0 else 1.0
+            noise = math.hypot(_se(level), scale * _se(best))
+            return level.mean >= floor - Z * noise
+
+        if not acceptable(here):
             step = 1 if best.mpl > self.mpl else -1
-            why = f"throughput {here.mean:.3g} below {1 - self.tolerance:.0%} of the best"
-            return self._move(self.mpl + step, f"{why}, {best.mean:.3g} at MPL {best.mpl}")
-        lower = known.get(below)
-        if below >= self.low and (lower is None or lower.mean >= floor):
-            return self._move(below, "throughput within tolerance of the best: trying lower")
-        looked = self._looked_up.get(self.mpl, -math.inf)
-        if (
-            above <= self.high
-            and above not in known
-            and best.mpl == self.mpl
-            and now - looked >= self.stale
-        ):
+            why = f"capacity {here.mean:.3g} below the floor {floor:.3g}"
+            return self._move(self.mpl + step, f"{why} (best {best.mean:.3g} at MPL {best.mpl})")
+        gain = 1 + self.tolerance / 2
+        climbing = (
+            best.mpl == self.mpl
+            and lower is not None
+            and lower.fresh
+            and here.mean - gain * lower.mean > Z * math.hypot(_se(here), gain * _se(lower))
+        )
+        due = self._settled and now - self._looked_up.get(self.mpl, -math.inf) >= self.stale
+        above_unknown = upper is None or not upper.fresh
+        if self.mpl < self.high and above_unknown and (climbing or due):
             self._looked_up[self.mpl] = now
-            return self._move(above, "best so far: looking one higher")
-        self.reason = f"lowest MPL within {self.tolerance:.0%} of the best throughput"
+            why = "still climbing" if climbing else "nothing fresh above"
+            return self._move(self.mpl + 1, f"{why}: looking one higher")
+        # a lower MPL found worse on thin evidence (fewer samples than a level keeps) is
+        # looked at again sooner: one unlucky measurement must not hold for the whole stale
+        thin = lower is not None and lower.samples < self.keep and lower.age >= self.stale / 4
+        if self.mpl > self.low and (lower is None or not lower.fresh or thin or acceptable(lower)):
+            return self._move(self.mpl - 1, "capacity within the floor: trying lower")
+        self._settled = True
+        self.reason = (
+            f"the lowest MPL with capacity ≥ {floor:.3g} (best {best.mean:.3g} at MPL "
+            f"{best.mpl}, demand {self.demand:.3g})"
+        )
         return None
 
     def _move(self, mpl: int, reason: str) -> int | None:
@@ -199,8 +272,9 @@ class MplController:
         self.reason = reason
         if mpl == self.mpl:
             return None
-        self.mpl = mpl
+        old, self.mpl = self.mpl, mpl
         self.changes += 1
-        self._work = self._filled = 0.0
-        self._settle = self.window
+        self._settled = False
+        self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
+        self._settle, self._settle_done = self.window, old
         return mpl

@@ -8,8 +8,8 @@ controller moves the MPL, the gate's limits change (``set_limits``: the queue is
 once if the MPL grew; statements in service finish if it shrank). Reading two counters every
 0.1 s costs the loop next to nothing.
 
-Throughput is counted in the model's D_r, so a model whose D_r change (a reload, the live
-model learning) starts the measurements over, at the MPL in force.
+Throughput is counted in the model's D_r as each class was first seen here, kept while the
+live model moves D_r, so that capacities measured at different MPLs stay comparable.
 
 A limit set by hand (``PUT /limits`` with a number for ``mpl``) stops the tuning; ``"auto"``
 starts it again from the MPL in force.
@@ -21,7 +21,6 @@ import asyncio
 import dataclasses
 import logging
 
-from admission.model import EtaModel
 from admission.mpl import MplController
 from admission.scheduler import Job, JobState
 from proxy.gate import AdmissionGate
@@ -40,8 +39,8 @@ class AutoMpl:
         self.tick = tick
         self.enabled = True
         self._work = 0.0  # expected seconds of service completed since the last tick
-        self._demands: dict[str, float] = {}
-        self._model: EtaModel | None = None
+        self._done = 0  # statements completed since the last tick
+        self._demands: dict[str, float] = {}  # class → the D_r its work is counted in
         self._last = 0.0
         self._timer: asyncio.TimerHandle | None = None
         gate.scheduler.observe(finishes=self._finished)
@@ -72,28 +71,32 @@ class AutoMpl:
             low=old.low,
             high=old.high,
             tolerance=old.tolerance,
+            utilization=old.utilization,
             window=old.window,
+            min_completions=old.min_completions,
             samples=old.keep,
             min_samples=old.min_samples,
             stale=old.stale,
+            demand_window=old.demand_window,
         )
         self.enabled = True
-        self._work = 0.0
+        self._work, self._done = 0.0, 0
         self._apply(self.controller.mpl)
 
     def _finished(self, job: Job, _now: float) -> None:
         if job.state is not JobState.DONE or job.bypass:
             return
-        model = self.gate.scheduler.model
-        if model is not self._model:  # a new model (a class learned, a reload): its D_r
-            self._model = model
-            demands = {c.fingerprint: c.D for c in model.classes}
-            old = self._demands
-            if any(abs(demands.get(fp, d) - d) > 0.1 * d for fp, d in old.items()):
-                # work measured in the old D_r would not compare with work in the new
-                self.controller.forget()
-            self._demands = demands
-        self._work += self._demands.get(job.klass.fingerprint, 0.0)
+        fingerprint = job.klass.fingerprint
+        demand = self._demands.get(fingerprint)
+        if demand is None:
+            # a class's work is its D_r as first seen here, kept: capacities measured at
+            # different MPLs stay in one unit while the live model moves D_r
+            model = self.gate.scheduler.model
+            index = model.index().get(fingerprint)
+            d = model.classes[index].D if index is not None else 0.0
+            demand = self._demands[fingerprint] = d if d > 0 else 1.0
+        self._work += demand
+        self._done += 1
 
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()
@@ -103,13 +106,15 @@ class AutoMpl:
                 scheduler = self.gate.scheduler
                 mpl = scheduler.limits.mpl
                 saturated = mpl is not None and scheduler.queued > 0 and scheduler.running >= mpl
-                moved = self.controller.observe(now, now - self._last, saturated, self._work)
+                moved = self.controller.observe(
+                    now, now - self._last, saturated, self._work, self._done
+                )
                 if moved is not None:
                     log.info("MPL %d: %s", moved, self.controller.reason)
                     self._apply(moved)
         except Exception:  # the tuning must never stop the proxy
             log.exception("the adaptive MPL failed")
-        self._work = 0.0
+        self._work, self._done = 0.0, 0
         self._last = now
         self._timer = loop.call_later(self.tick, self._tick)
 

@@ -183,8 +183,13 @@ class _Engine:
         if config.mpl_auto:
             demand = float(np.mean([model.classes[i].D for i in range(self.k)]))
             start = self.scheduler.limits.mpl or config.cores
+            window = 4 * demand  # (virtual time: the controller's seconds scaled by D_r)
             self.controller = MplController(
-                start, high=max(start, config.jobs, 4 * config.cores), window=4 * demand
+                start,
+                high=max(start, config.jobs, 4 * config.cores),
+                window=window,
+                stale=300 * window,  # the proxy's ratios: 600 s and 60 s to 2 s
+                demand_window=30 * window,
             )
             self.control_every = demand / 10
 
@@ -244,6 +249,7 @@ class _Engine:
             seq += 1
         controller = self.controller
         control_work = 0.0  # Σ D_r of the jobs completed since the last control event
+        control_done = 0  # and how many
         demand_of = [self.scheduler.model.classes[i].D for i in range(k_classes)]
         mpl_area = 0.0  # time integral of the MPL in force, while measuring
         mpl_last = 0.0
@@ -381,6 +387,7 @@ class _Engine:
                 else:
                     granted = sched.complete(j, t)
                     control_work += demand_of[c]
+                    control_done += 1
                     sys_area += in_system * (t - sys_last)
                     sys_last = t
                     in_system -= 1
@@ -423,8 +430,10 @@ class _Engine:
                 assert controller is not None
                 mpl = sched.limits.mpl or 0
                 saturated = sched.queued > 0 and sched.running >= mpl
-                moved = controller.observe(t, self.control_every, saturated, control_work)
-                control_work = 0.0
+                moved = controller.observe(
+                    t, self.control_every, saturated, control_work, control_done
+                )
+                control_work, control_done = 0.0, 0
                 if moved is not None:
                     if self.measuring:
                         mpl_area += mpl * (t - mpl_last)

@@ -1,6 +1,13 @@
-"""The adaptive MPL controller (``admission.mpl``) on throughput curves whose answer is known:
-it must settle on the lowest MPL within 5 % of the best throughput, never count unsaturated
-time, stay within its bounds, and follow the curve when the workload changes."""
+"""The adaptive MPL controller (``admission.mpl``) on capacity curves whose answer is known.
+
+Statements of D = 50 ms complete as a Poisson stream at the curve's rate, so the samples are
+as noisy as real ones. Saturated all the time (a closed loop), the controller must give up no
+capacity: the lowest MPL of the highest capacity. With spare capacity (an open load that leaves
+the gate idle much of the time) it must find the lowest MPL within 5 % of the best — but not
+one the demand would load beyond 80 % — without the tolerance compounding step by step, keep
+climbing a curve that keeps paying, never count unsaturated time as capacity, stay within its
+bounds, and follow a workload that moves.
+"""
 
 from __future__ import annotations
 
@@ -13,73 +20,151 @@ import pytest
 from admission.mpl import MplController
 
 TICK = 0.1  # seconds between the driver's reports, as the proxy's
+D = 0.05  # seconds of work per statement
+
+Curve = Callable[[int, float], float]
 
 
 def drive(
     controller: MplController,
-    curve: Callable[[int, float], float],
+    curve: Curve,
     seconds: float,
     *,
     start: float = 0.0,
-    noise: float = 0.15,
-    saturated: Callable[[float], bool] = lambda _t: True,
+    busy: float = 1.0,
+    idle_rate: float = 0.0,
     seed: int = 0,
+    d: float = D,
 ) -> Counter[int]:
-    """Run the controller against ``curve(mpl, t)`` (work per second) with multiplicative
-    noise per tick; returns the seconds spent at each MPL in the last half."""
+    """Run the controller against ``curve(mpl, t)`` (capacity, work per second): a tick is
+    saturated with probability ``busy`` and then completes statements at the curve's rate,
+    else at ``idle_rate``. Returns the ticks spent at each MPL in the last half."""
     rng = np.random.default_rng(seed)
     spent: Counter[int] = Counter()
     t = start
     while t < start + seconds:
         t += TICK
-        work = curve(controller.mpl, t) * TICK * max(0.0, 1 + noise * rng.standard_normal())
+        saturated = bool(rng.random() < busy)
+        rate = curve(controller.mpl, t) if saturated else idle_rate
+        done = int(rng.poisson(rate * TICK / d))
         if t > start + seconds / 2:
             spent[controller.mpl] += 1
-        controller.observe(t, TICK, saturated(t), work)
+        controller.observe(t, TICK, saturated, done * d, done)
     return spent
 
 
 def settled(spent: Counter[int]) -> int:
     mpl, ticks = spent.most_common(1)[0]
-    assert ticks >= 0.7 * sum(spent.values()), f"did not settle: {dict(spent)}"
+    assert ticks >= 0.5 * sum(spent.values()), f"did not settle: {dict(spent)}"
     return mpl
 
 
-def knee(k: int) -> Callable[[int, float], float]:
-    """Throughput grows linearly up to k statements, then stays (k cores, one thread each)."""
+SEEDS = range(8)
+
+
+def most(check: Callable[[int], bool], share: float = 0.75) -> None:
+    """``check(seed)`` holds for at least ``share`` of SEEDS: the controller decides on noisy
+    samples, so a property of it is a property of most runs, not of every one."""
+    held = [seed for seed in SEEDS if check(seed)]
+    assert len(held) >= share * len(SEEDS), f"held for seeds {held} of {list(SEEDS)}"
+
+
+def mode(spent: Counter[int]) -> int:
+    return spent.most_common(1)[0][0]
+
+
+def knee(k: int) -> Curve:
+    """Capacity grows linearly up to k statements, then stays (k cores, one thread each)."""
     return lambda m, _t: min(m, k) / 1.0
 
 
-def test_it_finds_the_cores_of_a_machine_of_single_threaded_statements() -> None:
+def table(values: dict[int, float], beyond: float) -> Curve:
+    return lambda m, _t: values.get(m, beyond)
+
+
+def test_a_machine_of_single_threaded_statements_runs_one_per_core() -> None:
     for cores, start in ((3, 1), (3, 8), (6, 2)):
-        controller = MplController(start)
-        assert settled(drive(controller, knee(cores), 900)) == cores
+        # from above, MPL cores + 1 has the same capacity: held now and then, never below
+        most(lambda seed: mode(drive(MplController(start), knee(cores), 1800, seed=seed)) == cores)  # noqa: B023
+        spent = drive(MplController(start), knee(cores), 1800)
+        assert sum(n for m, n in spent.items() if m < cores) < 0.1 * sum(spent.values())
 
 
-def test_the_lowest_mpl_within_tolerance_wins_over_the_highest_throughput() -> None:
-    # beyond 2 the curve gains 3 % — not worth the extra statement in service
-    curve = {1: 0.6, 2: 0.97, 3: 1.0, 4: 1.0, 5: 0.98}
-    controller = MplController(4)
-    assert settled(drive(controller, lambda m, _t: curve.get(m, 0.95), 900)) == 2
+def test_a_closed_loop_gives_up_no_capacity() -> None:
+    # saturated all the time: whatever completes is the demand, so the floor is the best, and
+    # 2's 20 % less (plain in the noise) rules it out, as it would with spare capacity not
+    spent = drive(MplController(4), table({1: 0.5, 2: 0.8, 3: 1.0, 4: 1.0}, 1.0), 900)
+    assert settled(spent) == 3
+
+
+def test_with_spare_capacity_the_lowest_mpl_within_tolerance_wins() -> None:
+    # beyond 2 the curve gains 3 % — not worth another statement in service while the load
+    # leaves the gate idle 70 % of the time
+    curve = table({1: 0.6, 2: 0.97, 3: 1.0, 4: 1.0}, 0.98)
+    most(
+        lambda seed: (
+            mode(drive(MplController(4), curve, 1800, busy=0.3, idle_rate=0.3, seed=seed)) == 2
+        )
+    )
+
+
+def test_a_demand_that_would_load_the_lower_mpl_keeps_the_higher() -> None:
+    curve = table({1: 0.4, 2: 0.8, 3: 1.0, 4: 1.0}, 1.0)
+
+    def light(seed: int) -> bool:
+        controller = MplController(4, tolerance=0.25)
+        return mode(drive(controller, curve, 1800, busy=0.3, idle_rate=0.3, seed=seed)) == 2
+
+    def heavy(seed: int) -> bool:  # 0.8 would carry a demand of ~0.9 at 113 %
+        controller = MplController(4, tolerance=0.25)
+        return mode(drive(controller, curve, 1800, busy=0.6, idle_rate=0.75, seed=seed)) == 3
+
+    most(light)
+    most(heavy)
+
+
+def test_the_tolerance_does_not_compound_over_hours() -> None:
+    # 4 % more capacity per statement up to 16: each step down is within 5 % of the one above,
+    # but only 15 is within 5 % of the best — also once 16's samples went stale long ago
+    # (statements of 5 ms: samples precise enough to tell 4 % apart)
+    curve: Curve = lambda m, _t: 1.04 ** min(m, 16)  # noqa: E731
+    controller = MplController(16, high=32)
+    spent = drive(controller, curve, 7200, busy=0.3, idle_rate=0.5, d=0.005)
+    near = sum(n for mpl, n in spent.items() if mpl >= 12)
+    assert near >= 0.85 * sum(spent.values()) and min(spent) >= 11, dict(spent)
+
+
+def test_it_keeps_climbing_a_curve_that_keeps_paying() -> None:
+    # smooth, concave: every step up gains less. It climbs while a step up gains
+    # significantly more than half the tolerance, and looks higher again every so often; it
+    # never drifts back down. (A local search: on a curve this flat it stops below the
+    # maximum, where a step gains less than the noise can show — real capacity curves bend at
+    # the cores.) Statements of 10 ms: samples precise enough to tell 7 % apart.
+    curve: Curve = lambda m, _t: m / (1 + 0.08 * (m - 1))  # noqa: E731
+    controller = MplController(4, high=64)
+    drive(controller, curve, 550, busy=0.3, idle_rate=1.0, d=0.01)  # before any timed look
+    assert controller.mpl >= 8, controller.estimates()
+    spent = drive(controller, curve, 3600, start=550, busy=0.3, idle_rate=1.0, d=0.01)
+    assert min(spent) >= 7, dict(spent)
 
 
 def test_thrashing_beyond_the_knee_moves_it_down() -> None:
-    # too many statements slow each other down (memory, locks): throughput falls past 3
+    # too many statements slow each other down (memory, locks): capacity falls past 3
     controller = MplController(10, high=16)
     assert settled(drive(controller, lambda m, _t: min(m, 3) - 0.15 * max(0, m - 3), 900)) == 3
 
 
-def test_unsaturated_time_says_nothing() -> None:
+def test_unsaturated_time_says_nothing_of_capacity() -> None:
     controller = MplController(4)
-    drive(controller, knee(2), 600, saturated=lambda _t: False)
+    drive(controller, knee(2), 600, busy=0.0, idle_rate=0.5)
     assert controller.mpl == 4 and controller.changes == 0 and controller.estimates() == []
+    assert controller.demand == pytest.approx(0.5, rel=0.2)  # but it is the demand
 
 
 def test_it_follows_a_workload_whose_knee_moves() -> None:
     controller = MplController(2)
     assert settled(drive(controller, knee(2), 900)) == 2
-    # the statements now leave room for more (say, fewer threads each): within the samples'
-    # staleness plus a search, the controller climbs to the new knee
+    # the statements now leave room for more (say, fewer threads each)
     assert settled(drive(controller, knee(5), 1500, start=900)) == 5
 
 
@@ -91,10 +176,23 @@ def test_bounds_hold() -> None:
     assert settled(drive(controller, knee(1), 900)) == 2
 
 
+def test_long_statements_make_longer_samples() -> None:
+    # statements of 2 s at MPL 2: a sample needs 10 of them, not 2 s — no decision on noise
+    controller = MplController(2)
+    t = 0.0
+    for _ in range(200):  # 20 s saturated, about 10 completions in all
+        t += TICK
+        controller.observe(t, TICK, True, 0.1, 1 if int(t * 10) % 20 == 0 else 0)
+    assert controller.estimates() == [] or controller.estimates()[0].samples <= 1
+    assert controller.changes == 0
+
+
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="low ≤ high"):
         MplController(2, low=3, high=2)
     with pytest.raises(ValueError, match="tolerance"):
         MplController(2, tolerance=1.0)
+    with pytest.raises(ValueError, match="utilization"):
+        MplController(2, utilization=0)
     with pytest.raises(ValueError, match="min_samples"):
         MplController(2, samples=3, min_samples=4)
