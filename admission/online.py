@@ -24,8 +24,9 @@ moved enough to matter:
   estimate of its statements (``planned``: EXPLAIN's, which the driver asks for) and at least
   ``CALIBRATE_WITH`` measured classes with one too, the prior is its cost times the median,
   over those classes, of D_r per unit of cost — the planner's scale turned into seconds by what
-  the known classes measured. Otherwise it is the median of the measured classes' D_r (the
-  default profile as it is now, not the arbitrary one of an empty model).
+  the known classes measured, kept within the measured classes' shortest and longest D_r.
+  Otherwise it is the median of the measured classes' D_r (the default profile as it is now,
+  not the arbitrary one of an empty model).
 
 The classes it changes carry ``live`` (the samples behind the estimate) and the interval, so
 the policies treat classes whose intervals overlap as tied, as they do trained ones. Nothing
@@ -119,11 +120,16 @@ class OnlineEstimator:
         if len(per_cost) < CALIBRATE_WITH:
             return {}
         scale = statistics.median(per_cost)
+        # D_r per unit of a planner's cost differs by orders of magnitude between plan shapes:
+        # a prior stays within what the measured classes took (one far too high could keep a
+        # class from ever running often enough to be measured)
+        measured = [c.D for c in classes if _measured(c)]
+        low, high = min(measured), max(measured)
         out = {}
         for c in classes:
             cost = self.costs.get(c.fingerprint, c.cost)
             if cost and not _measured(c):
-                out[c.fingerprint] = scale * cost
+                out[c.fingerprint] = min(max(scale * cost, low), high)
         return out
 
     def forget(self, fingerprint: str | None = None) -> None:

@@ -250,6 +250,7 @@ class Scheduler:
         self._blocked_until = _NEVER
         self._busy_since = _NEVER  # when the queue last went from empty to non-empty
         self._learned = 0  # classes learned live, beyond the model's (what max_classes caps)
+        self._base = frozenset(self.model.fingerprints)  # the model's own classes
         for c in self.model.classes:
             self._add_class_state(c.fingerprint, c.name, c.f)
         self._compile()
@@ -511,15 +512,22 @@ class Scheduler:
         self._compile()
         return self._dispatch(now)
 
-    def set_model(self, model: EtaModel, now: float) -> list[Job]:
-        """Reload: the new model's classes first, then any class only seen live."""
+    def set_model(self, model: EtaModel, now: float, *, base: bool = False) -> list[Job]:
+        """Reload: the new model's classes first, then any class only seen live (its sample
+        statement kept). ``base``: the model is one loaded anew (a file), whose classes are
+        its own — ``max_classes`` caps the classes learned beyond them; otherwise (a model
+        the live learning made) the classes learned so far still count."""
         self._advance(now)
         known = model.index()
-        self._learned = 0  # the new model's classes are its own; those only seen live stay so
+        samples = {c.fingerprint: c.sample_sql for c in self.model.classes}
         for st in self._classes:
             if st.fingerprint not in known:
-                model = model.with_class(st.fingerprint, st.name)
-                self._learned += 1
+                model = model.with_class(st.fingerprint, st.name, samples.get(st.fingerprint, ""))
+        if base:
+            self._base = frozenset(model.fingerprints) - {
+                st.fingerprint for st in self._classes if st.fingerprint not in known
+            }
+        self._learned = sum(1 for c in model.classes if c.fingerprint not in self._base)
         self.model = model
         by_fp = self._by_fp
         self._classes = []

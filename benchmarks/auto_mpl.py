@@ -55,7 +55,8 @@ def _scenario(args: argparse.Namespace, model: EtaModel, arrivals: str) -> Bench
         repetitions=args.repetitions,
         seed=args.seed,
         arrivals=arrivals,
-        load=args.load if arrivals != "closed" else None,
+        load=args.load if arrivals != "closed" and args.rate is None else None,
+        rate=args.rate if arrivals != "closed" else None,
     )
     return run_bench(config, model, _say)
 
@@ -67,7 +68,7 @@ def _report(name: str, result: BenchResult, args: argparse.Namespace) -> bool:
     what = (
         f"closed loop, {args.clients} clients, no think time"
         if name == "closed"
-        else f"Poisson arrivals at ρ = {args.load:g} ({result.rate:.3g}/s)"
+        else f"Poisson arrivals at {result.rate:.3g}/s (ρ = {result.offered_load:.3g} from D_r)"
     )
     print(
         f"\n{name}: {what}; mix {args.mix}, SF {args.tpch:g}, {args.repetitions} × "
@@ -109,6 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--scenarios", default="closed,open")
     parser.add_argument("--load", type=float, default=0.95, help="offered load ρ (open)")
+    parser.add_argument(
+        "--rate", type=float, help="open arrivals at this many statements/s instead of --load"
+    )
     parser.add_argument("--clients", type=int, default=8, help="closed-loop clients")
     parser.add_argument("--duration", type=float, default=120.0, help="seconds per run")
     parser.add_argument("--warmup", type=float, default=40.0, help="seconds not measured")

@@ -56,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mix", default="1,2,6,9,11,13,14,18")
     parser.add_argument("--tpch", type=float, default=1.0)
     parser.add_argument("--load", type=float, default=0.95, help="offered load ρ")
+    parser.add_argument(
+        "--rate", type=float, help="arrivals at this many statements/s instead of --load"
+    )
     parser.add_argument("--duration", type=float, default=120.0, help="seconds per run")
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds not measured")
     parser.add_argument("--repetitions", type=int, default=3)
@@ -77,13 +80,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         repetitions=args.repetitions,
         seed=args.seed,
         arrivals="poisson",
-        load=args.load,
+        load=args.load if args.rate is None else None,
+        rate=args.rate,
     )
     learned: list[EtaModel] = []
     result = run_bench(config, model, _say, learned=learned)
     s = result.summaries
     print(
-        f"Poisson arrivals at ρ = {args.load:g} ({result.rate:.3g}/s), mix {config.mix.name}, "
+        f"Poisson arrivals at {result.rate:.3g}/s (ρ = {result.offered_load:.3g} from D_r), "
+        f"mix {config.mix.name}, "
         f"SF {args.tpch:g}, {args.repetitions} × {args.duration:g} s, the first "
         f"{args.warmup:g} s of each run not measured"
     )

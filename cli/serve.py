@@ -291,6 +291,8 @@ def serve(
     _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
     if explain_dsn is not None and backend is None:
         raise fail("--explain-dsn belongs to --backend: the embedded DuckDB plans by itself")
+    if explain_dsn is not None and not learn:
+        raise fail("--explain-dsn gives priors to the live model: it has none with --no-learn")
     if backend is not None and (users or allow_file_access or allow_extensions):
         raise fail(
             "--users, --allow-file-access and --allow-extensions belong to the embedded DuckDB "

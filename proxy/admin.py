@@ -519,7 +519,7 @@ def _add_controls(
             model = EtaModel.load(model_path)
         except ModelError as e:
             raise HTTPException(422, f"the model was not reloaded: {e}") from None
-        gate.set_model(model)
+        gate.set_model(model, base=True)
         return {"reloaded": str(model_path), "classes": len(model.classes)}
 
     @app.post("/model/reset", dependencies=guard)
@@ -550,6 +550,7 @@ def _add_controls(
             raise HTTPException(404, f"no class {query_class!r}")
         old = current.classes[index]
         learning.estimator.forget(old.fingerprint)
+        learning.changed_at.pop(old.fingerprint, None)
         (back,) = forget_learned(current.model_copy(update={"classes": (old,)})).classes
         if old.live and old.D_trained is None:  # never trained: the default profile of now
             back = back.model_copy(update={"D": current.default_profile().D})

@@ -215,8 +215,9 @@ class AdmissionGate:
     def set_limits(self, limits: Limits) -> None:
         self._after(self.scheduler.set_limits(limits, self.now))
 
-    def set_model(self, model: EtaModel) -> None:
-        self._after(self.scheduler.set_model(model, self.now))
+    def set_model(self, model: EtaModel, *, base: bool = False) -> None:
+        """Serve ``model``; ``base``: one loaded anew (see ``Scheduler.set_model``)."""
+        self._after(self.scheduler.set_model(model, self.now, base=base))
 
     # -- internals -------------------------------------------------------------------------
 

@@ -131,19 +131,22 @@ class LiveModel:
         """Start over: forget every sample, serve ``model`` (an empty one by default), learn."""
         self.estimator.forget()
         self.estimator.enabled = True
-        self.gate.set_model(model if model is not None else EtaModel())
+        self.changed_at.clear()
+        self.gate.set_model(model if model is not None else EtaModel(), base=True)
         self._dirty = True
 
     def swap(self, model: EtaModel) -> None:
         """Serve ``model`` from now on, and save it like anything learned."""
         self.gate.set_model(model)
+        self.updates += 1
         self._dirty = True
 
     def keep(self, model: EtaModel) -> None:
         """Serve ``model`` as it is: stop learning (``reset`` starts again)."""
         self.estimator.enabled = False
         self.estimator.forget()
-        self.gate.set_model(model)
+        self.changed_at.clear()
+        self.gate.set_model(model, base=True)
 
     def save(self) -> None:
         """Write the model to its file (atomically) if it changed since the last save."""

@@ -23,6 +23,7 @@ log = logging.getLogger("admission.planner")
 _PLANNABLE = re.compile(r"\s*(?:\(\s*)*(?:select|with|from|values|table)\b", re.I)
 _PARAM = re.compile(r"\$\d")
 TIMEOUT_MS = 2000  # EXPLAIN does not run the statement; planning it takes no longer than this
+CONNECT_TIMEOUT = 5  # seconds
 
 
 def plannable(sql: str) -> bool:
@@ -43,7 +44,9 @@ class PostgresPlanner:
         import psycopg
 
         if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            self._conn = await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+            )
             await self._conn.execute(f"set statement_timeout = {TIMEOUT_MS}")
         return self._conn
 

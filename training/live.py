@@ -37,6 +37,8 @@ log = logging.getLogger("admission.profile")
 
 INTERVAL = 0.2  # seconds between samples (the thesis' Δ; training's default is 50 ms)
 WINDOW = 60.0  # seconds per window of estimates
+BLIND_AFTER = 20  # statements completed in a window that saw none running: suspicious …
+BLIND_WINDOWS = 3  # … and so many such windows in a row stop the sampler
 
 
 class LiveProfile:
@@ -61,6 +63,8 @@ class LiveProfile:
         self.windows = 0  # windows closed
         self.merged = 0  # of them, the ones that moved the model
         self.stopped_because: str | None = None
+        self.blind = 0  # windows in a row that completed statements and saw no task running
+        self.check_pids = False
         self._started = 0.0
         self._timer: asyncio.TimerHandle | None = None
         learning.profile_status = self.status
@@ -73,7 +77,9 @@ class LiveProfile:
 
     @classmethod
     def for_postgresql(cls, learning: LiveModel, cores: int, **kwargs: Any) -> LiveProfile:
-        return cls(learning, PostgresJobs(), cores, **kwargs)
+        profile = cls(learning, PostgresJobs(), cores, **kwargs)
+        profile.check_pids = True  # the first backend pid says whether the server is here
+        return profile
 
     def _estimator(self) -> Estimator:
         model = self.gate.scheduler.model
@@ -90,7 +96,14 @@ class LiveProfile:
 
     def _granted(self, job: Job, _tasks: Sequence[int]) -> None:
         if self.recorder.recording and not job.bypass:
-            self.recorder.admitted(job.id, job.klass.fingerprint, self._pid(job.id))
+            pid = self._pid(job.id)
+            if self.check_pids and pid is not None:
+                self.check_pids = False
+                why = _not_local_postgres(pid)
+                if why is not None:
+                    self.stop(why)
+                    return
+            self.recorder.admitted(job.id, job.klass.fingerprint, pid)
 
     def _finished(self, job: Job, _now: float) -> None:
         if self.recorder.recording and not job.bypass:
@@ -153,12 +166,16 @@ class LiveProfile:
         self.windows += 1
         estimates = old.estimates()
         done = sum(e.count for e in estimates.values())
-        if done and not any(e.Q > 0 for e in estimates.values()):
-            self.stop(
-                "statements completed but no task of theirs was ever seen in execution (is "
-                "the database on another machine?)"
-            )
-            return
+        if done >= BLIND_AFTER and not any(e.Q > 0 for e in estimates.values()):
+            self.blind += 1  # (short statements can slip between samples: a window may miss)
+            if self.blind >= BLIND_WINDOWS:
+                self.stop(
+                    f"{BLIND_WINDOWS} windows in a row completed statements but saw no task "
+                    "of theirs in execution (is the database on another machine?)"
+                )
+                return
+        else:
+            self.blind = 0
         order = old.classes()
         matrix = old.a_matrix(order)
         seen = {c: {r: matrix[i][j] for i, r in enumerate(order)} for j, c in enumerate(order)}
@@ -167,3 +184,20 @@ class LiveProfile:
         if merged is not None:
             self.merged += 1
             self.learning.swap(merged)
+
+
+def _not_local_postgres(pid: int) -> str | None:
+    """Why the PostgreSQL backend ``pid`` (from its BackendKeyData) is not a process of this
+    machine the sampler can follow, or None. A server elsewhere (or in a container) has pids
+    that here name nothing, or another program."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return f"the server's backend {pid} is no process of this machine (a server elsewhere?)"
+    if b"postgres" not in cmdline:
+        return (
+            f"process {pid} of this machine is not the server's backend (a server elsewhere, "
+            "or in a container?)"
+        )
+    return None

@@ -228,6 +228,10 @@ def test_classify_from_arguments_and_stdin() -> None:
         (["--mpl", "some"], "--mpl takes a whole number or 'auto'"),
         (["--mpl", "-1"], "--mpl must be 0 (unlimited) or more"),
         (["--explain-dsn", "host=x"], "--explain-dsn belongs to --backend"),
+        (
+            ["--backend", "postgresql://127.0.0.1:1", "--explain-dsn", "host=x", "--no-learn"],
+            "it has none with --no-learn",
+        ),
         (["--lifo-after", "3"], "--lifo-after needs --queue-timeout"),
         (["--sample-interval", "5", "--profile-window", "2"], "--profile-window must be longer"),
     ],

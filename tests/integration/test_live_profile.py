@@ -119,8 +119,9 @@ def test_postgresql_profiles_each_class_while_serving(pg: Cluster) -> None:
 
 
 def test_statements_never_seen_running_stop_the_sampler(pg: Cluster) -> None:
+    # three windows in a row with statements completed and none seen running
     with _proxy(BackendAddress("127.0.0.1", pg.port)) as proxy:
-        _load(proxy.conninfo("postgres", "postgres"), ["select pg_sleep(0.05)"], 1.5 * WINDOW)
+        _load(proxy.conninfo("postgres", "postgres"), ["select pg_sleep(0.05)"], 3.5 * WINDOW)
         learning = proxy.server.learning
         assert learning is not None and learning.profile_status is not None
         deadline = time.monotonic() + 2 * WINDOW
@@ -129,3 +130,12 @@ def test_statements_never_seen_running_stop_the_sampler(pg: Cluster) -> None:
             time.sleep(0.1)
             status = proxy.call(learning.profile_status)
         assert "no task of theirs" in (status["stopped_because"] or ""), status
+
+
+def test_a_backend_pid_that_is_no_local_postgres_is_told() -> None:
+    import os
+
+    from training.live import _not_local_postgres
+
+    assert "not the server's backend" in (_not_local_postgres(os.getpid()) or "")
+    assert "no process of this machine" in (_not_local_postgres(2**22 + 12345) or "")

@@ -273,3 +273,15 @@ def test_a_window_of_the_live_profile_moves_the_model_halfway() -> None:
     assert m[0][2] == 3.0 and m[2][2] == 0.6  # new: the window's at once
     assert m[0][1] == 1.0 and m[1][1] == 1.0  # b's column: not enough statements
     assert merge_profile(live, {"fp:b": window["fp:b"]}, {}) is None
+
+
+def test_a_cost_prior_stays_within_what_the_measured_classes_took() -> None:
+    s, est = _scheduler()
+    _serve(s, est, "fp:huge", 0.05, 2)
+    for fp, d in (("fp:a", 0.01), ("fp:b", 0.02), ("fp:c", 0.5)):
+        _serve(s, est, fp, d, 8)
+        est.planned(fp, d * 1e7)
+    est.planned("fp:huge", 1e12)  # a plan the planner thinks enormous: 100,000 s by the scale
+    model = est.refresh(s.model)
+    assert model is not None
+    assert next(c for c in model.classes if c.fingerprint == "fp:huge").D == 0.5

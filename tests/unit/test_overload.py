@@ -162,8 +162,11 @@ def test_a_model_larger_than_the_cap_keeps_its_classes() -> None:
     for i, fp in enumerate(("fp:new", "fp:new2", "fp:new3"), start=1):
         s.submit(i, fp, 0.0)
     assert s.class_names == ["c0", "c1", "c2", "fp:new", "fp:new2", OTHER]
-    # a model that holds what was learned (a saved, reloaded one) is the model's own: two
-    # more can be learned beyond it
+    # a model the live learning made keeps counting what was learned: still capped
     s.set_model(s.model, 1.0)
     s.submit(4, "fp:new4", 1.0)
-    assert s.class_names[-1] == "fp:new4"
+    assert s.class_names[-1] == OTHER and s.stats.over_cap == 2
+    # a model loaded anew (a saved file, reloaded) is the model's own: two more beyond it
+    s.set_model(s.model, 2.0, base=True)
+    s.submit(5, "fp:new5", 2.0)
+    assert s.class_names[-1] == "fp:new5"
