@@ -386,8 +386,9 @@ class _Engine:
                     granted = []
                 else:
                     granted = sched.complete(j, t)
-                    control_work += demand_of[c]
-                    control_done += 1
+                    if controller is not None:
+                        control_work += demand_of[c]
+                        control_done += 1
                     sys_area += in_system * (t - sys_last)
                     sys_last = t
                     in_system -= 1
