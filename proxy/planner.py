@@ -6,8 +6,11 @@ The embedded DuckDB answers from EXPLAIN's estimated cardinalities
 (``serve --explain-dsn``): it runs ``EXPLAIN (FORMAT JSON)`` there (the plan's Total Cost,
 nothing executed), one statement at a time, with a short statement timeout.
 
-Only read-only statements without parameters are asked about (a SELECT, WITH, VALUES or
-TABLE): EXPLAIN of anything else could have effects, and ``$1`` has no value to plan with.
+Only one read-only statement without parameters is asked about — a sample holding several
+(``select 1; drop table t``) or anything but a SELECT is not: EXPLAIN of it would run the rest,
+with the proxy's rights rather than the client's. PostgreSQL's text is parsed with PostgreSQL's
+own parser (pglast), DuckDB's with DuckDB's (``DuckDBBackend.plan_cost``). ``$1`` has no value
+to plan with.
 """
 
 from __future__ import annotations
@@ -16,19 +19,29 @@ import logging
 import re
 from typing import Any
 
-__all__ = ["PostgresPlanner", "plannable"]
+import pglast
+
+__all__ = ["PARAM", "PLANNABLE_HEAD", "PostgresPlanner", "plannable"]
 
 log = logging.getLogger("admission.planner")
 
-_PLANNABLE = re.compile(r"\s*(?:\(\s*)*(?:select|with|from|values|table)\b", re.I)
-_PARAM = re.compile(r"\$\d")
+# (a first look, before any parser: a statement that cannot be a SELECT is not parsed at all)
+PLANNABLE_HEAD = re.compile(r"\s*(?:\(\s*)*(?:select|with|from|values|table)\b", re.I)
+PARAM = re.compile(r"\$\d")
 TIMEOUT_MS = 2000  # EXPLAIN does not run the statement; planning it takes no longer than this
 CONNECT_TIMEOUT = 5  # seconds
 
 
 def plannable(sql: str) -> bool:
-    """Whether ``sql`` may be EXPLAINed to estimate its cost (read-only, no parameters)."""
-    return bool(_PLANNABLE.match(sql)) and not _PARAM.search(sql)
+    """Whether ``sql`` is one SELECT without parameters, by PostgreSQL's parser: what may be
+    EXPLAINed to estimate its cost."""
+    if not PLANNABLE_HEAD.match(sql) or PARAM.search(sql):
+        return False
+    try:
+        statements = pglast.parse_sql(sql)
+    except pglast.parser.ParseError:
+        return False
+    return len(statements) == 1 and isinstance(statements[0].stmt, pglast.ast.SelectStmt)
 
 
 class PostgresPlanner:

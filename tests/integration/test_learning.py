@@ -228,3 +228,33 @@ def test_relay_classes_not_measured_start_from_postgresqls_cost_estimate(
     scale = statistics.median(c.D / c.cost for c in known if c.cost)
     assert new.D == pytest.approx(scale * new.cost)
     assert next(c for c in model.classes if "$1" in c.sample_sql).cost is None
+
+
+def test_the_planners_explain_one_select_and_never_run_what_follows() -> None:
+    """A class's sample holding several statements (``select 1; drop table t``) is not
+    EXPLAINed: either planner would run the rest, with the proxy's rights."""
+    import asyncio
+
+    from proxy.backends.embedded import DuckDBBackend
+    from proxy.planner import plannable
+
+    assert plannable("select count(*) from lineitem where l_quantity < 24")
+    assert plannable("with x as (select 1) select * from x")
+    for sql in (
+        "select 1; drop table t",
+        "select 1; select 2",
+        "insert into t values (1)",
+        "select $1",
+        "explain analyze select 1",
+        "select from where",
+    ):
+        assert not plannable(sql), sql
+    backend = DuckDBBackend(workers=1)
+    try:
+        backend.connection.execute("create table t as select 1 as x")
+        assert asyncio.run(backend.plan_cost("select x from t")) is not None
+        assert asyncio.run(backend.plan_cost("select 1; drop table t")) is None
+        assert asyncio.run(backend.plan_cost("with d as (select 1) select * from d")) is not None
+        assert backend.connection.execute("select count(*) from t").fetchone() == (1,)
+    finally:
+        backend.close()

@@ -27,7 +27,8 @@ import duckdb
 from proxy.backends.embedded import compat, lockdown
 from proxy.backends.errors import sqlstate_for
 from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type
-from proxy.planner import plannable
+from proxy.planner import PARAM as _PARAM
+from proxy.planner import PLANNABLE_HEAD as _PLANNABLE_HEAD
 from proxy.wire import protocol as pg
 
 __all__ = [
@@ -84,9 +85,10 @@ class DuckDBBackend:
         return cursor
 
     async def plan_cost(self, sql: str) -> float | None:
-        """DuckDB's own cost estimate of a read-only statement: the estimated cardinalities of
-        its plan's operators, summed (EXPLAIN, nothing run); None for anything else."""
-        if not plannable(sql):
+        """DuckDB's own cost estimate of one SELECT: the estimated cardinalities of its plan's
+        operators, summed (EXPLAIN, nothing run); None for anything else — several statements
+        among them (``proxy.planner``)."""
+        if not _PLANNABLE_HEAD.match(sql) or _PARAM.search(sql):
             return None
         if self._planner is None:
             self._planner = self.connection.cursor()
@@ -294,9 +296,13 @@ def execute(
 
 
 def plan_cost(cursor: duckdb.DuckDBPyConnection, sql: str) -> float | None:
-    """``DuckDBBackend.plan_cost`` in the worker thread."""
+    """``DuckDBBackend.plan_cost`` in the worker thread: DuckDB's parser must find one SELECT,
+    and only it is EXPLAINed."""
     try:
-        rows = cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}").fetchall()
+        statements = cursor.extract_statements(sql)
+        if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+            return None
+        rows = cursor.execute(f"EXPLAIN (FORMAT JSON) {statements[0].query}").fetchall()
         plan = json.loads(rows[0][1])
     except (duckdb.Error, ValueError, IndexError, TypeError):
         return None
