@@ -37,7 +37,8 @@ log = logging.getLogger("admission.profile")
 
 INTERVAL = 0.2  # seconds between samples (the thesis' Δ; training's default is 50 ms)
 WINDOW = 60.0  # seconds per window of estimates
-BLIND_AFTER = 20  # statements completed in a window that saw none running: suspicious …
+BLIND_AFTER = 20  # statements completed in a window …
+BLIND_SHARE = 0.05  # … their tasks seen in execution under this share of their admitted time …
 BLIND_WINDOWS = 3  # … and so many such windows in a row stop the sampler
 
 
@@ -166,12 +167,17 @@ class LiveProfile:
         self.windows += 1
         estimates = old.estimates()
         done = sum(e.count for e in estimates.values())
-        if done >= BLIND_AFTER and not any(e.Q > 0 for e in estimates.values()):
-            self.blind += 1  # (short statements can slip between samples: a window may miss)
+        # tasks seen in execution per statement admitted (Σ Q_r over Little's Σ X_r·R_r): about
+        # f_r for statements that compute, near 0 for pids that are not theirs (or that sleep)
+        admitted = sum(e.throughput * e.response for e in estimates.values())
+        seen = sum(e.Q for e in estimates.values())
+        if done >= BLIND_AFTER and seen < BLIND_SHARE * admitted:
+            self.blind += 1  # (one window may miss: short statements slip between samples)
             if self.blind >= BLIND_WINDOWS:
                 self.stop(
-                    f"{BLIND_WINDOWS} windows in a row completed statements but saw no task "
-                    "of theirs in execution (is the database on another machine?)"
+                    f"{BLIND_WINDOWS} windows in a row completed statements but saw their tasks "
+                    f"in execution {seen / admitted:.1%} of the time they were admitted: no task "
+                    "of theirs to learn from (is the database on another machine?)"
                 )
                 return
         else:
