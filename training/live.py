@@ -170,14 +170,14 @@ class LiveProfile:
         # tasks seen in execution per statement admitted (Σ Q_r over Little's Σ X_r·R_r): about
         # f_r for statements that compute, near 0 for pids that are not theirs (or that sleep)
         admitted = sum(e.throughput * e.response for e in estimates.values())
-        seen = sum(e.Q for e in estimates.values())
-        if done >= BLIND_AFTER and seen < BLIND_SHARE * admitted:
+        running = sum(e.Q for e in estimates.values())
+        if done >= BLIND_AFTER and running < BLIND_SHARE * admitted:
             self.blind += 1  # (one window may miss: short statements slip between samples)
             if self.blind >= BLIND_WINDOWS:
                 self.stop(
                     f"{BLIND_WINDOWS} windows in a row completed statements but saw their tasks "
-                    f"in execution {seen / admitted:.1%} of the time they were admitted: no task "
-                    "of theirs to learn from (is the database on another machine?)"
+                    f"in execution {running / admitted:.1%} of the time they were admitted: no "
+                    "task of theirs to learn from (is the database on another machine?)"
                 )
                 return
         else:
