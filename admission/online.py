@@ -19,7 +19,9 @@ moved enough to matter:
 - a class takes a live estimate once it has ``min_samples`` statements: at once if it never
   had a measured D_r (a class first seen live, or any class of a proxy started without a
   model), else only when the estimate differs from its D_r by more than ``change`` (so noise
-  does not churn the model, and a drifted class follows within half a window);
+  does not churn the model, and a drifted class follows within half a window), or when its
+  interval has become less than half as wide as the one it was adopted with (a first estimate
+  rests on a few statements; its wide interval would tie the class with its neighbours);
 - until then a class never measured starts from a *prior*. With the database's own cost
   estimate of its statements (``planned``: EXPLAIN's, which the driver asks for) and at least
   ``CALIBRATE_WITH`` measured classes with one too, the prior is its cost times the median,
@@ -60,6 +62,7 @@ __all__ = [
 WINDOW = 32  # service times kept per class: a drifted class's median follows in 17
 MIN_SAMPLES = 5  # statements before a class's live estimate is used
 CHANGE = 0.25  # relative change of an estimate that makes a new model
+SHARP = 0.1  # an interval narrower than this (relative to its estimate) is not narrowed again
 # trained classes with live samples needed to put live times in trained units: with fewer, one
 # drifting class would move the scale with it (and with it every other class's estimate)
 CALIBRATE_WITH = 3
@@ -167,7 +170,8 @@ class OnlineEstimator:
                 continue
             median, low, high = median_interval(list(times))
             estimate = scale * median
-            if _measured(c) and abs(estimate - c.D) <= self.change * max(c.D, 1e-9):
+            moved = abs(estimate - c.D) > self.change * max(c.D, 1e-9)
+            if _measured(c) and not moved and not _sharper(c, estimate, scale * low, scale * high):
                 continue
             classes[i] = c.model_copy(
                 update={
@@ -212,6 +216,19 @@ def trained_demand(c: ClassProfile) -> float | None:
     if c.D_trained is not None:
         return c.D_trained
     return c.D if c.live == 0 and (c.D_runs > 0 or c.count > 0) else None
+
+
+def _sharper(c: ClassProfile, estimate: float, low: float, high: float) -> bool:
+    """Whether a class's live estimate now has an interval less than half as wide (relative to
+    the estimate) as the one it was adopted with: the first estimate of a class rests on a few
+    statements and its wide interval ties it with its neighbours; as statements come the
+    interval narrows and the policies may tell the classes apart (a few times a class at most:
+    the width halves with about four times the samples, up to the window; not below
+    ``SHARP``)."""
+    if not c.live or c.D_low is None or c.D_high is None or c.D <= 0 or estimate <= 0:
+        return False
+    width = (c.D_high - c.D_low) / c.D
+    return width > SHARP and (high - low) / estimate < 0.5 * width
 
 
 def _measured(c: ClassProfile) -> bool:

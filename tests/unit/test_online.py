@@ -65,6 +65,34 @@ def test_noise_within_the_change_threshold_keeps_the_model() -> None:
     assert est.refresh(s.model) is None
 
 
+def test_a_first_estimate_on_few_statements_gets_its_interval_narrowed() -> None:
+    # adopted at 5 statements its interval is their range; a window of statements spread less
+    # gives an interval much narrower, and the model takes it (the estimate itself moved less
+    # than the change threshold)
+    s, est = _scheduler()
+    rng = random.Random(7)
+    for service in (0.05, 0.08, 0.10, 0.12, 0.15):
+        _serve(s, est, "fp:a", service, 1)
+    first = est.refresh(s.model)
+    assert first is not None
+    s.set_model(first, 100.0)
+    (a,) = s.model.classes
+    assert a.D_low is not None and a.D_high is not None
+    for _ in range(32):
+        _serve(s, est, "fp:a", 0.10 * rng.uniform(0.9, 1.1), 1)
+    second = est.refresh(s.model)
+    assert second is not None
+    (b,) = second.classes
+    assert b.D_low is not None and b.D_high is not None
+    assert abs(b.D - a.D) <= 0.25 * a.D
+    assert (b.D_high - b.D_low) / b.D < 0.5 * (a.D_high - a.D_low) / a.D
+    assert b.live == 37
+    s.set_model(second, 200.0)
+    for _ in range(32):  # the same spread again: nothing narrower to take
+        _serve(s, est, "fp:a", 0.10 * rng.uniform(0.9, 1.1), 1)
+    assert est.refresh(s.model) is None
+
+
 def test_a_class_that_grows_five_times_is_followed_within_fifty_statements() -> None:
     s, est = _scheduler()
     _serve(s, est, "fp:a", 0.02, 32)
