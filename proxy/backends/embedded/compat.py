@@ -43,6 +43,9 @@ PG_SETTINGS: dict[str, str] = {
     "transaction_read_only": "off",
     "synchronous_commit": "on",
     "jit": "off",
+    "default_table_access_method": "heap",
+    "max_index_keys": "32",
+    "server_version_num": "150000",
 }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import duckdb
 
-from proxy.backends.embedded import compat, lockdown
+from proxy.backends.embedded import catalog, compat, lockdown
 from proxy.backends.errors import sqlstate_for
 from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type
 from proxy.planner import PARAM as _PARAM
@@ -69,6 +69,7 @@ class DuckDBBackend:
         except duckdb.Error as e:
             raise ValueError(f"cannot open the DuckDB database {database}: {first_line(e)}") from e
         self.connection.execute("SET TimeZone = 'UTC'")  # server-wide in DuckDB
+        catalog.install(self.connection)  # PostgreSQL's catalogs, for tools that read them
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="duckdb")
         self.version = duckdb.__version__
         self.profile = profile
@@ -80,6 +81,7 @@ class DuckDBBackend:
         cursor = self.connection.cursor()
         for macro in compat.session_macros(user):
             cursor.execute(macro)
+        cursor.execute(catalog.session_setup(user))
         if self.profile:
             cursor.execute("PRAGMA enable_profiling = 'no_output'")
         return cursor

@@ -30,7 +30,7 @@ from typing import Protocol
 import duckdb
 import pglast
 
-from proxy.backends.embedded import compat
+from proxy.backends.embedded import catalog, compat
 from proxy.backends.embedded.executor import (
     TEXT_OID,
     DuckDBBackend,
@@ -257,7 +257,7 @@ class DuckDBSession:
             return local
         loop = asyncio.get_running_loop()
         backend = self.backend
-        query = compat.rewrite(query, backend.version_string)
+        query = compat.rewrite(catalog.translate(query) or query, backend.version_string)
         self.running = True
         try:
             result = await loop.run_in_executor(
@@ -429,7 +429,7 @@ class DuckDBSession:
                 )
             query, kind = statements[0] if statements else (query, "EMPTY")
         if kind not in ("LOCAL", "EMPTY") and driver is None:
-            query = compat.rewrite(query, self.backend.version_string)
+            query = compat.rewrite(catalog.translate(query) or query, self.backend.version_string)
         if 0 in types:
             inferred = compat.infer_parameter_types(query, len(types), self._catalog())
             types = [
@@ -444,7 +444,7 @@ class DuckDBSession:
         tables: dict[str, list[tuple[str, str]]] = {}
         rows = self.cursor.execute(
             "select lower(table_name), lower(column_name), data_type from duckdb_columns() "
-            "order by table_name, column_index"
+            f"where database_name <> '{catalog.DATABASE}' order by table_name, column_index"
         ).fetchall()
         for table, column, kind in rows:
             tables.setdefault(table, []).append((column, kind))

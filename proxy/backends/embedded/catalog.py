@@ -1,0 +1,711 @@
+"""PostgreSQL's system catalogs over DuckDB's, for the tools that introspect them.
+
+psql's ``\\d`` family, SQLAlchemy's reflection, pandas' ``read_sql_table`` and GUI tools ask
+PostgreSQL's catalogs what a database holds. DuckDB ships a ``pg_catalog`` of its own, enough
+for ``\\dt`` but not for the rest: its ``pg_index`` has no key columns, primary keys and unique
+constraints have no index, ``pg_constraint`` counts columns from 0, its functions are all in a
+user schema, and the catalogs tools read beside (``pg_roles``, ``pg_policy``, ``pg_inherits``,
+``pg_opclass``, …) do not exist. Two parts here:
+
+- ``install``: the catalogs and functions that are missing or incomplete, as views and
+  macros in an in-memory database of their own (``admission_pg``, attached once when the
+  server starts: nothing is written into the user's database, and no session pays to make
+  them), built on DuckDB's own (``duckdb_tables()``, ``duckdb_constraints()``,
+  ``duckdb_indexes()``…), so they are what the tables are at the moment they are read.
+- ``translate``: a statement that reads the catalogs, parsed by PostgreSQL's own parser
+  (pglast) and written back as DuckDB takes it — references to the catalogs made here
+  pointed at them, other ``pg_catalog.`` qualifiers dropped (DuckDB finds its own), ``COLLATE
+  pg_catalog.default`` and ``OPERATOR(pg_catalog.~)`` made plain, ``::regclass`` and the
+  other ``reg*`` types turned into oids (a name is looked up), PostgreSQL-only type names
+  replaced. Statements that do not mention the catalogs are not touched (one regular
+  expression decides), and translations are cached.
+
+Names follow PostgreSQL: a primary key is ``TABLE_pkey`` and has an index of that name, a
+unique constraint ``TABLE_COLUMNS_key``, a foreign key ``TABLE_COLUMNS_fkey``; attribute
+numbers count from 1. DuckDB's schema ``main`` stays ``main`` (PostgreSQL's would be
+``public``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+from pglast import ast, parse_sql
+from pglast.enums import A_Expr_Kind, BoolExprType
+from pglast.stream import RawStream
+from pglast.visitors import Visitor
+
+__all__ = ["DATABASE", "install", "session_setup", "translate"]
+
+DATABASE = "admission_pg"  # an in-memory database of DuckDB's beside the user's
+S = f"{DATABASE}.main"  # where this module's catalogs and functions are
+# the schemas of this module's database are no user's
+_OWN_SCHEMAS = f"(select oid from duckdb_schemas() where database_name = '{DATABASE}')"
+# oids of objects made up here: an index behind a key constraint; the session's role
+_INDEX_OFFSET = 500000  # index oid = table oid * 1,000,000 + this + the constraint's number
+ROLE_OID = 10
+
+_CONSTRAINTS = f"""
+create or replace view {S}.admission_constraints as
+select
+  d.table_oid * 1000000 + d.constraint_index as oid,
+  case d.constraint_type
+    when 'PRIMARY KEY' then d.table_name || '_pkey'
+    when 'UNIQUE' then d.table_name || '_' || array_to_string(d.constraint_column_names, '_')
+                       || '_key'
+    when 'FOREIGN KEY' then d.table_name || '_'
+                            || array_to_string(d.constraint_column_names, '_') || '_fkey'
+    else d.table_name || coalesce('_' || d.constraint_column_names[1], '') || '_check'
+  end as conname,
+  d.schema_oid as connamespace,
+  case d.constraint_type when 'PRIMARY KEY' then 'p' when 'UNIQUE' then 'u'
+    when 'FOREIGN KEY' then 'f' else 'c' end as contype,
+  d.table_oid as conrelid,
+  case when d.constraint_type in ('PRIMARY KEY', 'UNIQUE')
+    then d.table_oid * 1000000 + {_INDEX_OFFSET} + d.constraint_index else 0 end as conindid,
+  coalesce((select t.table_oid from duckdb_tables() t
+            where t.table_name = d.referenced_table and t.schema_oid = d.schema_oid
+            limit 1), 0) as confrelid,
+  list_transform(d.constraint_column_indexes, lambda i: (i + 1)::smallint) as conkey,
+  case when d.constraint_type = 'FOREIGN KEY' then
+    (select list(c.column_index::smallint
+                 order by list_position(d.referenced_column_names, c.column_name))
+     from duckdb_columns() c
+     where c.table_name = d.referenced_table and c.schema_oid = d.schema_oid
+       and list_contains(d.referenced_column_names, c.column_name))
+  end as confkey,
+  case d.constraint_type
+    when 'PRIMARY KEY' then 'PRIMARY KEY (' || array_to_string(d.constraint_column_names, ', ')
+                            || ')'
+    when 'UNIQUE' then 'UNIQUE (' || array_to_string(d.constraint_column_names, ', ') || ')'
+    when 'FOREIGN KEY' then 'FOREIGN KEY (' || array_to_string(d.constraint_column_names, ', ')
+                            || ') REFERENCES ' || d.referenced_table || '('
+                            || array_to_string(d.referenced_column_names, ', ') || ')'
+    else 'CHECK ' || case when d.expression like '(%' then d.expression
+                          else '(' || coalesce(d.expression, 'true') || ')' end
+  end as condef,
+  d.constraint_column_names as columns,
+  d.table_name, d.schema_name, d.expression
+from duckdb_constraints() d
+where d.constraint_type in ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY', 'CHECK')
+"""
+
+# every index, PostgreSQL's way: the one behind each primary key and unique constraint, and
+# DuckDB's own (CREATE INDEX), whose expressions are column names or, else, expressions
+_INDEXES = f"""
+create or replace view {S}.admission_indexes as
+select
+  c.table_oid * 1000000 + {_INDEX_OFFSET} + c.constraint_index as oid,
+  c.table_oid as indrelid,
+  (case c.constraint_type when 'PRIMARY KEY' then c.table_name || '_pkey'
+     else c.table_name || '_' || array_to_string(c.constraint_column_names, '_') || '_key'
+   end) as relname,
+  c.schema_oid as relnamespace, c.schema_name, c.table_name,
+  true as indisunique, c.constraint_type = 'PRIMARY KEY' as indisprimary,
+  list_transform(c.constraint_column_indexes, lambda i: (i + 1)::smallint) as indkey,
+  c.constraint_column_names as elements,
+  c.table_oid * 1000000 + c.constraint_index as constraint_oid
+from duckdb_constraints() c
+where c.constraint_type in ('PRIMARY KEY', 'UNIQUE')
+union all
+select
+  i.index_oid, i.table_oid, i.index_name, i.schema_oid, i.schema_name, i.table_name,
+  i.is_unique, i.is_primary,
+  (select list(coalesce(col.column_index, 0)::smallint order by e.pos)
+   from (select unnest(x.elements) as name, generate_subscripts(x.elements, 1) as pos) e
+   left join duckdb_columns() col
+     on col.table_oid = i.table_oid and col.column_name = e.name),
+  x.elements,
+  null
+from duckdb_indexes() i,
+  lateral (select string_split(trim(i.expressions::varchar, '[]'), ', ') as elements) x
+"""
+
+# the catalogs made here (a statement's reference to one, bare or in pg_catalog, is to ours)
+_VIEWS = frozenset(
+    {
+        "pg_class",
+        "pg_namespace",
+        "pg_attribute",
+        "pg_am",
+        "pg_collation",
+        "pg_index",
+        "pg_constraint",
+        "pg_proc",
+        "pg_database",
+        "pg_roles",
+        "pg_user",
+        "pg_auth_members",
+        "pg_policy",
+        "pg_statistic_ext",
+        "pg_publication",
+        "pg_publication_namespace",
+        "pg_publication_rel",
+        "pg_inherits",
+        "pg_trigger",
+        "pg_opclass",
+        "pg_rewrite",
+        "pg_foreign_table",
+        "pg_partitioned_table",
+        "pg_extension",
+    }
+)
+# … and the functions
+_FUNCTIONS = frozenset(
+    {
+        "regclass_oid",
+        "regclass_name",
+        "pg_partition_ancestors",
+        "pg_get_constraintdef",
+        "pg_get_indexdef",
+        "format_type",
+        "pg_get_expr",
+        "pg_get_function_result",
+        "pg_get_function_arguments",
+        "pg_get_function_identity_arguments",
+        "pg_get_statisticsobjdef_columns",
+        "pg_relation_is_publishable",
+        "pg_get_serial_sequence",
+        "pg_get_partkeydef",
+        "pg_get_triggerdef",
+        "shobj_description",
+        "pg_table_size",
+        "pg_relation_size",
+        "pg_total_relation_size",
+        "pg_database_size",
+        "array_upper",
+        "array_lower",
+        "json_build_object",
+        "current_setting",
+    }
+)
+
+_CLASS = f"""
+create or replace view {S}.pg_class as
+select c.* replace (
+    {ROLE_OID}::bigint as relowner,
+    case c.relkind when 'r' then 2 when 'i' then 403 else 0 end::bigint as relam,
+    (c.relhasindex or exists (select 1 from {S}.admission_indexes x where x.indrelid = c.oid))
+      as relhasindex,
+    case when c.relkind in ('r', 'm') then 'd' else 'n' end as relreplident,
+    -- PostgreSQL keeps foreign keys by triggers on both tables (psql asks only then)
+    exists (select 1 from {S}.admission_constraints k
+            where k.contype = 'f' and c.oid in (k.conrelid, k.confrelid)) as relhastriggers,
+    cast(null as varchar[]) as relacl,
+    cast(null as varchar[]) as reloptions
+  ),
+  false as relforcerowsecurity
+from pg_catalog.pg_class c
+where c.relnamespace not in {_OWN_SCHEMAS}
+union all by name
+select x.oid, x.relname, x.relnamespace, 0 as reltype, 0 as reloftype, {ROLE_OID} as relowner,
+  403 as relam, 0 as relfilenode, 0 as reltablespace, 0 as relpages, 0::float as reltuples,
+  0 as relallvisible, 0 as reltoastrelid, 0 as reltoastidxid, false as relhasindex,
+  false as relisshared, 'p' as relpersistence, 'i' as relkind, len(x.indkey) as relnatts,
+  0 as relchecks, false as relhasoids, false as relhaspkey, false as relhasrules,
+  false as relhastriggers, false as relhassubclass, false as relrowsecurity,
+  true as relispopulated, 'n' as relreplident, false as relispartition, 0 as relrewrite,
+  0 as relfrozenxid, null as relminmxid, cast(null as varchar[]) as relacl,
+  cast(null as varchar[]) as reloptions, null as relpartbound, false as relforcerowsecurity
+from {S}.admission_indexes x
+where x.constraint_oid is not null
+"""
+
+_INDEX = """
+create or replace view {S}.pg_index as
+select x.oid as indexrelid, x.indrelid, len(x.indkey)::smallint as indnatts,
+  len(x.indkey)::smallint as indnkeyatts, x.indisunique, false as indnullsnotdistinct,
+  x.indisprimary, false as indisexclusion, true as indimmediate, false as indisclustered,
+  true as indisvalid, false as indcheckxmin, true as indisready, true as indislive,
+  false as indisreplident, x.indkey,
+  list_transform(x.indkey, lambda k: 0::bigint) as indcollation,
+  list_transform(x.indkey, lambda k: 0::bigint) as indclass,
+  list_transform(x.indkey, lambda k: 0::smallint) as indoption,
+  cast(null as varchar) as indexprs, cast(null as varchar) as indpred
+from {S}.admission_indexes x
+"""
+
+_CONSTRAINT = """
+create or replace view {S}.pg_constraint as
+select c.oid, c.conname, c.connamespace, c.contype, false as condeferrable,
+  false as condeferred, true as convalidated, c.conrelid, 0::bigint as contypid, c.conindid,
+  0::bigint as conparentid, c.confrelid,
+  case when c.contype = 'f' then 'a' else ' ' end as confupdtype,
+  case when c.contype = 'f' then 'a' else ' ' end as confdeltype,
+  case when c.contype = 'f' then 's' else ' ' end as confmatchtype,
+  true as conislocal, 0 as coninhcount, false as connoinherit, c.conkey, c.confkey,
+  cast(null as bigint[]) as conpfeqop, cast(null as bigint[]) as conppeqop,
+  cast(null as bigint[]) as conffeqop, cast(null as smallint[]) as confdelsetcols,
+  cast(null as bigint[]) as conexclop, c.expression as conbin
+from {S}.admission_constraints c
+"""
+
+# DuckDB's built-in functions (and this module's) are PostgreSQL's pg_catalog functions:
+# \\df lists the user's
+_PROC = f"""
+create or replace view {S}.pg_proc as
+select p.* replace (
+  case when f.internal or p.pronamespace in {_OWN_SCHEMAS}
+    then (select n.oid from pg_catalog.pg_namespace n where n.nspname = 'pg_catalog' limit 1)
+    else p.pronamespace end as pronamespace)
+from pg_catalog.pg_proc p
+left join (select distinct function_oid, internal from duckdb_functions()) f
+  on f.function_oid = p.oid
+"""
+
+# PostgreSQL's storage and statistics settings per column, as a table's columns there have them
+_ATTRIBUTE = """
+create or replace view {S}.pg_attribute as
+select a.* replace (
+    -1 as attstattarget,
+    case when a.atttypid in (16, 20, 21, 23, 700, 701, 1082, 1083, 1114, 1184, 1186, 2950)
+      then 'p' else 'x' end as attstorage,
+    '' as attcompression)
+from pg_catalog.pg_attribute a
+"""
+
+_AM = """
+create or replace view {S}.pg_am as
+select * from (values (2::bigint, 'heap', cast(null as varchar), 't'),
+                      (403::bigint, 'btree', cast(null as varchar), 'i'))
+  t(oid, amname, amhandler, amtype)
+"""
+
+_DATABASE = f"""
+create or replace view {S}.pg_database as
+select d.database_oid as oid, d.database_name as datname, {ROLE_OID}::bigint as datdba,
+  6 as encoding, 'c' as datlocprovider, false as datistemplate, true as datallowconn,
+  -1 as datconnlimit, 0::bigint as datfrozenxid, 0::bigint as datminmxid,
+  0::bigint as dattablespace, 'C' as datcollate, 'C' as datctype,
+  cast(null as varchar) as daticulocale, cast(null as varchar) as datcollversion,
+  cast(null as varchar[]) as datacl
+from duckdb_databases() d
+where not d.internal and d.database_name <> '{DATABASE}'
+"""
+
+
+# the session's user: ``session_setup`` sets the variable on each session's connection
+_USER = "coalesce(getvariable('admission_user'), 'duckdb')"
+
+_ROLES = f"""
+create or replace view {S}.pg_roles as
+select {ROLE_OID}::bigint as oid, {_USER} as rolname, true as rolsuper, true as rolinherit,
+  true as rolcreaterole, true as rolcreatedb, true as rolcanlogin, false as rolreplication,
+  -1 as rolconnlimit, '********' as rolpassword, cast(null as timestamp) as rolvaliduntil,
+  false as rolbypassrls, cast(null as varchar[]) as rolconfig
+"""
+
+_USERS = f"""
+create or replace view {S}.pg_user as
+select {_USER} as usename, {ROLE_OID}::bigint as usesysid, true as usecreatedb,
+  true as usesuper, false as userepl, false as usebypassrls, '********' as passwd,
+  cast(null as timestamp) as valuntil, cast(null as varchar[]) as useconfig
+"""
+
+
+_NAMESPACE = f"""
+create or replace view {S}.pg_namespace as
+select * from pg_catalog.pg_namespace where oid not in {_OWN_SCHEMAS}
+"""
+
+
+# catalogs of what DuckDB has none of: their columns, no rows
+_EMPTY: dict[str, str] = {
+    "pg_auth_members": "roleid bigint, member bigint, grantor bigint, admin_option boolean",
+    "pg_policy": "oid bigint, polname varchar, polrelid bigint, polcmd varchar, "
+    "polpermissive boolean, polroles bigint[], polqual varchar, polwithcheck varchar",
+    "pg_statistic_ext": "oid bigint, stxrelid bigint, stxname varchar, stxnamespace bigint, "
+    "stxowner bigint, stxstattarget integer, stxkeys smallint[], stxkind varchar[], "
+    "stxexprs varchar",
+    "pg_publication": "oid bigint, pubname varchar, pubowner bigint, puballtables boolean, "
+    "pubinsert boolean, pubupdate boolean, pubdelete boolean, pubtruncate boolean, "
+    "pubviaroot boolean",
+    "pg_publication_namespace": "oid bigint, pnpubid bigint, pnnspid bigint",
+    "pg_publication_rel": "oid bigint, prpubid bigint, prrelid bigint, prqual varchar, "
+    "prattrs smallint[]",
+    "pg_inherits": "inhrelid bigint, inhparent bigint, inhseqno integer, inhdetachpending boolean",
+    "pg_trigger": "oid bigint, tgrelid bigint, tgparentid bigint, tgname varchar, "
+    "tgfoid bigint, tgtype smallint, tgenabled varchar, tgisinternal boolean, "
+    "tgconstrrelid bigint, tgconstrindid bigint, tgconstraint bigint, tgdeferrable boolean, "
+    "tginitdeferred boolean, tgnargs smallint, tgattr smallint[], tgargs blob, "
+    "tgqual varchar, tgoldtable varchar, tgnewtable varchar",
+    "pg_opclass": "oid bigint, opcmethod bigint, opcname varchar, opcnamespace bigint, "
+    "opcowner bigint, opcfamily bigint, opcintype bigint, opcdefault boolean, "
+    "opckeytype bigint",
+    "pg_rewrite": "oid bigint, rulename varchar, ev_class bigint, ev_type varchar, "
+    "ev_enabled varchar, is_instead boolean, ev_qual varchar, ev_action varchar",
+    "pg_foreign_table": "ftrelid bigint, ftserver bigint, ftoptions varchar[]",
+    "pg_partitioned_table": "partrelid bigint, partstrat varchar, partnatts smallint, "
+    "partdefid bigint, partattrs smallint[], partclass bigint[], partcollation bigint[], "
+    "partexprs varchar",
+    "pg_collation": "oid bigint, collname varchar, collnamespace bigint, collowner bigint, "
+    "collprovider varchar, collisdeterministic boolean, collencoding integer, "
+    "collcollate varchar, collctype varchar, colliculocale varchar, collversion varchar",
+    "pg_extension": "oid bigint, extname varchar, extowner bigint, extnamespace bigint, "
+    "extrelocatable boolean, extversion varchar, extconfig bigint[], extcondition varchar[]",
+}
+
+
+def _empty(name: str, columns: str) -> str:
+    select = ", ".join(
+        f"cast(null as {kind}) as {column}"
+        for column, kind in (c.strip().split(" ", 1) for c in columns.split(","))
+    )
+    return f"create or replace view {S}.{name} as select {select} where false"
+
+
+_TYPE_NAMES = {
+    "int2": "smallint",
+    "int4": "integer",
+    "int8": "bigint",
+    "float4": "real",
+    "float8": "double precision",
+    "bool": "boolean",
+    "varchar": "text",  # DuckDB's VARCHAR has no length (varchar(10) is VARCHAR): text
+    "timestamp": "timestamp without time zone",
+    "timestamptz": "timestamp with time zone",
+    "time": "time without time zone",
+    "timetz": "time with time zone",
+}
+_SETTINGS = {
+    "default_table_access_method": "heap",
+    "server_version_num": "150000",
+    "max_index_keys": "32",
+    "standard_conforming_strings": "on",
+    "server_encoding": "UTF8",
+    "client_encoding": "UTF8",
+    "datestyle": "ISO, MDY",
+    "integer_datetimes": "on",
+    "max_identifier_length": "63",
+    "lc_collate": "C",
+    "lc_ctype": "C",
+}
+_JSON_PAIRS = 8  # json_build_object with up to this many key/value pairs
+
+
+def _macros() -> list[str]:
+    pairs = []
+    for n in range(1, _JSON_PAIRS + 1):
+        args = ", ".join(f"k{i}, v{i}" for i in range(n))
+        body = ", ".join(f"k{i}::varchar, v{i}" for i in range(n))
+        pairs.append(f"({args}) as json_object({body})")
+    return [
+        # an oid stays an oid; a name ('lineitem', 'main.lineitem', 'pg_catalog.pg_class')
+        # is looked up, as PostgreSQL's regclass input does
+        f"create or replace macro {S}.regclass_oid(x) as coalesce(try_cast(x as bigint), "
+        "(select c.oid from {S}.pg_class c join pg_catalog.pg_namespace n "
+        "on n.oid = c.relnamespace where c.relname = string_split(x::varchar, '.')[-1] "
+        "and (len(string_split(x::varchar, '.')) = 1 "
+        "or n.nspname = string_split(x::varchar, '.')[-2]) limit 1))",
+        f"create or replace macro {S}.pg_get_constraintdef(x) as "
+        "(select condef from {S}.admission_constraints where oid = x), "
+        "(x, pretty) as (select condef from {S}.admission_constraints where oid = x)",
+        f"create or replace macro {S}.pg_get_indexdef(x) as "
+        "(select 'CREATE ' || case when indisunique then 'UNIQUE ' else '' end || 'INDEX ' "
+        "|| relname || ' ON ' || schema_name || '.' || table_name || ' USING btree (' "
+        "|| array_to_string(elements, ', ') || ')' from {S}.admission_indexes where oid = x), "
+        "(x, k, pretty) as (select case when k = 0 then {S}.pg_get_indexdef(x) "
+        "else elements[k] end from {S}.admission_indexes where oid = x)",
+        # DuckDB's names of the types PostgreSQL spells out (SQLAlchemy maps them by name)
+        f"create or replace macro {S}.format_type(t, m) as (select case f "
+        + " ".join(f"when '{duck}' then '{pg}'" for duck, pg in _TYPE_NAMES.items())
+        + " else f end from (select pg_catalog.format_type(t, m) as f))",
+        # settings PostgreSQL has and DuckDB does not (DuckDB's current_setting fails on
+        # those as it binds, even in a branch not taken)
+        f"create or replace macro {S}.current_setting(n) as case lower(n) "
+        + " ".join(f"when '{name}' then '{value}'" for name, value in _SETTINGS.items())
+        + " else (select value from duckdb_settings() where name = lower(n)) end",
+        f"create or replace macro {S}.pg_get_expr(e, r) as e::varchar, "
+        "(e, r, pretty) as e::varchar",
+        f"create or replace macro {S}.pg_get_function_result(x) as "
+        "(select lower(coalesce(return_type, 'unknown')) from duckdb_functions() "
+        "where function_oid = x limit 1)",
+        f"create or replace macro {S}.pg_get_function_arguments(x) as "
+        "(select array_to_string(list_transform(range(len(parameters)), "
+        "lambda i: parameters[i + 1] || coalesce(' ' || lower(parameter_types[i + 1]), '')), ', ') "
+        "from duckdb_functions() where function_oid = x limit 1)",
+        f"create or replace macro {S}.pg_get_function_identity_arguments(x) as "
+        "{S}.pg_get_function_arguments(x)",
+        f"create or replace macro {S}.pg_get_statisticsobjdef_columns(x) as cast(null as varchar)",
+        f"create or replace macro {S}.pg_relation_is_publishable(x) as false",
+        # a table is its only ancestor (DuckDB has no partitions); psql calls it in FROM too
+        f"create or replace macro {S}.pg_partition_ancestors(x) as {S}.regclass_oid(x)",
+        f"create or replace macro {S}.pg_partition_ancestors_rows(x) as table "
+        "select {S}.regclass_oid(x) as relid, 1 as depth",
+        # the name a regclass prints as (an oid of no relation prints as itself)
+        f"create or replace macro {S}.regclass_name(x) as coalesce((select c.relname "
+        "from {S}.pg_class c where c.oid = x limit 1), x::varchar)",
+        f"create or replace macro {S}.pg_get_serial_sequence(t, c) as cast(null as varchar)",
+        f"create or replace macro {S}.pg_get_partkeydef(x) as cast(null as varchar)",
+        f"create or replace macro {S}.pg_get_triggerdef(x) as cast(null as varchar), "
+        "(x, pretty) as cast(null as varchar)",
+        f"create or replace macro {S}.shobj_description(x, c) as cast(null as varchar)",
+        f"create or replace macro {S}.pg_table_size(x) as "
+        "(select coalesce(estimated_size, 0) * 0 from duckdb_tables() where table_oid = x)",
+        f"create or replace macro {S}.pg_relation_size(x) as {S}.pg_table_size(x), "
+        "(x, fork) as {S}.pg_table_size(x)",
+        f"create or replace macro {S}.pg_total_relation_size(x) as {S}.pg_table_size(x)",
+        f"create or replace macro {S}.pg_database_size(x) as 0",
+        f"create or replace macro {S}.array_upper(a, d) as case when len(a) > 0 then len(a) end",
+        f"create or replace macro {S}.array_lower(a, d) as case when len(a) > 0 then 1 end",
+        f"create or replace macro {S}.json_build_object" + ", ".join(pairs),
+    ]
+
+
+def install(connection: Any) -> None:
+    """Make this module's catalogs and functions, once, in an in-memory database of their own
+    attached to ``connection`` (before clients come: the lockdown refuses ATTACH after)."""
+    statements = [
+        f"attach if not exists ':memory:' as {DATABASE}",
+        _CONSTRAINTS,
+        _INDEXES,
+        _CLASS,
+        _NAMESPACE,
+        *_macros(),
+        _INDEX,
+        _CONSTRAINT,
+        _ATTRIBUTE,
+        _AM,
+        _PROC,
+        _DATABASE,
+        _ROLES,
+        _USERS,
+        *(_empty(name, columns) for name, columns in _EMPTY.items()),
+    ]
+    for sql in statements:
+        connection.execute(sql.replace("{S}", S))
+
+
+def session_setup(user: str) -> str:
+    """The statement that tells a session's connection who its user is (``pg_roles``)."""
+    return f"set variable admission_user = {_literal(user)}"
+
+
+# what marks a statement as one that reads PostgreSQL's catalogs (or uses its casts on them)
+_CATALOG_WORDS = sorted(
+    {
+        *_VIEWS,
+        *_FUNCTIONS,
+        "pg_catalog",
+        "pg_namespace",
+        "pg_attribute",
+        "pg_type",
+        "pg_attrdef",
+        "pg_description",
+        "pg_collation",
+        "pg_am",
+        "pg_settings",
+        "pg_tables",
+        "pg_views",
+        "pg_indexes",
+        "pg_sequence",
+        "pg_enum",
+        "pg_depend",
+        "pg_tablespace",
+    }
+)
+_GATE = re.compile(
+    r"\b(?:" + "|".join(_CATALOG_WORDS) + r")\b|\breg(?:class|type|proc|namespace|role)\b"
+    r"|\bcollate\b|\boperator\s*\(",
+    re.I,
+)
+
+# PostgreSQL type names DuckDB lacks, and what stands for them
+_TYPES = {
+    "name": "varchar",
+    "int2vector": "smallint[]",
+    "oidvector": "bigint[]",
+    "pg_node_tree": "varchar",
+    "aclitem": "varchar",
+    "regoper": "bigint",
+    "regoperator": "bigint",
+    "regprocedure": "bigint",
+    "regconfig": "bigint",
+    "regdictionary": "bigint",
+    "xid": "bigint",
+    "cid": "bigint",
+    "tid": "varchar",
+}
+_REG_TYPES = {"regclass", "regtype", "regproc", "regnamespace", "regrole"}
+
+
+def _is_catalog(names: Any) -> bool:
+    return bool(names) and len(names) > 1 and getattr(names[0], "sval", None) == "pg_catalog"
+
+
+# PostgreSQL's int2vector and oidvector columns: arrays to unnest inside a statement, but a
+# client reads them as text ("1 2"), and SQLAlchemy splits that text
+_VECTORS = frozenset({"indkey", "indoption", "indclass", "indcollation", "proargtypes"})
+
+
+def _vectors_as_text(statement: Any) -> None:
+    """The vector columns a statement returns (its outermost SELECT's) as PostgreSQL's text."""
+    if not isinstance(statement, ast.SelectStmt) or not statement.targetList:
+        return
+    for target in statement.targetList:
+        value = target.val
+        if isinstance(value, ast.ColumnRef) and value.fields:
+            name = getattr(value.fields[-1], "sval", None)
+            if name in _VECTORS:
+                target.val = ast.FuncCall(
+                    funcname=(ast.String("array_to_string"),),
+                    args=(value, ast.A_Const(val=ast.String(" "))),
+                )
+                target.name = target.name or name
+
+
+def _ours(name: str) -> tuple[ast.String, ...]:
+    return (ast.String(DATABASE), ast.String("main"), ast.String(name))
+
+
+class _Translate(Visitor):
+    """The changes ``translate`` makes, node by node."""
+
+    def visit_RangeVar(self, ancestors: Any, node: Any) -> None:
+        if node.schemaname in (None, "pg_catalog") and node.catalogname is None:
+            if node.relname in _VIEWS:
+                node.catalogname, node.schemaname = DATABASE, "main"
+            elif node.schemaname == "pg_catalog":
+                node.schemaname = None  # DuckDB's, found without its schema
+
+    def visit_FuncCall(self, ancestors: Any, node: Any) -> None:
+        names = node.funcname
+        if _is_catalog(names):
+            names = names[1:]
+        if len(names) == 1 and names[0].sval in _FUNCTIONS:
+            names = _ours(names[0].sval)
+        node.funcname = names
+
+    def visit_ColumnRef(self, ancestors: Any, node: Any) -> None:
+        fields: Any = node.fields or ()
+        if len(fields) >= 3 and getattr(fields[0], "sval", None) == "pg_catalog":
+            node.fields = fields[1:]  # pg_catalog.pg_class.relname: the table is found bare
+
+    def visit_RangeFunction(self, ancestors: Any, node: Any) -> None:
+        for item in node.functions or ():
+            call: Any = item[0]
+            names = call.funcname if isinstance(call, ast.FuncCall) else ()
+            if names and names[-1].sval == "pg_partition_ancestors":  # in FROM: the rows
+                call.funcname = _ours("pg_partition_ancestors_rows")
+                node.ordinality = False  # (its depth is the ordinal WITH ORDINALITY adds)
+
+    def visit_A_Expr(self, ancestors: Any, node: Any) -> Any:
+        if _is_catalog(node.name):
+            node.name = node.name[1:]
+        escape: Any = node.rexpr
+        if (
+            node.kind in (A_Expr_Kind.AEXPR_LIKE, A_Expr_Kind.AEXPR_ILIKE)
+            and _is(escape, ast.FuncCall)
+            and escape.funcname[-1].sval == "like_escape"
+            and len(escape.args or ()) == 2
+        ):
+            # PostgreSQL's parser turns LIKE … ESCAPE into like_escape(pattern, escape), a
+            # function DuckDB has with the string as a first argument
+            name = "like_escape" if node.kind == A_Expr_Kind.AEXPR_LIKE else "ilike_escape"
+            args = tuple(_visited(a) for a in (node.lexpr, *escape.args))
+            call = ast.FuncCall(funcname=(ast.String(name),), args=args)
+            if node.name[-1].sval.startswith("!"):
+                return ast.BoolExpr(boolop=BoolExprType.NOT_EXPR, args=(call,))
+            return call
+        return None
+
+    def visit_CollateClause(self, ancestors: Any, node: Any) -> Any:
+        return _visited(node.arg)
+
+    def visit_ResTarget(self, ancestors: Any, node: Any) -> None:
+        # a relation's oid selected as ::regclass (or ::regclass::text) is printed by name
+        value: Any = node.val
+        if _cast_to(value, ("text", "varchar", "name")):
+            value = value.arg
+        if _cast_to(value, ("regclass",)) and not _is_string(value.arg):
+            if node.name is None and _is(value.arg, ast.ColumnRef):
+                node.name = value.arg.fields[-1].sval  # the column PostgreSQL names it by
+            node.val = ast.FuncCall(funcname=_ours("regclass_name"), args=(_visited(value.arg),))
+
+    def visit_TypeCast(self, ancestors: Any, node: Any) -> Any:
+        if _cast_to(node, ("text", "varchar", "name")) and _cast_to(node.arg, ("regclass",)):
+            inner = node.arg.arg
+            if not _is_string(inner):  # ::regclass::text, as in an ORDER BY: the name
+                return ast.FuncCall(funcname=_ours("regclass_name"), args=(_visited(inner),))
+        names = node.typeName.names
+        name = names[-1].sval.lower() if names else ""
+        if name not in _REG_TYPES or node.typeName.arrayBounds:
+            return None
+        arg = _visited(node.arg)  # (a node returned is not visited again)
+        if name == "regclass" and not isinstance(arg, ast.ColumnRef):
+            return ast.FuncCall(funcname=_ours("regclass_oid"), args=(arg,))
+        if name == "regtype" and _is_string(arg):
+            return ast.FuncCall(funcname=(ast.String("to_regtype"),), args=(arg,))
+        return arg  # an oid, as the oid it is
+
+    def visit_TypeName(self, ancestors: Any, node: Any) -> None:
+        names = node.names or ()
+        if _is_catalog(names):
+            names = names[1:]
+        if names:
+            replacement = _TYPES.get(names[-1].sval.lower())
+            if replacement is not None:
+                base = replacement.removesuffix("[]")
+                node.names = (ast.String(base),)
+                if replacement.endswith("[]") and not node.arrayBounds:
+                    node.arrayBounds = (ast.Integer(-1),)
+                return
+        node.names = names
+
+
+def _visited(node: Any) -> Any:
+    """``node`` with ``_Translate``'s changes made in it (and to it, if it is replaced)."""
+    holder = ast.ResTarget(val=node)
+    _Translate()(holder)
+    return holder.val
+
+
+def _is(node: Any, kind: type) -> bool:
+    return isinstance(node, kind)
+
+
+def _cast_to(node: Any, types: tuple[str, ...]) -> bool:
+    """Whether ``node`` is a cast to one of ``types`` (a name without its schema)."""
+    if not isinstance(node, ast.TypeCast):
+        return False
+    type_name: Any = node.typeName
+    if type_name.arrayBounds:
+        return False
+    names: Any = type_name.names or ()
+    return bool(names) and names[-1].sval.lower() in types
+
+
+def _is_string(node: Any) -> bool:
+    return isinstance(node, ast.A_Const) and isinstance(node.val, ast.String)
+
+
+def translate(sql: str) -> str | None:
+    """``sql`` as DuckDB can run it against the catalogs ``install`` makes, or None when it
+    reads no catalog (or PostgreSQL's parser cannot read it: DuckDB's own syntax)."""
+    if not _GATE.search(sql):
+        return None
+    return _translate(sql)
+
+
+@functools.lru_cache(maxsize=512)
+def _translate(sql: str) -> str | None:
+    try:
+        statements = parse_sql(sql)
+    except Exception:  # pglast's ParseError, or DuckDB syntax PostgreSQL's parser rejects
+        return None
+    visitor = _Translate()
+    out = []
+    try:
+        for statement in statements:
+            visitor(statement)
+            _vectors_as_text(statement.stmt)
+            out.append(RawStream()(statement))
+    except Exception:  # a node the deparser cannot print: leave the statement as it was
+        return None
+    return "; ".join(out)
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"

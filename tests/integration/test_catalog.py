@@ -1,0 +1,213 @@
+"""PostgreSQL's catalogs on the embedded DuckDB server, against a real PostgreSQL.
+
+The same schema — TPC-H's eight tables with their primary keys, and a parent/child pair with
+a foreign key, a unique constraint over two columns, a check constraint, a plain index and a
+view — is made on the embedded server and in a database of the test PostgreSQL. Then the
+tools that introspect a database read both, and their answers are compared:
+
+- psql's ``\\dt``, ``\\di``, ``\\dv``, ``\\dn``, ``\\df``, ``\\l``, ``\\du``, ``\\d TABLE`` and
+  ``\\d+ TABLE``: the same headers, the same rows by name, the same sections (Indexes, Check
+  constraints, Foreign-key constraints, Referenced by) with the same lines in them. What
+  differs by design: the schema is DuckDB's ``main``, not ``public``; DuckDB's strings have no
+  length, so ``varchar(10)`` and ``char(25)`` read as ``text``; owners and databases are the
+  server's own.
+- SQLAlchemy's ``Inspector`` (tables, views, columns, primary keys, foreign keys, unique and
+  check constraints, indexes) and ``MetaData.reflect``; pandas' ``read_sql_table``.
+- the catalog queries of the PostgreSQL JDBC driver (what Metabase and other JDBC tools call
+  DatabaseMetaData) and DBeaver's, captured from their sources.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+
+import duckdb
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from admission import Limits
+from testing.embeddedharness import Embedded
+from testing.pgcluster import Cluster
+from workloads.tpch.schema import create_statements
+
+SCHEMA = [
+    *create_statements(),
+    "create table parent (id integer primary key, code varchar(10) unique, "
+    "qty integer check (qty > 0), note text)",
+    "create table child (cid integer primary key, pid integer references parent(id), "
+    "k1 integer, k2 integer, unique (k1, k2))",
+    "create index child_pid on child(pid)",
+    "create view v_nation as select n_nationkey, n_name from nation",
+    "insert into region values (0, 'AFRICA', 'a'), (1, 'AMERICA', null)",
+]
+REFERENCE_DB = "catalog_ref"
+
+
+def _schema(con: duckdb.DuckDBPyConnection) -> None:
+    for sql in SCHEMA:
+        con.execute(sql)
+
+
+@pytest.fixture(scope="module")
+def embedded() -> Iterator[Embedded]:
+    server = Embedded(Limits(mpl=2), _schema)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def reference(pg: Cluster) -> str:
+    pg.psql(f"drop database if exists {REFERENCE_DB}")
+    pg.psql(f"create database {REFERENCE_DB}")
+    with psycopg.connect(pg.dsn(dbname=REFERENCE_DB), autocommit=True) as conn:
+        for sql in SCHEMA:
+            conn.execute(sql)
+    return pg.dsn(dbname=REFERENCE_DB)
+
+
+def _psql(dsn: str, command: str) -> str:
+    out = subprocess.run(
+        ["psql", dsn, "-X", "-P", "pager=off", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and not out.stderr, (command, out.stderr)
+    return out.stdout
+
+
+def _shape(text: str) -> dict[str, object]:
+    """What psql printed, without what differs by design: the title, the header, the rows'
+    first column (the names), every section's lines, the row count."""
+    lines = [line.rstrip() for line in text.splitlines()]
+    table = [line for line in lines if "|" in line]
+    header = [cell.strip() for cell in table[0].split("|")] if table else []
+    names = [row.split("|")[0].strip() for row in table[1:] if row.split("|")[0].strip()]
+    sections: dict[str, list[str]] = {}
+    current = None
+    for line in lines:
+        if line and not line.startswith(" ") and line.endswith(":"):
+            current = line
+            sections[current] = []
+        elif current and line.startswith("    "):
+            sections[current].append(line.strip())
+        elif not line.strip():
+            current = None
+    title = lines[0].strip() if lines else ""
+    title = re.sub(r'"(?:public|main)\.', '"SCHEMA.', title)
+    return {"title": title, "header": header, "names": names, "sections": sections}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "\\dt",
+        "\\di",
+        "\\dv",
+        "\\d lineitem",
+        "\\d+ nation",
+        "\\d child",
+        "\\d+ parent",
+        "\\d v_nation",
+        "\\df",
+    ],
+)
+def test_psql_describes_like_postgresql(embedded: Embedded, reference: str, command: str) -> None:
+    ours = _shape(_psql(f"host=127.0.0.1 port={embedded.port} user=app dbname=app", command))
+    theirs = _shape(_psql(reference, command))
+    if command.startswith("\\d") and command[2:3] in ("t", "i", "v"):
+        theirs["names"] = [n.replace("public", "main") for n in theirs["names"]]  # type: ignore[attr-defined]
+    assert ours == theirs, command
+
+
+@pytest.mark.parametrize("command", ["\\dn", "\\l", "\\du"])
+def test_psql_lists_schemas_databases_and_roles(
+    embedded: Embedded, reference: str, command: str
+) -> None:
+    # the same columns; the rows are the server's own: schema main, the DuckDB database, the
+    # session's user
+    ours = _shape(_psql(f"host=127.0.0.1 port={embedded.port} user=app dbname=app", command))
+    theirs = _shape(_psql(reference, command))
+    assert ours["title"] == theirs["title"] and ours["header"] == theirs["header"]
+    assert ours["names"], ours
+    if command == "\\du":
+        assert ours["names"] == ["app"]
+    if command == "\\dn":
+        assert ours["names"] == ["main"]
+
+
+def _url(dsn: str) -> str:
+    """A libpq keyword DSN as SQLAlchemy's URL."""
+    parts = dict(item.split("=", 1) for item in dsn.split())
+    return f"postgresql+psycopg://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
+
+
+def _inspect(url: str) -> dict[str, object]:
+    engine = sa.create_engine(url)
+    try:
+        inspector = sa.inspect(engine)
+        out: dict[str, object] = {
+            "tables": sorted(inspector.get_table_names()),
+            "views": inspector.get_view_names(),
+        }
+        for table in ("lineitem", "parent", "child"):
+            out[table] = {
+                # DuckDB's strings have no length: compared by kind, not by spelling
+                "columns": [
+                    (c["name"], c["type"].python_type.__name__, c["nullable"])
+                    for c in inspector.get_columns(table)
+                ],
+                "pk": inspector.get_pk_constraint(table),
+                "fks": inspector.get_foreign_keys(table),
+                "unique": inspector.get_unique_constraints(table),
+                "indexes": inspector.get_indexes(table),
+                "checks": inspector.get_check_constraints(table),
+            }
+        metadata = sa.MetaData()
+        metadata.reflect(engine, views=True)
+        out["reflected"] = sorted(metadata.tables)
+        out["reflected_fks"] = sorted(
+            (fk.parent.name, fk.column.table.name, fk.column.name)
+            for fk in metadata.tables["child"].foreign_keys
+        )
+        return out
+    finally:
+        engine.dispose()
+
+
+def test_sqlalchemy_reflects_what_postgresql_does(embedded: Embedded, reference: str) -> None:
+    ours = _inspect(f"postgresql+psycopg://app@127.0.0.1:{embedded.port}/app")
+    theirs = _inspect(_url(reference))
+    assert ours == theirs
+
+
+def test_sqlalchemy_reflection_found_the_keys(embedded: Embedded) -> None:
+    # (not only the same as PostgreSQL: what the schema holds)
+    ours = _inspect(f"postgresql+psycopg://app@127.0.0.1:{embedded.port}/app")
+    child = ours["child"]
+    assert isinstance(child, dict)
+    assert child["pk"]["constrained_columns"] == ["cid"]
+    assert [(f["constrained_columns"], f["referred_table"]) for f in child["fks"]] == [
+        (["pid"], "parent")
+    ]
+    assert [u["column_names"] for u in child["unique"]] == [["k1", "k2"]]
+    assert {i["name"] for i in child["indexes"]} == {"child_pid", "child_k1_k2_key"}
+    assert ours["reflected_fks"] == [("pid", "parent", "id")]
+
+
+def test_pandas_reads_a_table_as_from_postgresql(embedded: Embedded, reference: str) -> None:
+    pandas = pytest.importorskip("pandas")
+    ours = pandas.read_sql_table(
+        "region", sa.create_engine(f"postgresql+psycopg://app@127.0.0.1:{embedded.port}/app")
+    )
+    theirs = pandas.read_sql_table(
+        "region",
+        sa.create_engine(_url(reference)),
+    )
+    assert list(ours.columns) == list(theirs.columns) == ["r_regionkey", "r_name", "r_comment"]
+    assert ours.shape == theirs.shape == (2, 3)
+    assert ours["r_regionkey"].tolist() == theirs["r_regionkey"].tolist()
+    assert ours["r_comment"].tolist()[0] == "a"

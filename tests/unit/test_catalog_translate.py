@@ -1,0 +1,121 @@
+"""The embedded server's catalog translation (``proxy.backends.embedded.catalog``): what it
+touches and what it leaves, and the translated statements run on a real DuckDB."""
+
+from __future__ import annotations
+
+import random
+
+import duckdb
+import pytest
+
+from proxy.backends.embedded import catalog
+from workloads.tpch.queries import random_query
+
+
+@pytest.fixture(scope="module")
+def con() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("create table parent (id integer primary key, code varchar unique)")
+    con.execute("create table child (id integer primary key, pid integer references parent(id))")
+    con.execute("create index child_pid on child(pid)")
+    catalog.install(con)
+    con.execute(catalog.session_setup("alice"))
+    return con
+
+
+def test_statements_that_read_no_catalog_are_left_alone() -> None:
+    for number in (1, 6, 18):
+        assert catalog.translate(random_query(number, random.Random(number))) is None
+    assert catalog.translate("select pg_sleep(0.1)") is None
+    # DuckDB's own syntax, which PostgreSQL's parser cannot read, is left to DuckDB
+    assert catalog.translate("select * exclude (oid) from pg_class") is None
+
+
+def test_psql_lookup_of_a_table(con: duckdb.DuckDBPyConnection) -> None:
+    sql = catalog.translate(
+        "SELECT c.oid, n.nspname, c.relname FROM pg_catalog.pg_class c "
+        "LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relname OPERATOR(pg_catalog.~) '^(child)$' COLLATE pg_catalog.default "
+        "AND pg_catalog.pg_table_is_visible(c.oid) ORDER BY 2, 3"
+    )
+    assert sql is not None
+    assert "pg_catalog." not in sql and "COLLATE" not in sql and "OPERATOR" not in sql
+    assert f"{catalog.DATABASE}.main.pg_class" in sql
+    ((oid, schema, name),) = con.execute(sql).fetchall()
+    assert (schema, name) == ("main", "child") and oid > 0
+
+
+def test_regclass_is_an_oid_to_compare_and_a_name_to_print(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    sql = catalog.translate(
+        "SELECT c.oid::pg_catalog.regclass, c.relkind FROM pg_catalog.pg_class c "
+        "WHERE c.oid = 'main.child'::regclass"
+    )
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [("child", "r")]
+    assert [d[0] for d in con.execute(sql).description] == ["oid", "relkind"]
+
+
+def test_keys_and_indexes_as_postgresql_has_them(con: duckdb.DuckDBPyConnection) -> None:
+    sql = catalog.translate(
+        "SELECT con.conname, con.contype, con.conkey, con.confkey, "
+        "pg_catalog.pg_get_constraintdef(con.oid, true) FROM pg_catalog.pg_constraint con "
+        "WHERE con.conrelid = 'child'::regclass ORDER BY 1"
+    )
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [
+        ("child_pid_fkey", "f", [2], [1], "FOREIGN KEY (pid) REFERENCES parent(id)"),
+        ("child_pkey", "p", [1], None, "PRIMARY KEY (id)"),
+    ]
+    sql = catalog.translate(
+        "SELECT c.relname, i.indisprimary, i.indisunique, i.indkey, "
+        "pg_catalog.pg_get_indexdef(i.indexrelid, 0, true) "
+        "FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid "
+        "WHERE i.indrelid = 'child'::regclass ORDER BY 1"
+    )
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [
+        ("child_pid", False, False, "2", "CREATE INDEX child_pid ON main.child USING btree (pid)"),
+        (
+            "child_pkey",
+            True,
+            True,
+            "1",  # an int2vector reads as text
+            "CREATE UNIQUE INDEX child_pkey ON main.child USING btree (id)",
+        ),
+    ]
+
+
+def test_like_escape_and_settings(con: duckdb.DuckDBPyConnection) -> None:
+    sql = catalog.translate(
+        "SELECT n.nspname FROM pg_catalog.pg_namespace n "
+        "WHERE n.nspname NOT LIKE 'pg!_%' ESCAPE '!' AND n.nspname = 'main'"
+    )
+    assert sql is not None and "like_escape" in sql
+    assert con.execute(sql).fetchall() == [("main",)]
+    sql = catalog.translate("SELECT current_setting('default_table_access_method'), 1 FROM pg_am")
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [("heap", 1), ("heap", 1)]
+
+
+def test_the_session_user_owns_what_it_sees(con: duckdb.DuckDBPyConnection) -> None:
+    sql = catalog.translate("SELECT rolname, rolsuper FROM pg_catalog.pg_roles")
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [("alice", True)]
+    # the catalogs' own database is no user's: not among databases, schemas or relations
+    for probe in (
+        "SELECT datname FROM pg_catalog.pg_database",
+        "SELECT nspname FROM pg_catalog.pg_namespace",
+        "SELECT relname FROM pg_catalog.pg_class",
+    ):
+        translated = catalog.translate(probe)
+        assert translated is not None
+        names = {row[0] for row in con.execute(translated).fetchall()}
+        assert catalog.DATABASE not in names and "admission_indexes" not in names
+    sql = catalog.translate(
+        "SELECT p.proname FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n "
+        "ON n.oid = p.pronamespace WHERE n.nspname <> 'pg_catalog'"
+    )
+    assert sql is not None
+    assert con.execute(sql).fetchall() == []  # \\df: DuckDB's functions are the system's
