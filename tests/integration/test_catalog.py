@@ -19,9 +19,11 @@ tools that introspect a database read both, and their answers are compared:
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb
 import psycopg
@@ -211,3 +213,96 @@ def test_pandas_reads_a_table_as_from_postgresql(embedded: Embedded, reference: 
     assert ours.shape == theirs.shape == (2, 3)
     assert ours["r_regionkey"].tolist() == theirs["r_regionkey"].tolist()
     assert ours["r_comment"].tolist()[0] == "a"
+
+
+# -- the catalog queries of JDBC tools and DBeaver ----------------------------------------
+
+QUERIES = json.loads((Path(__file__).parent / "data" / "tool_catalog_queries.json").read_text())
+# columns that name things: compared between the two servers, value for value
+_NAMES = {
+    "table_name",
+    "column_name",
+    "pk_name",
+    "fk_name",
+    "pktable_name",
+    "pkcolumn_name",
+    "fkcolumn_name",
+    "fktable_name",
+    "index_name",
+    "name",
+    "table-name",
+    "relname",
+    "attname",
+    "conname",
+    "tablename",
+    "viewname",
+    "fk-table-name",
+    "fk-column-name",
+    "pk-table-name",
+    "pk-column-name",
+    "nspname",
+}
+
+
+def _run_tool_query(dsn: str, schema: str, query: dict[str, object]) -> tuple[int, list[dict]]:
+    """(rows, those rows' naming columns) of one captured query, its placeholders filled in
+    for this server, sent as the tool sends it (one Parse with $n, text parameters)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        schema_oid, table_oid, database = conn.execute(
+            "select n.oid, c.oid, current_database() from pg_catalog.pg_class c "
+            "join pg_catalog.pg_namespace n on n.oid = c.relnamespace "
+            "where c.relname = 'child' and n.nspname = %s",
+            [schema],
+        ).fetchone()  # type: ignore[misc]
+        values = {":schema_oid": schema_oid, ":table_oid": table_oid, ":database_name": database}
+        params = [
+            str(schema if p == "main" else values.get(p, p)).encode()  # type: ignore[call-overload]
+            for p in query["params"]  # type: ignore[attr-defined]
+        ]
+        result = conn.pgconn.exec_params(str(query["sql"]).encode(), params)
+        assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, (
+            query["what"],
+            result.error_message.decode(),
+        )
+        fields = [(result.fname(k) or b"").decode().lower() for k in range(result.nfields)]
+        rows = []
+        for r in range(result.ntuples):
+            row = {}
+            for k, name in enumerate(fields):
+                value = result.get_value(r, k)
+                if name in _NAMES or name == "attnum":
+                    row[name] = value.decode() if value is not None else None
+            rows.append(row)
+        return result.ntuples, rows
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=[f"{q['tool']}-{i}" for i, q in enumerate(QUERIES)])
+def test_tools_catalog_queries_answer_as_postgresql_does(
+    embedded: Embedded, reference: str, query: dict[str, object]
+) -> None:
+    count, rows = _run_tool_query(
+        f"host=127.0.0.1 port={embedded.port} user=app dbname=app", "main", query
+    )
+    theirs_count, theirs = _run_tool_query(reference, "public", query)
+    if any("attnum" in row for row in theirs):
+        # PostgreSQL's system columns (ctid, xmin, …: attnum < 0) have no DuckDB counterpart
+        theirs = [row for row in theirs if int(row["attnum"] or 0) > 0]
+        theirs_count = len(theirs)
+        for row in (*rows, *theirs):
+            row.pop("attnum", None)
+    if "database list" in str(query["what"]):
+        # PostgreSQL's cluster has databases of its own (postgres, …); DuckDB has one
+        assert count == 1 and theirs_count >= 1
+        return
+    # PostgreSQL's pg_toast has no DuckDB counterpart; its public is DuckDB's main
+    kept = [
+        {k: "main" if v == "public" else v for k, v in row.items()}
+        for row in theirs
+        if row.get("nspname") != "pg_toast"
+    ]
+    theirs_count -= len(theirs) - len(kept)
+    theirs = kept
+    assert count == theirs_count, query["what"]
+    assert sorted(map(sorted, (r.items() for r in rows))) == sorted(
+        map(sorted, (r.items() for r in theirs))
+    ), query["what"]

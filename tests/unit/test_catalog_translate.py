@@ -119,3 +119,28 @@ def test_the_session_user_owns_what_it_sees(con: duckdb.DuckDBPyConnection) -> N
     )
     assert sql is not None
     assert con.execute(sql).fetchall() == []  # \\df: DuckDB's functions are the system's
+
+
+def test_functions_see_their_arguments_not_their_own_columns(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    # psql passes a bare oid (pg_get_constraintdef(oid, true)) and names its pg_class "c": a
+    # macro whose lookup had a column oid, or an alias c, would read its own
+    sql = catalog.translate(
+        "SELECT conname, pg_catalog.pg_get_constraintdef(oid, true) FROM pg_catalog.pg_constraint "
+        "ORDER BY 1"
+    )
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [
+        ("child_pid_fkey", "FOREIGN KEY (pid) REFERENCES parent(id)"),
+        ("child_pkey", "PRIMARY KEY (id)"),
+        ("parent_code_key", "UNIQUE (code)"),
+        ("parent_pkey", "PRIMARY KEY (id)"),
+    ]
+    sql = catalog.translate(
+        "SELECT c.oid::regclass, c.relname FROM pg_catalog.pg_class c WHERE c.relkind = 'r' "
+        "AND c.relnamespace = (SELECT oid FROM pg_catalog.pg_namespace WHERE nspname = 'main') "
+        "ORDER BY 2"
+    )
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [("child", "child"), ("parent", "parent")]

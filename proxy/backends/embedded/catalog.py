@@ -41,6 +41,8 @@ __all__ = ["DATABASE", "install", "session_setup", "translate"]
 
 DATABASE = "admission_pg"  # an in-memory database of DuckDB's beside the user's
 S = f"{DATABASE}.main"  # where this module's catalogs and functions are
+# the session's user: ``session_setup`` sets the variable on each session's connection
+_USER = "coalesce(getvariable('admission_user'), 'duckdb')"
 # the schemas of this module's database are no user's
 _OWN_SCHEMAS = f"(select oid from duckdb_schemas() where database_name = '{DATABASE}')"
 # oids of objects made up here: an index behind a key constraint; the session's role
@@ -64,7 +66,15 @@ select
     when 'FOREIGN KEY' then 'f' else 'c' end as contype,
   d.table_oid as conrelid,
   case when d.constraint_type in ('PRIMARY KEY', 'UNIQUE')
-    then d.table_oid * 1000000 + {_INDEX_OFFSET} + d.constraint_index else 0 end as conindid,
+    then d.table_oid * 1000000 + {_INDEX_OFFSET} + d.constraint_index
+  -- a foreign key's index is the referenced table's key it points at
+  when d.constraint_type = 'FOREIGN KEY' then coalesce(
+    (select x.oid from {S}.admission_indexes x
+     join duckdb_tables() t on t.table_oid = x.indrelid
+     where t.table_name = d.referenced_table and t.schema_oid = d.schema_oid
+       and x.elements = d.referenced_column_names and x.indisunique
+     limit 1), 0)
+  else 0 end as conindid,
   coalesce((select t.table_oid from duckdb_tables() t
             where t.table_name = d.referenced_table and t.schema_oid = d.schema_oid
             limit 1), 0) as confrelid,
@@ -150,12 +160,26 @@ _VIEWS = frozenset(
         "pg_foreign_table",
         "pg_partitioned_table",
         "pg_extension",
+        "pg_matviews",
+        "pg_settings",
+        "pg_stat_user_tables",
+        "pg_tables",
+        "pg_views",
     }
 )
+# information_schema views made here (information_schema.columns: information_schema_columns)
+_INFORMATION_SCHEMA = frozenset({"columns"})
 # … and the functions
 _FUNCTIONS = frozenset(
     {
         "regclass_oid",
+        "btrim",
+        "format",
+        "vector",
+        "_pg_expandarray",
+        "pg_stat_get_numscans",
+        "pg_stat_get_tuples_returned",
+        "pg_stat_get_tuples_fetched",
         "regclass_name",
         "pg_partition_ancestors",
         "pg_get_constraintdef",
@@ -219,10 +243,10 @@ select x.oid as indexrelid, x.indrelid, len(x.indkey)::smallint as indnatts,
   len(x.indkey)::smallint as indnkeyatts, x.indisunique, false as indnullsnotdistinct,
   x.indisprimary, false as indisexclusion, true as indimmediate, false as indisclustered,
   true as indisvalid, false as indcheckxmin, true as indisready, true as indislive,
-  false as indisreplident, x.indkey,
-  list_transform(x.indkey, lambda k: 0::bigint) as indcollation,
-  list_transform(x.indkey, lambda k: 0::bigint) as indclass,
-  list_transform(x.indkey, lambda k: 0::smallint) as indoption,
+  false as indisreplident, array_to_string(x.indkey, ' ') as indkey,
+  array_to_string(list_transform(x.indkey, lambda k: 0), ' ') as indcollation,
+  array_to_string(list_transform(x.indkey, lambda k: 0), ' ') as indclass,
+  array_to_string(list_transform(x.indkey, lambda k: 0), ' ') as indoption,
   cast(null as varchar) as indexprs, cast(null as varchar) as indpred
 from {S}.admission_indexes x
 """
@@ -273,6 +297,63 @@ select * from (values (2::bigint, 'heap', cast(null as varchar), 't'),
   t(oid, amname, amhandler, amtype)
 """
 
+# pg_settings with PostgreSQL's settings DuckDB has not (a JDBC driver reads max_index_keys)
+_SETTINGS_VIEW = """
+create or replace view {S}.pg_settings as
+select name, setting, short_desc, vartype from pg_catalog.pg_settings
+where name not in (select name from {S}.admission_settings)
+union all
+select name, setting, '' as short_desc, 'string' as vartype from {S}.admission_settings
+"""
+
+# what the statistics views say of a table: DuckDB's estimate of its rows, nothing scanned
+# the tables and views of the user's databases (not this module's), owned by the session's user
+_TABLES = f"""
+create or replace view {S}.pg_tables as
+select schema_name as schemaname, table_name as tablename, {_USER} as tableowner,
+  cast(null as varchar) as tablespace,
+  (index_count > 0 or has_primary_key) as hasindexes, false as hasrules,
+  false as hastriggers, false as rowsecurity
+from duckdb_tables() where database_name <> '{DATABASE}'
+"""
+
+_VIEWS_VIEW = f"""
+create or replace view {S}.pg_views as
+select schema_name as schemaname, view_name as viewname, {_USER} as viewowner,
+  sql as definition
+from duckdb_views() where database_name <> '{DATABASE}' and not internal
+"""
+
+_STAT_TABLES = """
+create or replace view {S}.pg_stat_user_tables as
+select t.table_oid as relid, t.schema_name as schemaname, t.table_name as relname,
+  0::bigint as seq_scan, 0::bigint as seq_tup_read, 0::bigint as idx_scan,
+  0::bigint as idx_tup_fetch, 0::bigint as n_tup_ins, 0::bigint as n_tup_upd,
+  0::bigint as n_tup_del, 0::bigint as n_tup_hot_upd,
+  coalesce(t.estimated_size, 0)::bigint as n_live_tup, 0::bigint as n_dead_tup,
+  cast(null as timestamp) as last_vacuum, cast(null as timestamp) as last_autovacuum,
+  cast(null as timestamp) as last_analyze, cast(null as timestamp) as last_autoanalyze
+from duckdb_tables() t
+where t.database_name <> '{DATABASE}' and not t.internal
+"""
+
+# information_schema.columns with the udt_name PostgreSQL gives (tools map types by it)
+_COLUMNS = f"""
+create or replace view {S}.information_schema_columns as
+select c.* replace (
+    coalesce(
+      (select case t.typname when 'varchar' then 'text' else t.typname end
+       from pg_catalog.pg_type t
+       join duckdb_columns() d on t.oid = coalesce(map_type_id_to_pg_oid(d.data_type_id), -1)
+       where d.database_name = c.table_catalog and d.schema_name = c.table_schema
+         and d.table_name = c.table_name and d.column_name = c.column_name
+       limit 1),
+      lower(c.data_type)) as udt_name,
+    'pg_catalog' as udt_schema)
+from information_schema.columns c
+where c.table_catalog <> '{DATABASE}'
+"""
+
 _DATABASE = f"""
 create or replace view {S}.pg_database as
 select d.database_oid as oid, d.database_name as datname, {ROLE_OID}::bigint as datdba,
@@ -285,9 +366,6 @@ from duckdb_databases() d
 where not d.internal and d.database_name <> '{DATABASE}'
 """
 
-
-# the session's user: ``session_setup`` sets the variable on each session's connection
-_USER = "coalesce(getvariable('admission_user'), 'duckdb')"
 
 _ROLES = f"""
 create or replace view {S}.pg_roles as
@@ -305,9 +383,15 @@ select {_USER} as usename, {ROLE_OID}::bigint as usesysid, true as usecreatedb,
 """
 
 
+# the schemas of the session's database, and the system's pg_catalog and information_schema
+# (as PostgreSQL lists them: tools filter them out by name)
 _NAMESPACE = f"""
 create or replace view {S}.pg_namespace as
-select * from pg_catalog.pg_namespace where oid not in {_OWN_SCHEMAS}
+select oid, schema_name as nspname, {ROLE_OID}::bigint as nspowner,
+  cast(null as varchar[]) as nspacl
+from duckdb_schemas()
+where database_name = current_database()
+   or (database_name = 'system' and schema_name in ('pg_catalog', 'information_schema'))
 """
 
 
@@ -340,6 +424,8 @@ _EMPTY: dict[str, str] = {
     "pg_partitioned_table": "partrelid bigint, partstrat varchar, partnatts smallint, "
     "partdefid bigint, partattrs smallint[], partclass bigint[], partcollation bigint[], "
     "partexprs varchar",
+    "pg_matviews": "schemaname varchar, matviewname varchar, matviewowner varchar, "
+    "tablespace varchar, hasindexes boolean, ispopulated boolean, definition varchar",
     "pg_collation": "oid bigint, collname varchar, collnamespace bigint, collowner bigint, "
     "collprovider varchar, collisdeterministic boolean, collencoding integer, "
     "collcollate varchar, collctype varchar, colliculocale varchar, collversion varchar",
@@ -382,7 +468,42 @@ _SETTINGS = {
     "lc_collate": "C",
     "lc_ctype": "C",
 }
+_FORMATS = [
+    "(f, {args}) as printf(replace(replace(f, '%I', '%s'), '%L', '''%s'''), {args})".format(
+        args=", ".join(f"a{i}" for i in range(n))
+    )
+    for n in range(1, 5)
+]
 _JSON_PAIRS = 8  # json_build_object with up to this many key/value pairs
+
+
+# one-row views of (keys, values) for the macros' lookups
+_LOOKUPS = {
+    "lookup_class_oids": "select c.relname as k, c.oid as v from {S}.pg_class c "
+    "union all select n.nspname || '.' || c.relname, c.oid from {S}.pg_class c "
+    "join {S}.pg_namespace n on n.oid = c.relnamespace",
+    "lookup_class_names": "select oid as k, relname as v from {S}.pg_class",
+    "lookup_constraint_defs": "select oid as k, condef as v from {S}.admission_constraints",
+    "lookup_index_defs": "select oid as k, 'CREATE ' || case when indisunique then 'UNIQUE ' "
+    "else '' end || 'INDEX ' || relname || ' ON ' || schema_name || '.' || table_name "
+    "|| ' USING btree (' || array_to_string(elements, ', ') || ')' as v "
+    "from {S}.admission_indexes",
+    "lookup_index_elements": "select oid as k, elements as v from {S}.admission_indexes",
+    "lookup_function_results": "select function_oid as k, "
+    "lower(coalesce(return_type, 'unknown')) as v from duckdb_functions()",
+    "lookup_function_arguments": "select function_oid as k, "
+    "array_to_string(list_transform(range(len(parameters)), lambda i: parameters[i + 1] "
+    "|| coalesce(' ' || lower(parameter_types[i + 1]), '')), ', ') as v "
+    "from duckdb_functions()",
+}
+
+
+def _lookups() -> list[str]:
+    return [
+        f"create or replace view {S}.{name} as "
+        f"select list({{'k': k, 'v': v}}) as admission_lookup from ({body})"
+        for name, body in _LOOKUPS.items()
+    ]
 
 
 def _macros() -> list[str]:
@@ -392,22 +513,24 @@ def _macros() -> list[str]:
         body = ", ".join(f"k{i}::varchar, v{i}" for i in range(n))
         pairs.append(f"({args}) as json_object({body})")
     return [
+        # the lookups below read a one-row view of (keys, values) in an uncorrelated subquery,
+        # passed in: a macro's argument substituted into a correlated subquery would be bound
+        # to the subquery's own columns when they share a name (pg_get_constraintdef(oid))
+        # (``m`` once in the body: a macro's argument is substituted as often as it appears,
+        # and two runs of one subquery need not list its rows in the same order)
+        f"create or replace macro {S}.pick(m, x) as list_filter(m, lambda e: e.k = x)[1].v",
         # an oid stays an oid; a name ('lineitem', 'main.lineitem', 'pg_catalog.pg_class')
         # is looked up, as PostgreSQL's regclass input does
         f"create or replace macro {S}.regclass_oid(x) as coalesce(try_cast(x as bigint), "
-        "(select c.oid from {S}.pg_class c join pg_catalog.pg_namespace n "
-        "on n.oid = c.relnamespace where c.relname = string_split(x::varchar, '.')[-1] "
-        "and (len(string_split(x::varchar, '.')) = 1 "
-        "or n.nspname = string_split(x::varchar, '.')[-2]) limit 1))",
+        "{S}.pick((select admission_lookup from {S}.lookup_class_oids), x::varchar))",
         f"create or replace macro {S}.pg_get_constraintdef(x) as "
-        "(select condef from {S}.admission_constraints where oid = x), "
-        "(x, pretty) as (select condef from {S}.admission_constraints where oid = x)",
+        "{S}.pick((select admission_lookup from {S}.lookup_constraint_defs), x), "
+        "(x, pretty) as {S}.pick((select admission_lookup from {S}.lookup_constraint_defs), x)",
         f"create or replace macro {S}.pg_get_indexdef(x) as "
-        "(select 'CREATE ' || case when indisunique then 'UNIQUE ' else '' end || 'INDEX ' "
-        "|| relname || ' ON ' || schema_name || '.' || table_name || ' USING btree (' "
-        "|| array_to_string(elements, ', ') || ')' from {S}.admission_indexes where oid = x), "
-        "(x, k, pretty) as (select case when k = 0 then {S}.pg_get_indexdef(x) "
-        "else elements[k] end from {S}.admission_indexes where oid = x)",
+        "{S}.pick((select admission_lookup from {S}.lookup_index_defs), x), "
+        "(x, k, pretty) as case when k = 0 "
+        "then {S}.pick((select admission_lookup from {S}.lookup_index_defs), x) "
+        "else {S}.pick((select admission_lookup from {S}.lookup_index_elements), x)[k] end",
         # DuckDB's names of the types PostgreSQL spells out (SQLAlchemy maps them by name)
         f"create or replace macro {S}.format_type(t, m) as (select case f "
         + " ".join(f"when '{duck}' then '{pg}'" for duck, pg in _TYPE_NAMES.items())
@@ -420,34 +543,43 @@ def _macros() -> list[str]:
         f"create or replace macro {S}.pg_get_expr(e, r) as e::varchar, "
         "(e, r, pretty) as e::varchar",
         f"create or replace macro {S}.pg_get_function_result(x) as "
-        "(select lower(coalesce(return_type, 'unknown')) from duckdb_functions() "
-        "where function_oid = x limit 1)",
+        "{S}.pick((select admission_lookup from {S}.lookup_function_results), x)",
         f"create or replace macro {S}.pg_get_function_arguments(x) as "
-        "(select array_to_string(list_transform(range(len(parameters)), "
-        "lambda i: parameters[i + 1] || coalesce(' ' || lower(parameter_types[i + 1]), '')), ', ') "
-        "from duckdb_functions() where function_oid = x limit 1)",
+        "{S}.pick((select admission_lookup from {S}.lookup_function_arguments), x)",
         f"create or replace macro {S}.pg_get_function_identity_arguments(x) as "
         "{S}.pg_get_function_arguments(x)",
         f"create or replace macro {S}.pg_get_statisticsobjdef_columns(x) as cast(null as varchar)",
         f"create or replace macro {S}.pg_relation_is_publishable(x) as false",
+        # information_schema._pg_expandarray: an array's elements with their positions
+        f"create or replace macro {S}._pg_expandarray(a) as "
+        "unnest(list_transform(range(len(a)), lambda i: {'x': a[i + 1], 'n': i + 1}))",
+        # an int2vector or oidvector column (text, as PostgreSQL prints it) as an array
+        f"create or replace macro {S}.vector(v) as case when v is null then null "
+        "when trim(v) = '' then []::bigint[] "
+        "else list_transform(string_split(trim(v), ' '), lambda e: e::bigint) end",
+        f"create or replace macro {S}.pg_stat_get_numscans(x) as 0::bigint",
+        f"create or replace macro {S}.pg_stat_get_tuples_returned(x) as 0::bigint",
+        f"create or replace macro {S}.pg_stat_get_tuples_fetched(x) as 0::bigint",
         # a table is its only ancestor (DuckDB has no partitions); psql calls it in FROM too
         f"create or replace macro {S}.pg_partition_ancestors(x) as {S}.regclass_oid(x)",
         f"create or replace macro {S}.pg_partition_ancestors_rows(x) as table "
         "select {S}.regclass_oid(x) as relid, 1 as depth",
         # the name a regclass prints as (an oid of no relation prints as itself)
-        f"create or replace macro {S}.regclass_name(x) as coalesce((select c.relname "
-        "from {S}.pg_class c where c.oid = x limit 1), x::varchar)",
+        f"create or replace macro {S}.regclass_name(x) as coalesce("
+        "{S}.pick((select admission_lookup from {S}.lookup_class_names), x), x::varchar)",
         f"create or replace macro {S}.pg_get_serial_sequence(t, c) as cast(null as varchar)",
         f"create or replace macro {S}.pg_get_partkeydef(x) as cast(null as varchar)",
         f"create or replace macro {S}.pg_get_triggerdef(x) as cast(null as varchar), "
         "(x, pretty) as cast(null as varchar)",
         f"create or replace macro {S}.shobj_description(x, c) as cast(null as varchar)",
-        f"create or replace macro {S}.pg_table_size(x) as "
-        "(select coalesce(estimated_size, 0) * 0 from duckdb_tables() where table_oid = x)",
+        f"create or replace macro {S}.pg_table_size(x) as 0::bigint",
         f"create or replace macro {S}.pg_relation_size(x) as {S}.pg_table_size(x), "
         "(x, fork) as {S}.pg_table_size(x)",
         f"create or replace macro {S}.pg_total_relation_size(x) as {S}.pg_table_size(x)",
         f"create or replace macro {S}.pg_database_size(x) as 0",
+        f"create or replace macro {S}.btrim(t) as trim(t), (t, c) as trim(t, c)",
+        # PostgreSQL's format (%s, %I, %L), not DuckDB's ({}): identifiers unquoted
+        f"create or replace macro {S}.format(f) as f, " + ", ".join(_FORMATS),
         f"create or replace macro {S}.array_upper(a, d) as case when len(a) > 0 then len(a) end",
         f"create or replace macro {S}.array_lower(a, d) as case when len(a) > 0 then 1 end",
         f"create or replace macro {S}.json_build_object" + ", ".join(pairs),
@@ -459,10 +591,11 @@ def install(connection: Any) -> None:
     attached to ``connection`` (before clients come: the lockdown refuses ATTACH after)."""
     statements = [
         f"attach if not exists ':memory:' as {DATABASE}",
-        _CONSTRAINTS,
         _INDEXES,
+        _CONSTRAINTS,
         _CLASS,
         _NAMESPACE,
+        *_lookups(),
         *_macros(),
         _INDEX,
         _CONSTRAINT,
@@ -472,6 +605,15 @@ def install(connection: Any) -> None:
         _DATABASE,
         _ROLES,
         _USERS,
+        "create or replace table {S}.admission_settings (name varchar, setting varchar)",
+        "delete from {S}.admission_settings",
+        "insert into {S}.admission_settings values "
+        + ", ".join(f"('{name}', '{value}')" for name, value in _SETTINGS.items()),
+        _SETTINGS_VIEW,
+        _STAT_TABLES,
+        _TABLES,
+        _VIEWS_VIEW,
+        _COLUMNS,
         *(_empty(name, columns) for name, columns in _EMPTY.items()),
     ]
     for sql in statements:
@@ -489,6 +631,7 @@ _CATALOG_WORDS = sorted(
         *_VIEWS,
         *_FUNCTIONS,
         "pg_catalog",
+        "information_schema",
         "pg_namespace",
         "pg_attribute",
         "pg_type",
@@ -535,25 +678,9 @@ def _is_catalog(names: Any) -> bool:
     return bool(names) and len(names) > 1 and getattr(names[0], "sval", None) == "pg_catalog"
 
 
-# PostgreSQL's int2vector and oidvector columns: arrays to unnest inside a statement, but a
-# client reads them as text ("1 2"), and SQLAlchemy splits that text
-_VECTORS = frozenset({"indkey", "indoption", "indclass", "indcollation", "proargtypes"})
-
-
-def _vectors_as_text(statement: Any) -> None:
-    """The vector columns a statement returns (its outermost SELECT's) as PostgreSQL's text."""
-    if not isinstance(statement, ast.SelectStmt) or not statement.targetList:
-        return
-    for target in statement.targetList:
-        value = target.val
-        if isinstance(value, ast.ColumnRef) and value.fields:
-            name = getattr(value.fields[-1], "sval", None)
-            if name in _VECTORS:
-                target.val = ast.FuncCall(
-                    funcname=(ast.String("array_to_string"),),
-                    args=(value, ast.A_Const(val=ast.String(" "))),
-                )
-                target.name = target.name or name
+# PostgreSQL's int2vector and oidvector columns: text as a client reads them ("1 2", which
+# SQLAlchemy splits), arrays where a statement unnests or indexes them
+_VECTORS = frozenset({"indkey", "indoption", "indclass", "indcollation"})
 
 
 def _ours(name: str) -> tuple[ast.String, ...]:
@@ -564,6 +691,12 @@ class _Translate(Visitor):
     """The changes ``translate`` makes, node by node."""
 
     def visit_RangeVar(self, ancestors: Any, node: Any) -> None:
+        if node.schemaname == "information_schema" and node.relname in _INFORMATION_SCHEMA:
+            if node.alias is None:  # (its columns stay known by the view's name)
+                node.alias = ast.Alias(aliasname=node.relname)
+            node.catalogname, node.schemaname = DATABASE, "main"
+            node.relname = f"information_schema_{node.relname}"
+            return
         if node.schemaname in (None, "pg_catalog") and node.catalogname is None:
             if node.relname in _VIEWS:
                 node.catalogname, node.schemaname = DATABASE, "main"
@@ -572,16 +705,26 @@ class _Translate(Visitor):
 
     def visit_FuncCall(self, ancestors: Any, node: Any) -> None:
         names = node.funcname
-        if _is_catalog(names):
+        if _is_catalog(names) or (len(names) == 2 and names[0].sval == "information_schema"):
             names = names[1:]
         if len(names) == 1 and names[0].sval in _FUNCTIONS:
             names = _ours(names[0].sval)
         node.funcname = names
 
-    def visit_ColumnRef(self, ancestors: Any, node: Any) -> None:
+    def visit_ColumnRef(self, ancestors: Any, node: Any) -> Any:
         fields: Any = node.fields or ()
         if len(fields) >= 3 and getattr(fields[0], "sval", None) == "pg_catalog":
-            node.fields = fields[1:]  # pg_catalog.pg_class.relname: the table is found bare
+            node.fields = fields = fields[1:]  # pg_catalog.pg_class.relname: found bare
+        if (
+            fields
+            and getattr(fields[-1], "sval", None) in _VECTORS
+            and not _returned(ancestors)
+            and not _in_vector(ancestors)  # (translated before: a prepared statement's)
+        ):
+            # a vector column read inside the statement (unnest, [i], = ANY) is an array; one
+            # the statement returns stays text, as PostgreSQL prints it
+            return ast.FuncCall(funcname=_ours("vector"), args=(node,))
+        return None
 
     def visit_RangeFunction(self, ancestors: Any, node: Any) -> None:
         for item in node.functions or ():
@@ -622,7 +765,8 @@ class _Translate(Visitor):
         if _cast_to(value, ("regclass",)) and not _is_string(value.arg):
             if node.name is None and _is(value.arg, ast.ColumnRef):
                 node.name = value.arg.fields[-1].sval  # the column PostgreSQL names it by
-            node.val = ast.FuncCall(funcname=_ours("regclass_name"), args=(_visited(value.arg),))
+            # (its argument is visited next, as the rest of the target is)
+            node.val = ast.FuncCall(funcname=_ours("regclass_name"), args=(value.arg,))
 
     def visit_TypeCast(self, ancestors: Any, node: Any) -> Any:
         if _cast_to(node, ("text", "varchar", "name")) and _cast_to(node.arg, ("regclass",)):
@@ -660,6 +804,35 @@ def _visited(node: Any) -> Any:
     holder = ast.ResTarget(val=node)
     _Translate()(holder)
     return holder.val
+
+
+def _returned(ancestors: Any) -> bool:
+    """Whether a node is one of the columns the statement returns: a target of the outermost
+    SELECT (or of a branch of its UNION), not of a subquery."""
+    if not isinstance(ancestors.node, ast.ResTarget):
+        return False
+    select = ancestors.parent.parent if ancestors.parent is not None else None  # (a tuple)
+    if select is None or not isinstance(select.node, ast.SelectStmt):
+        return False
+    if select.member != "targetList":
+        return False
+    while True:
+        up = select.parent
+        if up is None or up.node is None or isinstance(up.node, ast.RawStmt):
+            return True
+        if isinstance(up.node, ast.SelectStmt) and up.member in ("larg", "rarg"):
+            select = up
+            continue
+        return False
+
+
+def _in_vector(ancestors: Any) -> bool:
+    """Whether a node is already the argument of ``vector``."""
+    parent = ancestors.parent.node if isinstance(ancestors.node, tuple) else ancestors.node
+    if not isinstance(parent, ast.FuncCall):
+        return False
+    names: Any = parent.funcname
+    return bool(names) and names[-1].sval == "vector"
 
 
 def _is(node: Any, kind: type) -> bool:
@@ -700,7 +873,6 @@ def _translate(sql: str) -> str | None:
     try:
         for statement in statements:
             visitor(statement)
-            _vectors_as_text(statement.stmt)
             out.append(RawStream()(statement))
     except Exception:  # a node the deparser cannot print: leave the statement as it was
         return None
