@@ -21,7 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
-__all__ = ["ARRAY_ELEMENT", "BUILTIN", "PgType", "encode_binary", "encode_text", "pg_type"]
+__all__ = [
+    "ARRAY_ELEMENT",
+    "BUILTIN",
+    "PgType",
+    "encode_binary",
+    "encode_text",
+    "pg_type",
+    "text_encoder",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +183,9 @@ def _shortest(shortest: str, fixed_below: int) -> str:
 
 def _float8(v: object) -> str:
     x = float(v)  # type: ignore[arg-type]
+    if 1e-4 <= abs(x) < 1e15:  # Python's repr is fixed there, with PostgreSQL's digits
+        text = repr(x)
+        return text[:-2] if text.endswith(".0") else text
     return _special(x) or _shortest(repr(x), 15)
 
 
@@ -202,6 +213,8 @@ def _time(v: object) -> str:
 
 def _date(v: object) -> str:
     d = v
+    if type(d) is datetime.date:
+        return d.isoformat()  # (a datetime's would have its time)
     assert isinstance(d, datetime.date)
     return f"{d.year:04d}-{d.month:02d}-{d.day:02d}"
 
@@ -287,6 +300,16 @@ def _scalar(value: object, t: PgType) -> str:
     if isinstance(value, uuid.UUID):
         return str(value)
     return str(value)
+
+
+def text_encoder(t: PgType) -> Callable[[object], bytes]:
+    """``encode_text`` for the values of one column, chosen once (not NULL): a row encoder
+    calls it per value."""
+    if t.element is not None:
+        element = t.element
+        return lambda v: _array(v, element).encode()
+    scalar = _ENCODERS.get(t.oid, str)
+    return lambda v: scalar(v).encode()
 
 
 def encode_text(value: object, t: PgType) -> bytes | None:

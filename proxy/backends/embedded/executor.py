@@ -24,9 +24,10 @@ from typing import Any
 
 import duckdb
 
+from admission.native import native
 from proxy.backends.embedded import catalog, compat, lockdown
 from proxy.backends.errors import sqlstate_for
-from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type
+from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type, text_encoder
 from proxy.planner import PARAM as _PARAM
 from proxy.planner import PLANNABLE_HEAD as _PLANNABLE_HEAD
 from proxy.wire import protocol as pg
@@ -157,6 +158,8 @@ class Measurement:
 
 # -- encoding ------------------------------------------------------------------------------
 
+_ROWS = native("proxy.backends.embedded._rows")
+
 
 def row_description(columns: Sequence[tuple[str, PgType]], formats: Sequence[int] = ()) -> bytes:
     body = bytearray(_INT16.pack(len(columns)))
@@ -191,14 +194,32 @@ def _encoder(t: PgType, binary: int) -> Callable[[Any], bytes]:
         return lambda v: b"%d" % v
     if t.element is None and t.oid == TEXT_OID:
         return lambda v: v.encode() if type(v) is str else encode_text(v, t) or b""
-    return lambda v: encode_text(v, t) or b""
+    return text_encoder(t)
+
+
+def _kind(t: PgType, binary: int) -> int:
+    """What the C encoder writes itself: 1 integers, 2 strings (text format); 0 the rest."""
+    if binary or t.element is not None:
+        return 0
+    return 1 if t.oid in (20, 21, 23) else 2 if t.oid == TEXT_OID else 0
 
 
 def data_rows(rows: list[tuple[Any, ...]], types: list[PgType], formats: list[int]) -> list[bytes]:
-    """DataRow messages; the per-value work is one call of a per-column encoder."""
-    out = []
-    count = _INT16.pack(len(types))
+    """DataRow messages; the per-value work is one call of a per-column encoder (in C, with
+    integers and strings written there, when ``_rows`` is built: the same bytes)."""
     encoders = [_encoder(t, f) for t, f in zip(types, formats, strict=True)]
+    if _ROWS is not None and isinstance(rows, list):
+        kinds = tuple(_kind(t, f) for t, f in zip(types, formats, strict=True))
+        return _ROWS.encode_rows(rows, kinds, tuple(encoders))  # type: ignore[no-any-return]
+    return python_data_rows(rows, encoders)
+
+
+def python_data_rows(
+    rows: list[tuple[Any, ...]], encoders: Sequence[Callable[[Any], bytes]]
+) -> list[bytes]:
+    """``data_rows`` in Python: the reference the C encoder is held to."""
+    out = []
+    count = _INT16.pack(len(encoders))
     pack = _INT32.pack
     null = b"\xff\xff\xff\xff"
     for row in rows:

@@ -1,0 +1,109 @@
+"""The embedded server's DataRow encoding in C (``_rows``) against the Python reference: the
+same bytes for every row hypothesis draws, in text and binary, and the same errors."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from admission.native import native
+from proxy.backends.embedded import executor
+from proxy.backends.pgtypes import encode_text, pg_type, text_encoder
+
+rows_c = native("proxy.backends.embedded._rows")
+pytestmark = pytest.mark.skipif(rows_c is None, reason="the C encoder was not built")
+
+COLUMNS = {
+    "INTEGER": st.integers(-(2**31), 2**31 - 1),
+    "BIGINT": st.integers(-(2**63), 2**63 - 1),
+    "SMALLINT": st.integers(-(2**15), 2**15 - 1),
+    "VARCHAR": st.text(),
+    "DOUBLE": st.floats(allow_nan=True, allow_infinity=True),
+    "BOOLEAN": st.booleans(),
+    "DATE": st.dates(),
+    "DECIMAL(18,3)": st.decimals(places=3, min_value=-(10**14), max_value=10**14),
+    "TIMESTAMP": st.datetimes(),
+}
+
+
+@st.composite
+def tables(draw: Any) -> tuple[list[str], list[tuple[Any, ...]], list[int]]:
+    names = draw(st.lists(st.sampled_from(sorted(COLUMNS)), min_size=1, max_size=6))
+    rows = draw(
+        st.lists(st.tuples(*(st.none() | COLUMNS[name] for name in names)), min_size=0, max_size=20)
+    )
+    formats = draw(st.lists(st.integers(0, 1), min_size=len(names), max_size=len(names)))
+    return names, rows, formats
+
+
+def _both(names: list[str], rows: list[tuple[Any, ...]], formats: list[int]) -> None:
+    types = [pg_type(name) for name in names]
+    encoders = [executor._encoder(t, f) for t, f in zip(types, formats, strict=True)]
+    assert executor.data_rows(rows, types, formats) == executor.python_data_rows(rows, encoders)
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables())
+def test_the_c_encoder_writes_what_python_writes(
+    table: tuple[list[str], list[tuple[Any, ...]], list[int]],
+) -> None:
+    _both(*table)
+
+
+def test_integers_beyond_64_bits_and_values_of_other_types() -> None:
+    # an integer column may hold what DuckDB's HUGEINT gives, a string column a subclass of
+    # str or a value of another type: the C side hands those to the Python encoder
+    class Name(str):
+        pass
+
+    _both(
+        ["BIGINT", "VARCHAR", "VARCHAR", "INTEGER"],
+        [(2**70, Name("x"), 12, True), (-(2**64), "é\u2603", Decimal("1.5"), None)],
+        [0, 0, 0, 0],
+    )
+    _both(["DOUBLE"], [(math.nan,), (-0.0,), (1e300,)], [0])
+    _both(["DATE"], [(datetime.date(1, 1, 1),)], [1])
+
+
+def test_an_encoder_error_is_the_same_error() -> None:
+    types = [pg_type("INTEGER")]
+    with pytest.raises(Exception) as python:
+        executor.python_data_rows([(2**40,)], [executor._encoder(types[0], 1)])
+    with pytest.raises(type(python.value)):
+        executor.data_rows([(2**40,)], types, [1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_columns_text_encoder_is_encode_text(data: Any) -> None:
+    name = data.draw(st.sampled_from([*sorted(COLUMNS), "INTEGER[]", "VARCHAR[]"]))
+    t = pg_type(name)
+    if name.endswith("[]"):
+        value = data.draw(st.lists(st.none() | COLUMNS[name[:-2]], max_size=5))
+    else:
+        value = data.draw(COLUMNS[name])
+    assert text_encoder(t)(value) == encode_text(value, t)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True), st.dates())
+def test_the_quick_float_and_date_forms_are_postgresql_s(x: float, d: datetime.date) -> None:
+    from proxy.backends import pgtypes
+
+    assert pgtypes._float8(x) == (pgtypes._special(x) or pgtypes._shortest(repr(x), 15))
+    assert pgtypes._date(d) == f"{d.year:04d}-{d.month:02d}-{d.day:02d}"
+
+
+def test_the_quick_float_form_at_its_bounds() -> None:
+    from proxy.backends import pgtypes
+
+    for x in (1e15, 9.999999999999998e14, 1e-4, 9.999999999999999e-5, 1e16, 0.1, 2.5, -3.0):
+        for value in (x, -x):
+            reference = pgtypes._special(value) or pgtypes._shortest(repr(value), 15)
+            assert pgtypes._float8(value) == reference, value
