@@ -43,6 +43,7 @@ SCHEMA = [
     "k1 integer, k2 integer, unique (k1, k2))",
     "create index child_pid on child(pid)",
     "create view v_nation as select n_nationkey, n_name from nation",
+    "create sequence order_ids",
     "insert into region values (0, 'AFRICA', 'a'), (1, 'AMERICA', null)",
 ]
 REFERENCE_DB = "catalog_ref"
@@ -145,6 +146,40 @@ def _url(dsn: str) -> str:
     """A libpq keyword DSN as SQLAlchemy's URL."""
     parts = dict(item.split("=", 1) for item in dsn.split())
     return f"postgresql+psycopg://{parts['user']}@{parts['host']}:{parts['port']}/{parts['dbname']}"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "\\db",
+        "\\dC",
+        "\\dc",
+        "\\dd",
+        "\\do",
+        "\\dy",
+        "\\dF",
+        "\\dL",
+        "\\des",
+        "\\deu",
+        "\\dl",
+        "\\dO",
+        "\\dX",
+        "\\dT",
+        "\\dx",
+        "\\dp",
+        "\\ds",
+        "\\dA",
+        "\\dg",
+    ],
+)
+def test_psql_other_lists_run_with_postgresql_s_columns(
+    embedded: Embedded, reference: str, command: str
+) -> None:
+    # the rows are PostgreSQL's own built-in casts, operators, languages…, which DuckDB has
+    # none of (or has its own): the command runs and prints the same columns
+    ours = _shape(_psql(f"host=127.0.0.1 port={embedded.port} user=app dbname=app", command))
+    theirs = _shape(_psql(reference, command))
+    assert ours["title"] == theirs["title"] and ours["header"] == theirs["header"], command
 
 
 def _inspect(url: str) -> dict[str, object]:

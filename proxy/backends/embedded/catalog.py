@@ -165,6 +165,19 @@ _VIEWS = frozenset(
         "pg_stat_user_tables",
         "pg_tables",
         "pg_views",
+        "pg_cast",
+        "pg_conversion",
+        "pg_operator",
+        "pg_opfamily",
+        "pg_event_trigger",
+        "pg_ts_config",
+        "pg_ts_parser",
+        "pg_db_role_setting",
+        "pg_language",
+        "pg_foreign_server",
+        "pg_foreign_data_wrapper",
+        "pg_user_mappings",
+        "pg_largeobject_metadata",
     }
 )
 # information_schema views made here (information_schema.columns: information_schema_columns)
@@ -193,6 +206,10 @@ _FUNCTIONS = frozenset(
         "pg_relation_is_publishable",
         "pg_get_serial_sequence",
         "pg_get_partkeydef",
+        "pg_tablespace_location",
+        "pg_char_to_encoding",
+        "pg_statistics_obj_is_visible",
+        "pg_get_viewdef",
         "pg_get_triggerdef",
         "shobj_description",
         "pg_table_size",
@@ -262,7 +279,8 @@ select c.oid, c.conname, c.connamespace, c.contype, false as condeferrable,
   true as conislocal, 0 as coninhcount, false as connoinherit, c.conkey, c.confkey,
   cast(null as bigint[]) as conpfeqop, cast(null as bigint[]) as conppeqop,
   cast(null as bigint[]) as conffeqop, cast(null as smallint[]) as confdelsetcols,
-  cast(null as bigint[]) as conexclop, c.expression as conbin
+  cast(null as bigint[]) as conexclop, c.expression as conbin,
+  2606::bigint as tableoid  -- PostgreSQL's oid of pg_constraint (a system column there)
 from {S}.admission_constraints c
 """
 
@@ -410,16 +428,16 @@ _EMPTY: dict[str, str] = {
     "pg_publication_rel": "oid bigint, prpubid bigint, prrelid bigint, prqual varchar, "
     "prattrs smallint[]",
     "pg_inherits": "inhrelid bigint, inhparent bigint, inhseqno integer, inhdetachpending boolean",
-    "pg_trigger": "oid bigint, tgrelid bigint, tgparentid bigint, tgname varchar, "
+    "pg_trigger": "tableoid bigint, oid bigint, tgrelid bigint, tgparentid bigint, tgname varchar, "
     "tgfoid bigint, tgtype smallint, tgenabled varchar, tgisinternal boolean, "
     "tgconstrrelid bigint, tgconstrindid bigint, tgconstraint bigint, tgdeferrable boolean, "
     "tginitdeferred boolean, tgnargs smallint, tgattr smallint[], tgargs blob, "
     "tgqual varchar, tgoldtable varchar, tgnewtable varchar",
-    "pg_opclass": "oid bigint, opcmethod bigint, opcname varchar, opcnamespace bigint, "
-    "opcowner bigint, opcfamily bigint, opcintype bigint, opcdefault boolean, "
+    "pg_opclass": "tableoid bigint, oid bigint, opcmethod bigint, opcname varchar, "
+    "opcnamespace bigint, opcowner bigint, opcfamily bigint, opcintype bigint, opcdefault boolean, "
     "opckeytype bigint",
-    "pg_rewrite": "oid bigint, rulename varchar, ev_class bigint, ev_type varchar, "
-    "ev_enabled varchar, is_instead boolean, ev_qual varchar, ev_action varchar",
+    "pg_rewrite": "tableoid bigint, oid bigint, rulename varchar, ev_class bigint, "
+    "ev_type varchar, ev_enabled varchar, is_instead boolean, ev_qual varchar, ev_action varchar",
     "pg_foreign_table": "ftrelid bigint, ftserver bigint, ftoptions varchar[]",
     "pg_partitioned_table": "partrelid bigint, partstrat varchar, partnatts smallint, "
     "partdefid bigint, partattrs smallint[], partclass bigint[], partcollation bigint[], "
@@ -429,6 +447,32 @@ _EMPTY: dict[str, str] = {
     "pg_collation": "oid bigint, collname varchar, collnamespace bigint, collowner bigint, "
     "collprovider varchar, collisdeterministic boolean, collencoding integer, "
     "collcollate varchar, collctype varchar, colliculocale varchar, collversion varchar",
+    "pg_cast": "oid bigint, castsource bigint, casttarget bigint, castfunc bigint, "
+    "castcontext varchar, castmethod varchar",
+    "pg_conversion": "oid bigint, conname varchar, connamespace bigint, conowner bigint, "
+    "conforencoding integer, contoencoding integer, conproc bigint, condefault boolean",
+    "pg_operator": "oid bigint, oprname varchar, oprnamespace bigint, oprowner bigint, "
+    "oprkind varchar, oprcanmerge boolean, oprcanhash boolean, oprleft bigint, "
+    "oprright bigint, oprresult bigint, oprcom bigint, oprnegate bigint, oprcode bigint, "
+    "oprrest bigint, oprjoin bigint, tableoid bigint",
+    "pg_opfamily": "oid bigint, opfmethod bigint, opfname varchar, opfnamespace bigint, "
+    "opfowner bigint, tableoid bigint",
+    "pg_event_trigger": "oid bigint, evtname varchar, evtevent varchar, evtowner bigint, "
+    "evtfoid bigint, evtenabled varchar, evttags varchar[]",
+    "pg_ts_config": "oid bigint, cfgname varchar, cfgnamespace bigint, cfgowner bigint, "
+    "cfgparser bigint",
+    "pg_ts_parser": "oid bigint, prsname varchar, prsnamespace bigint",
+    "pg_db_role_setting": "setdatabase bigint, setrole bigint, setconfig varchar[]",
+    "pg_language": "tableoid bigint, oid bigint, lanname varchar, lanowner bigint, "
+    "lanispl boolean, lanpltrusted boolean, lanplcallfoid bigint, laninline bigint, "
+    "lanvalidator bigint, lanacl varchar[]",
+    "pg_foreign_server": "oid bigint, srvname varchar, srvowner bigint, srvfdw bigint, "
+    "srvtype varchar, srvversion varchar, srvacl varchar[], srvoptions varchar[]",
+    "pg_foreign_data_wrapper": "oid bigint, fdwname varchar, fdwowner bigint, "
+    "fdwhandler bigint, fdwvalidator bigint, fdwacl varchar[], fdwoptions varchar[]",
+    "pg_user_mappings": "umid bigint, srvid bigint, srvname varchar, umuser bigint, "
+    "usename varchar, umoptions varchar[]",
+    "pg_largeobject_metadata": "oid bigint, lomowner bigint, lomacl varchar[]",
     "pg_extension": "oid bigint, extname varchar, extowner bigint, extnamespace bigint, "
     "extrelocatable boolean, extversion varchar, extconfig bigint[], extcondition varchar[]",
 }
@@ -569,6 +613,11 @@ def _macros() -> list[str]:
         "{S}.pick((select admission_lookup from {S}.lookup_class_names), x), x::varchar)",
         f"create or replace macro {S}.pg_get_serial_sequence(t, c) as cast(null as varchar)",
         f"create or replace macro {S}.pg_get_partkeydef(x) as cast(null as varchar)",
+        f"create or replace macro {S}.pg_tablespace_location(x) as ''",
+        f"create or replace macro {S}.pg_char_to_encoding(x) as 6",
+        f"create or replace macro {S}.pg_statistics_obj_is_visible(x) as true",
+        f"create or replace macro {S}.pg_get_viewdef(x) as pg_catalog.pg_get_viewdef(x), "
+        "(x, pretty) as pg_catalog.pg_get_viewdef(x)",
         f"create or replace macro {S}.pg_get_triggerdef(x) as cast(null as varchar), "
         "(x, pretty) as cast(null as varchar)",
         f"create or replace macro {S}.shobj_description(x, c) as cast(null as varchar)",
