@@ -37,6 +37,8 @@ from pglast.enums import A_Expr_Kind, BoolExprType
 from pglast.stream import RawStream
 from pglast.visitors import Visitor
 
+from proxy.backends.embedded import compat
+
 __all__ = ["DATABASE", "install", "session_setup", "translate"]
 
 DATABASE = "admission_pg"  # an in-memory database of DuckDB's beside the user's
@@ -324,7 +326,6 @@ union all
 select name, setting, '' as short_desc, 'string' as vartype from {S}.admission_settings
 """
 
-# what the statistics views say of a table: DuckDB's estimate of its rows, nothing scanned
 # the tables and views of the user's databases (not this module's), owned by the session's user
 _TABLES = f"""
 create or replace view {S}.pg_tables as
@@ -342,6 +343,7 @@ select schema_name as schemaname, view_name as viewname, {_USER} as viewowner,
 from duckdb_views() where database_name <> '{DATABASE}' and not internal
 """
 
+# what the statistics views say of a table: DuckDB's estimate of its rows, nothing scanned
 _STAT_TABLES = """
 create or replace view {S}.pg_stat_user_tables as
 select t.table_oid as relid, t.schema_name as schemaname, t.table_name as relname,
@@ -499,16 +501,9 @@ _TYPE_NAMES = {
     "time": "time without time zone",
     "timetz": "time with time zone",
 }
+# the PostgreSQL settings compat answers SHOW with (one-word names), and the locale
 _SETTINGS = {
-    "default_table_access_method": "heap",
-    "server_version_num": "150000",
-    "max_index_keys": "32",
-    "standard_conforming_strings": "on",
-    "server_encoding": "UTF8",
-    "client_encoding": "UTF8",
-    "datestyle": "ISO, MDY",
-    "integer_datetimes": "on",
-    "max_identifier_length": "63",
+    **{name: value for name, value in compat.PG_SETTINGS.items() if " " not in name},
     "lc_collate": "C",
     "lc_ctype": "C",
 }
@@ -582,7 +577,9 @@ def _macros() -> list[str]:
         # settings PostgreSQL has and DuckDB does not (DuckDB's current_setting fails on
         # those as it binds, even in a branch not taken)
         f"create or replace macro {S}.current_setting(n) as case lower(n) "
-        + " ".join(f"when '{name}' then '{value}'" for name, value in _SETTINGS.items())
+        + " ".join(
+            f"when {_literal(name)} then {_literal(value)}" for name, value in _SETTINGS.items()
+        )
         + " else (select value from duckdb_settings() where name = lower(n)) end",
         f"create or replace macro {S}.pg_get_expr(e, r) as e::varchar, "
         "(e, r, pretty) as e::varchar",
@@ -657,7 +654,7 @@ def install(connection: Any) -> None:
         "create or replace table {S}.admission_settings (name varchar, setting varchar)",
         "delete from {S}.admission_settings",
         "insert into {S}.admission_settings values "
-        + ", ".join(f"('{name}', '{value}')" for name, value in _SETTINGS.items()),
+        + ", ".join(f"({_literal(name)}, {_literal(value)})" for name, value in _SETTINGS.items()),
         _SETTINGS_VIEW,
         _STAT_TABLES,
         _TABLES,

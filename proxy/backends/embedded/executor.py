@@ -159,6 +159,7 @@ class Measurement:
 # -- encoding ------------------------------------------------------------------------------
 
 _ROWS = native("proxy.backends.embedded._rows")
+_INTEGERS = (20, 21, 23)  # int8, int2, int4
 
 
 def row_description(columns: Sequence[tuple[str, PgType]], formats: Sequence[int] = ()) -> bytes:
@@ -190,7 +191,7 @@ def _encoder(t: PgType, binary: int) -> Callable[[Any], bytes]:
     """One column's value → bytes function (NULLs are handled by the caller)."""
     if binary:
         return lambda v: encode_binary(v, t) or b""
-    if t.element is None and t.oid in (20, 21, 23):
+    if t.element is None and t.oid in _INTEGERS:
         return lambda v: b"%d" % v
     if t.element is None and t.oid == TEXT_OID:
         return lambda v: v.encode() if type(v) is str else encode_text(v, t) or b""
@@ -201,7 +202,7 @@ def _kind(t: PgType, binary: int) -> int:
     """What the C encoder writes itself: 1 integers, 2 strings (text format); 0 the rest."""
     if binary or t.element is not None:
         return 0
-    return 1 if t.oid in (20, 21, 23) else 2 if t.oid == TEXT_OID else 0
+    return 1 if t.oid in _INTEGERS else 2 if t.oid == TEXT_OID else 0
 
 
 def data_rows(rows: list[tuple[Any, ...]], types: list[PgType], formats: list[int]) -> list[bytes]:
