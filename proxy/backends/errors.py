@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import duckdb
 
-__all__ = ["sqlstate_for"]
+__all__ = ["sqlstate_for", "sqlstate_for_message"]
 
 _BY_CLASS: tuple[tuple[type[BaseException], str], ...] = (
     (duckdb.ParserException, "42601"),  # syntax_error
@@ -44,3 +44,29 @@ def sqlstate_for(error: BaseException) -> str:
         if isinstance(error, cls):
             return state
     return "XX000"
+
+
+# DuckDB's error messages start with the name of their class ("Conversion Error: …")
+_BY_PREFIX: dict[str, type[duckdb.Error]] = {
+    "Parser": duckdb.ParserException,
+    "INTERRUPT": duckdb.InterruptException,
+    "Interrupt": duckdb.InterruptException,
+    "Constraint": duckdb.ConstraintException,
+    "Conversion": duckdb.ConversionException,
+    "Out of Range": duckdb.OutOfRangeException,
+    "TransactionContext": duckdb.TransactionException,
+    "Not implemented": duckdb.NotImplementedException,
+    "Permission": duckdb.PermissionException,
+    "Out of Memory": duckdb.OutOfMemoryException,
+    "IO": duckdb.IOException,
+    "Invalid Input": duckdb.InvalidInputException,
+    "Catalog": duckdb.CatalogException,
+    "Binder": duckdb.BinderException,
+}
+
+
+def sqlstate_for_message(message: str) -> str:
+    """``sqlstate_for`` for an error known only by its message (an Arrow stream's)."""
+    prefix = message.split(" Error:", 1)[0] if " Error:" in message else ""
+    cls = _BY_PREFIX.get(prefix.strip(), duckdb.Error)
+    return sqlstate_for(cls(message))

@@ -474,3 +474,64 @@ def test_sixteen_clients_mpl_two_measured_inside_duckdb() -> None:
         assert server.call(lambda: server.scheduler.in_service) == 0
     finally:
         server.close()
+
+
+def _messages(reply: bytes) -> list[tuple[bytes, bytes]]:
+    """The backend messages in ``reply`` after the startup's (type, body)."""
+    out, pos = [], 0
+    while pos + 5 <= len(reply):
+        kind, length = reply[pos : pos + 1], struct.unpack("!i", reply[pos + 1 : pos + 5])[0]
+        out.append((kind, reply[pos + 5 : pos + 1 + length]))
+        pos += 1 + length
+    return out
+
+
+def test_a_long_result_open_on_the_cursor_is_never_lost_to_another_statement(
+    embedded: Embedded,
+) -> None:
+    # Portal "a" (120,000 rows: more than a chunk, so its stream stays open on the session's
+    # DuckDB cursor) is described, then portal "b" runs and a row-limited portal "c" is read in
+    # part, and only then is "a" executed: every statement gets all of its own rows.
+    def portal(name: bytes, sql: str) -> bytes:
+        parse = pg.message(b"P", name + b"\0" + sql.encode() + b"\0\0\0")
+        return parse + pg.message(b"B", name + b"\0" + name + b"\0" + b"\0\0" * 3)
+
+    def execute(name: bytes, limit: int = 0) -> bytes:
+        return pg.message(b"E", name + b"\0" + struct.pack("!i", limit))
+
+    big = "select range as n, 'row ' || range as s from range(120000)"
+    data = (
+        STARTUP
+        + pg.message(b"Q", b"begin\0")
+        + portal(b"a", big)
+        + pg.message(b"D", b"Pa\0")
+        + portal(b"b", "select 7 * 6")
+        + execute(b"b")
+        + portal(b"c", "select range from range(60000)")
+        + execute(b"c", 10)
+        + execute(b"a")
+        + execute(b"c")
+        + pg.message(b"S")
+        + pg.message(b"Q", b"commit\0")
+        + TERMINATE
+    )
+    messages = _messages(_raw(embedded, data))
+    assert not [body for kind, body in messages if kind == b"E"]
+    tags = [body.rstrip(b"\0").decode() for kind, body in messages if kind == b"C"]
+    assert tags == ["BEGIN", "SELECT 1", "SELECT 120000", "SELECT 60000", "COMMIT"]
+    assert [kind for kind, _ in messages].count(b"s") == 1  # c suspended after 10 rows
+    rows = [body for kind, body in messages if kind == b"D"]
+    assert len(rows) == 1 + 10 + 120_000 + 59_990
+    assert rows[11].endswith(b"0\x00\x00\x00\x05row 0") and rows[-59_991].endswith(b"row 119999")
+
+
+def test_a_client_that_leaves_mid_result_frees_its_session(embedded: Embedded) -> None:
+    with socket.create_connection(("127.0.0.1", embedded.port), timeout=30) as sock:
+        sock.sendall(STARTUP + _query("select range, range::varchar from range(3000000)"))
+        sock.recv(65536)  # the first rows, then gone
+    deadline = time.monotonic() + 30
+    while embedded.call(lambda: embedded.scheduler.in_service) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert embedded.call(lambda: embedded.scheduler.in_service) == 0
+    with embedded.connect() as conn:
+        assert conn.execute("select count(*) from range(1000)").fetchone() == (1000,)

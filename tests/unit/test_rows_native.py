@@ -107,3 +107,106 @@ def test_the_quick_float_form_at_its_bounds() -> None:
         for value in (x, -x):
             reference = pgtypes._special(value) or pgtypes._shortest(repr(value), 15)
             assert pgtypes._float8(value) == reference, value
+
+
+# -- the columnar path: DataRows written from DuckDB's Arrow batches ---------------------------
+
+COLUMNAR = {
+    **{k: v for k, v in COLUMNS.items() if k != "DATE"},
+    "DATE": st.dates(),  # (the years Python has: what the row path can carry)
+    "TINYINT": st.integers(-(2**7), 2**7 - 1),
+    "UTINYINT": st.integers(0, 2**8 - 1),
+    "USMALLINT": st.integers(0, 2**16 - 1),
+    "UINTEGER": st.integers(0, 2**32 - 1),
+    "HUGEINT": st.integers(-(2**127) + 1, 2**127 - 1),
+    "DECIMAL(4,2)": st.decimals(places=2, min_value=-99, max_value=99),
+    "DECIMAL(38,10)": st.decimals(places=10, min_value=-(10**27), max_value=10**27),
+    "TIMESTAMP WITH TIME ZONE": st.datetimes(timezones=st.just(datetime.UTC)),
+    "VARCHAR": st.text(st.characters(codec="utf-8")),
+}
+
+
+def _columnar_and_rows(
+    con: Any, names: list[str], rows: list[tuple[Any, ...]]
+) -> tuple[list[bytes], list[bytes]]:
+    con.execute("drop table if exists t")
+    con.execute(f"create table t ({', '.join(f'c{i} {n}' for i, n in enumerate(names))})")
+    if rows:
+        con.executemany(f"insert into t values ({', '.join('?' for _ in names)})", rows)
+    sql = "select * from t order by rowid"
+    result = executor._columnar(con, sql, ())
+    assert result is not None, names
+    columnar = list(result.rows)
+    while result.more is not None and (chunk := result.more()):
+        columnar += chunk
+    relation = con.execute(sql)
+    types = [pg_type(str(d[1])) for d in relation.description]
+    return columnar, executor.data_rows(relation.fetchall(), types, [0] * len(types))
+
+
+columnar_only = pytest.mark.skipif(not executor.columnar(), reason="no columnar path here")
+
+
+@columnar_only
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_columnar_path_writes_what_the_row_path_writes(data: Any) -> None:
+    import duckdb
+
+    names = data.draw(st.lists(st.sampled_from(sorted(COLUMNAR)), min_size=1, max_size=6))
+    rows = data.draw(
+        st.lists(st.tuples(*(st.none() | COLUMNAR[n] for n in names)), min_size=0, max_size=25)
+    )
+    con = duckdb.connect()
+    con.execute("set TimeZone = 'UTC'")
+    columnar, reference = _columnar_and_rows(con, names, rows)
+    assert columnar == reference
+
+
+@columnar_only
+def test_the_columnar_path_in_chunks_across_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    import duckdb
+
+    monkeypatch.setattr(executor, "CHUNK_ROWS", 7)  # batches of 7 rows, fetched 7 at a time
+    con = duckdb.connect()
+    rows = [(i, f"r{i}" if i % 3 else None, i / 8) for i in range(100)]
+    columnar, reference = _columnar_and_rows(con, ["BIGINT", "VARCHAR", "DOUBLE"], rows)
+    assert columnar == reference and len(columnar) == 100
+
+
+@columnar_only
+def test_the_row_path_takes_what_the_columnar_path_does_not_write() -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("create sequence s")
+    sql = "select interval 1 day as i, 1 as n"
+    assert executor.columnar_candidate(sql)
+    assert executor._columnar(con, sql, ()) is None
+    assert not executor.columnar_candidate(sql)  # next time, straight to the row path
+    result = executor.execute(con, sql, (), "SELECT")
+    assert result.rows and result.columns[0][1].name == "interval"
+    # a statement whose running has effects is run once, by the row path
+    assert not executor.columnar_candidate("select nextval('s')")
+    executor.execute(con, "select nextval('s')", (), "SELECT")
+    assert con.execute("select currval('s')").fetchone() == (1,)
+
+
+@columnar_only
+def test_a_failure_while_streaming_is_the_row_paths_error() -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    sql = "select case when range < 70000 then range::varchar else 'x' end::int from range(80000)"
+    from proxy.backends.errors import sqlstate_for
+
+    with pytest.raises(duckdb.Error) as row_path:
+        con.execute(sql).fetchall()
+    with pytest.raises(executor.QueryError) as failed:
+        result = executor._columnar(con, sql, ())
+        assert result is not None
+        while result.more is not None and result.more():
+            pass
+    assert failed.value.sqlstate == sqlstate_for(row_path.value) == "22P02"
+    assert str(failed.value) == executor.first_line(row_path.value)
+    assert con.execute("select 42").fetchone() == (42,)  # the cursor is free again

@@ -337,6 +337,7 @@ class EmbeddedConnection(asyncio.Protocol):
         cursor = session.cursor
 
         def end() -> None:
+            session.release()
             with contextlib.suppress(duckdb.Error):
                 if session.status != b"I":
                     cursor.execute("ROLLBACK")

@@ -42,6 +42,7 @@ from proxy.backends.embedded.executor import (
     execute,
     first_line,
     row_description,
+    set_profiling,
 )
 from proxy.backends.embedded.params import decode_param
 from proxy.backends.errors import sqlstate_for
@@ -226,11 +227,35 @@ class DuckDBSession:
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.running = False  # a statement is running in a worker thread
+        self.profiling = False  # DuckDB's profiler is on for this cursor
+        self.open: Result | None = None  # a long result not yet read to its end
 
     def interrupt(self) -> None:
         """Stop the statement running now, if any (it fails with 57014)."""
         if self.running:
             self.cursor.interrupt()
+
+    def _settle_now(self) -> None:
+        """Read the rest of a long result still open on the cursor and keep it whole (a portal
+        suspended at a row limit, a Describe before its Execute): the cursor is about to run
+        something else, and a statement's rows are never lost to another's."""
+        result, self.open = self.open, None
+        if result is None or result.more is None:
+            return
+        while chunk := result.more():
+            result.rows += chunk
+        result.more = result.close = None
+        result.tag = f"SELECT {len(result.rows)}"
+
+    async def _settle(self) -> None:
+        if self.open is not None:
+            await asyncio.get_running_loop().run_in_executor(self.backend.pool, self._settle_now)
+
+    def release(self) -> None:
+        """The session ends: a result still open gives DuckDB its resources back, unread."""
+        result, self.open = self.open, None
+        if result is not None and result.close is not None:
+            result.close()
 
     def close(self, body: bytes) -> None:
         """A Close message: forget a prepared statement or a portal."""
@@ -258,6 +283,11 @@ class DuckDBSession:
         loop = asyncio.get_running_loop()
         backend = self.backend
         query = compat.rewrite(catalog.translate(query) or query, backend.version_string)
+        await self._settle()
+        profile = backend.profile and bool(self.observers)
+        if profile != self.profiling:
+            await loop.run_in_executor(backend.pool, set_profiling, self.cursor, profile)
+            self.profiling = profile
         self.running = True
         try:
             result = await loop.run_in_executor(
@@ -268,7 +298,7 @@ class DuckDBSession:
                 params,
                 kind,
                 formats,
-                backend.profile and bool(self.observers),
+                profile,
             )
         except QueryError as e:
             self.running = False  # (a CancelRequest must not interrupt the clean-up)
@@ -284,6 +314,8 @@ class DuckDBSession:
             raise
         finally:
             self.running = False
+        if result.more is not None:
+            self.open = result
         self._track_transaction(result.tag)
         if self.observers:
             batch = self.connection.batch
@@ -397,7 +429,11 @@ class DuckDBSession:
                 count += len(chunk)
         finally:
             self.running = False
-            result.more = None
+            if result.more is not None and result.close is not None:
+                result.close()  # stopped early: the rest is not read
+            result.more = result.close = None
+            if self.open is result:
+                self.open = None
         result.rows = []  # sent: nothing of it stays
         result.tag = f"SELECT {count}"
         if portal is not None:
@@ -442,6 +478,7 @@ class DuckDBSession:
     def _catalog(self) -> dict[str, list[tuple[str, str]]]:
         """Every table's columns and their DuckDB types, for parameter type inference."""
         tables: dict[str, list[tuple[str, str]]] = {}
+        self._settle_now()  # (rare: a Parse while a long result is open)
         rows = self.cursor.execute(
             "select lower(table_name), lower(column_name), data_type from duckdb_columns() "
             f"where database_name <> '{catalog.DATABASE}' order by table_name, column_index"
@@ -508,6 +545,7 @@ class DuckDBSession:
                 columns = local.columns if local is not None else []
                 self.out += row_description(columns) if columns else pg.message(b"n")
             elif statement.kind == "SELECT":
+                await self._settle()
                 columns = describe(self.cursor, statement.query, len(oids))
                 self.out += row_description(columns) if columns else pg.message(b"n")
             else:
@@ -548,12 +586,9 @@ class DuckDBSession:
             await self._stream(result, portal)
             self.out += pg.message(b"C", result.tag.encode() + b"\0")
             return
-        while result.more is not None:  # a row limit: kept whole, as before, to count it
-            chunk = await asyncio.get_running_loop().run_in_executor(self.backend.pool, result.more)
-            if not chunk:
-                result.more = None
-                result.tag = f"SELECT {len(result.rows)}"
-            result.rows += chunk
+        if result.more is not None:  # a row limit: kept whole, as before, to count it
+            self.open = result
+            await self._settle()
         rows = result.rows[portal.sent :]
         if limit > 0 and len(rows) > limit:
             self.out += b"".join(rows[:limit])
