@@ -16,6 +16,7 @@ import contextlib
 import json
 import re
 import struct
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -364,6 +365,7 @@ _COLUMNAR_DECIMAL = re.compile(r"DECIMAL\(\d+,\d+\)")
 _EFFECTS = re.compile(r"nextval|setval", re.I)
 _ROW_PATH_TEXTS: dict[str, None] = {}  # statement texts that needed the row path (bounded)
 _ROW_PATH_KEEP = 1024
+_ROW_PATH_LOCK = threading.Lock()
 
 
 def columnar() -> bool:
@@ -380,9 +382,10 @@ def _columnar_type(duckdb_type: str) -> bool:
 
 
 def _row_path(query: str) -> None:
-    if len(_ROW_PATH_TEXTS) >= _ROW_PATH_KEEP:
-        del _ROW_PATH_TEXTS[next(iter(_ROW_PATH_TEXTS))]
-    _ROW_PATH_TEXTS[query] = None
+    with _ROW_PATH_LOCK:  # (worker threads)
+        if len(_ROW_PATH_TEXTS) >= _ROW_PATH_KEEP:
+            del _ROW_PATH_TEXTS[next(iter(_ROW_PATH_TEXTS))]
+        _ROW_PATH_TEXTS[query] = None
 
 
 def _columnar(
