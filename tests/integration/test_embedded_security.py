@@ -87,6 +87,32 @@ def test_server_wide_settings_are_refused(server: Embedded, statement: str) -> N
         assert int(threads) > 1 and memory != "1.0 MiB"
 
 
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "drop view admission_pg.main.pg_class",
+        "drop macro if exists admission_pg.main.format_type",
+        "create or replace view admission_pg.main.pg_class as select 1",
+        "create table admission_pg.main.mine (a int)",
+        "create schema admission_pg.other",
+        "insert into admission_pg.main.anything values (1)",
+        "detach admission_pg",
+        "detach database if exists admission_pg",
+        "use admission_pg",
+        'USE "admission_pg".main',
+        "alter view admission_pg.main.pg_class rename to x",
+    ],
+)
+def test_the_catalogs_are_read_only_to_clients(server: Embedded, statement: str) -> None:
+    with server.connect() as conn:
+        assert sqlstate(conn, statement) == "42501"
+        tables = conn.execute("select count(*) from pg_catalog.pg_class").fetchone()
+        assert tables is not None and tables[0] > 0
+        # reading them, and a view of one's own over them, stay allowed
+        assert sqlstate(conn, "create temp view mine as select relname from pg_class") is None
+        assert sqlstate(conn, "select * from admission_pg.main.pg_namespace") is None
+
+
 def test_a_session_still_sets_its_own(server: Embedded) -> None:
     with server.connect() as conn:
         for ok in (

@@ -1,4 +1,5 @@
-/* The embedded server's DataRow encoding (executor.data_rows) in C.
+/* The embedded server's DataRow encoding in C: row by row from Python tuples (encode_rows, the
+ * row path) and column by column from DuckDB's Arrow batches (ArrowRows, further down).
  *
  * encode_rows(rows, kinds, encoders) -> list of DataRow messages, one bytes object per row.
  * rows: a list of tuples (what DuckDB's fetchmany gives); kinds: per column, 1 for an integer

@@ -3,7 +3,9 @@
 ``DuckDBBackend`` is one database (in memory by default) and the pool of threads statements run
 in, off the event loop. ``execute`` runs one statement on a client's cursor in such a thread
 and returns a ``Result`` whose rows are already DataRow messages (text, or binary where the
-client asked for it), with PostgreSQL's type OIDs and command tag; ``describe`` gives a
+client asked for it), with PostgreSQL's type OIDs and command tag — a SELECT in text format
+written in C straight from DuckDB's Arrow batches (the columnar path, below), anything else
+from DuckDB's Python tuples (the row path); ``describe`` gives a
 SELECT's columns without running it. DuckDB errors become ``QueryError`` with PostgreSQL's
 SQLSTATE (``proxy.backends.errors``). With ``profile`` on, DuckDB's profiler gives each
 statement's wall time and CPU time (``Measurement``, what training needs).
@@ -282,12 +284,13 @@ def execute(
             "COPY FROM STDIN and COPY TO STDOUT are not supported by the embedded DuckDB "
             "server: use INSERT (executemany) to load rows and SELECT to read them",
         )
-    if kind == "SET" or kind == "PRAGMA":
-        try:
-            if lockdown.check(query, kind):
-                return Result([], [], "SET", [])
-        except lockdown.LockdownError as e:
-            raise QueryError(e.sqlstate, str(e)) from None
+    try:
+        if kind != "SELECT":
+            lockdown.check_catalogs(query)
+        if (kind == "SET" or kind == "PRAGMA") and lockdown.check(query, kind):
+            return Result([], [], "SET", [])
+    except lockdown.LockdownError as e:
+        raise QueryError(e.sqlstate, str(e)) from None
     if kind == "SELECT" and not profile and not any(format_codes) and columnar_candidate(query):
         result = _columnar(cursor, query, params)
         if result is not None:

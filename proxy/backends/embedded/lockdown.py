@@ -26,7 +26,7 @@ from pathlib import Path
 
 import duckdb
 
-__all__ = ["SESSION_SETTINGS", "Lockdown", "LockdownError", "check"]
+__all__ = ["SESSION_SETTINGS", "Lockdown", "LockdownError", "check", "check_catalogs"]
 
 
 class LockdownError(Exception):
@@ -108,6 +108,41 @@ def _refuse(name: str) -> LockdownError:
         f'permission denied to set parameter "{name}": it is the embedded server\'s own '
         "configuration (set it with `admission serve` options)",
     )
+
+
+# a statement whose target is in the database of the server's PostgreSQL catalogs
+# (``catalog.DATABASE``): its name right where the statement names what it changes
+_CATALOG_TARGET = re.compile(
+    r"""^\s*(?:
+      create\s+(?:or\s+replace\s+)?(?:(?:temp|temporary|persistent)\s+)?
+        (?:table|view|macro|function|sequence|schema|type
+           |(?:unique\s+)?index\s+(?:if\s+not\s+exists\s+)?\S*\s+on)
+        \s+(?:if\s+not\s+exists\s+)?
+    | drop\s+\w+\s+(?:if\s+exists\s+)?
+    | alter\s+\w+\s+(?:if\s+exists\s+)?
+    | insert\s+(?:or\s+\w+\s+)?into\s+
+    | update\s+
+    | delete\s+from\s+
+    | truncate\s+(?:table\s+)?
+    | comment\s+on\s+\w+\s+
+    | detach\s+(?:database\s+)?(?:if\s+exists\s+)?
+    | use\s+
+    | copy\s+
+    )"?admission_pg\b""",
+    re.I | re.X,
+)
+
+
+def check_catalogs(query: str) -> None:
+    """Refuse (42501) a statement that would change the server's PostgreSQL catalogs (the
+    views and macros in ``admission_pg`` that every session reads) or make them the session's
+    default database: clients read them, as an ordinary PostgreSQL user reads pg_catalog."""
+    if "admission_pg" in query.lower() and _CATALOG_TARGET.match(query):
+        raise LockdownError(
+            "42501",
+            "permission denied: admission_pg holds the server's PostgreSQL catalogs, which "
+            "clients read but do not change",
+        )
 
 
 def check(query: str, kind: str) -> bool:

@@ -30,7 +30,7 @@ from typing import Protocol
 import duckdb
 import pglast
 
-from proxy.backends.embedded import catalog, compat
+from proxy.backends.embedded import catalog, compat, lockdown
 from proxy.backends.embedded.executor import (
     TEXT_OID,
     DuckDBBackend,
@@ -206,6 +206,15 @@ def _single_statement(text: str) -> tuple[str, str] | None:
     return (body, kind) if kind else None
 
 
+def _check_catalogs(query: str) -> None:
+    """``lockdown.check_catalogs`` on what the client sent (the catalog translation turns a
+    name in admission_pg into another)."""
+    try:
+        lockdown.check_catalogs(query)
+    except lockdown.LockdownError as e:
+        raise QueryError(e.sqlstate, str(e)) from None
+
+
 class DuckDBSession:
     """One client's statements on its own DuckDB cursor (see the module docstring)."""
 
@@ -282,6 +291,7 @@ class DuckDBSession:
             return local
         loop = asyncio.get_running_loop()
         backend = self.backend
+        _check_catalogs(query)
         query = compat.rewrite(catalog.translate(query) or query, backend.version_string)
         await self._settle()
         profile = backend.profile and bool(self.observers)
@@ -465,6 +475,7 @@ class DuckDBSession:
                 )
             query, kind = statements[0] if statements else (query, "EMPTY")
         if kind not in ("LOCAL", "EMPTY") and driver is None:
+            _check_catalogs(query)
             query = compat.rewrite(catalog.translate(query) or query, self.backend.version_string)
         if 0 in types:
             inferred = compat.infer_parameter_types(query, len(types), self._catalog())
