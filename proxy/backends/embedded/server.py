@@ -423,8 +423,9 @@ class EmbeddedConnection(asyncio.Protocol):
         job, query_class, bypass = self.core.new_job(batch, sql, self.session.status)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting[job] = future
-        self._flush()
         self.server.gate.submit(job, query_class, bypass, sql, self)
+        if not future.done():
+            self._flush()  # queued: what is answered so far goes out meanwhile
         try:
             await future
         except Refused:
