@@ -4,8 +4,10 @@ Each of the 22 queries runs alone, one at a time, (a) on DuckDB in this process,
 the profiler the proxy keeps on for training, and (b) through ``admission serve --tpch SF`` (a
 separate process holding its own copy of the data) with psycopg. The three are interleaved per
 query and round, and the median of each is reported with the time the proxy adds and the ratio.
+The whole suite's ratio is also taken round by round (round k of every query, summed, through
+the proxy over in-process), with a distribution-free 95% interval for its median.
 
-    python -m benchmarks.embedded_tpch [--sf 1] [--rounds 5]
+    python -m benchmarks.embedded_tpch [--sf 1] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import duckdb
 import psycopg
 
+from admission.stats import median_interval
 from testing.pgcluster import connect_when_ready, free_port
 from workloads.tpch import QUERY_NUMBERS, draw_parameters, render_query
 from workloads.tpch.data import generate, load_duckdb
@@ -37,7 +40,7 @@ def _timed(target: duckdb.DuckDBPyConnection | psycopg.Connection, sql: str) -> 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sf", type=float, default=1.0, help="TPC-H scale factor")
-    parser.add_argument("--rounds", type=int, default=5, help="runs of each query per target")
+    parser.add_argument("--rounds", type=int, default=7, help="runs of each query per target")
     args = parser.parse_args(argv)
 
     print(f"TPC-H SF {args.sf:g}: generating (cached) and loading…", flush=True)
@@ -62,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"ready in {time.monotonic() - started:.0f} s; {args.rounds} rounds per query\n")
 
     rows = []
+    per_round: list[dict[str, list[float]]] = []
     try:
         for q in QUERY_NUMBERS:
             sql = render_query(q, draw_parameters(q, random.Random(q), args.sf), "duckdb")
@@ -74,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
                 direct.execute("PRAGMA enable_profiling = 'no_output'")
                 times["profiled"].append(_timed(direct, sql))
                 times["proxy"].append(_timed(client, sql))
+            per_round.append(times)
             plain, profiled, proxy = (statistics.median(times[k]) for k in times)
             rows.append((q, plain, profiled, proxy))
             print(
@@ -99,6 +104,16 @@ def main(argv: list[str] | None = None) -> None:
     print(f"                               max {max(ratios):.3f}")
     print(f"median added per query: {statistics.median(r[3] - r[1] for r in rows) * 1000:.1f} ms")
     print(f"profiler / plain, whole suite: {profiled_total / plain_total:.3f}")
+    suites = [
+        sum(t["proxy"][k] for t in per_round) / sum(t["plain"][k] for t in per_round)
+        for k in range(args.rounds)
+    ]
+    interval = median_interval(suites)
+    shown = f" (95% interval {interval[0]:.3f}–{interval[1]:.3f})" if interval else ""
+    print(
+        f"whole suite round by round: median {statistics.median(suites):.3f}{shown}; "
+        + ", ".join(f"{r:.3f}" for r in suites)
+    )
 
 
 if __name__ == "__main__":
