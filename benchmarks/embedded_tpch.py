@@ -66,12 +66,16 @@ def main(argv: list[str] | None = None) -> None:
 
     rows = []
     per_round: list[dict[str, list[float]]] = []
+    queries = {
+        q: render_query(q, draw_parameters(q, random.Random(q), args.sf), "duckdb")
+        for q in QUERY_NUMBERS
+    }
     try:
-        for q in QUERY_NUMBERS:
-            sql = render_query(q, draw_parameters(q, random.Random(q), args.sf), "duckdb")
-            times: dict[str, list[float]] = {"plain": [], "profiled": [], "proxy": []}
-            client.execute(sql).fetchall()  # warm both sides once
+        for sql in queries.values():  # warm both sides: every query once, before any is timed
+            client.execute(sql).fetchall()
             direct.execute(sql).fetchall()
+        for q, sql in queries.items():
+            times: dict[str, list[float]] = {"plain": [], "profiled": [], "proxy": []}
             for _ in range(args.rounds):
                 direct.execute("PRAGMA disable_profiling")
                 times["plain"].append(_timed(direct, sql))
