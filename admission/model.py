@@ -18,6 +18,7 @@ known classes) and enter the A matrix with the PASTA approximation A^c_r ≈ Q_r
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import statistics
@@ -39,7 +40,11 @@ __all__ = [
 ]
 
 FORMAT = "admission-eta-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: memory (M, spill); a version-1 file still loads, its memory unknown
+READABLE_VERSIONS = (1, 2)
+
+
+log = logging.getLogger("admission.model")
 
 
 class ModelError(ValueError):
@@ -65,6 +70,12 @@ class Profile(_Frozen):
     U: float = Field(default=0.0, ge=0, description="mean CPU utilization, share of all cores")
     Q: float = Field(default=0.0, ge=0, description="time-averaged tasks in execution")
     A: float = Field(default=0.0, ge=0, description="mean tasks seen at admission instants")
+    M: float | None = Field(
+        default=None,
+        ge=0,
+        description="memory one statement takes at its peak (bytes), what admission reserves "
+        "for it under a memory budget (None: not measured)",
+    )
 
 
 class ClassProfile(Profile):
@@ -103,6 +114,9 @@ class ClassProfile(Profile):
         ge=0,
         description="D as training measured it, kept once a live estimate replaced it (the "
         "scale live times are put in, and what a reset goes back to)",
+    )
+    spill: float | None = Field(
+        default=None, ge=0, description="bytes a statement spilled to disk, mean (None: unknown)"
     )
     cost: float | None = Field(
         default=None,
@@ -180,9 +194,10 @@ class EtaModel(_Frozen):
     def _consistent(self) -> EtaModel:
         if self.format != FORMAT:
             raise ValueError(f"format is {self.format!r}, expected {FORMAT!r}")
-        if self.version != FORMAT_VERSION:
+        if self.version not in READABLE_VERSIONS:
             raise ValueError(
-                f"version {self.version} is not supported (this reads {FORMAT_VERSION})"
+                f"version {self.version} is not supported (this reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))})"
             )
         k = len(self.classes)
         seen: set[str] = set()
@@ -217,13 +232,21 @@ class EtaModel(_Frozen):
         if not self.classes:
             return Profile(D=1.0, f=1)
         med = statistics.median
+        memories = [c.M for c in self.classes if c.M is not None]
         return Profile(
             D=med(c.D for c in self.classes),
             f=max(1, round(med(c.f for c in self.classes))),
             U=med(c.U for c in self.classes),
             Q=med(c.Q for c in self.classes),
             A=med(c.A for c in self.classes),
+            M=med(memories) if memories else None,
         )
+
+    @property
+    def memory_known(self) -> bool:
+        """Whether training measured memory (a version-1 file did not: every class's M is the
+        default profile's, and a memory budget reserves nothing for them)."""
+        return any(c.M is not None for c in self.classes)
 
     def with_class(self, fingerprint: str, name: str, sample_sql: str = "") -> EtaModel:
         """A copy with one more class, on the default profile (for classes seen live)."""
@@ -247,7 +270,8 @@ class EtaModel(_Frozen):
         return self.model_copy(update={"eta": {n: p.build(self).eta for n, p in POLICIES.items()}})
 
     def to_json(self) -> str:
-        return json.dumps(self.with_eta().model_dump(mode="json"), indent=1, allow_nan=False)
+        current = self.with_eta().model_copy(update={"version": FORMAT_VERSION})
+        return json.dumps(current.model_dump(mode="json"), indent=1, allow_nan=False)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically: a crash leaves the old file or the new one, never half of one."""
@@ -280,6 +304,14 @@ class EtaModel(_Frozen):
             more = f" (and {e.error_count() - 1} more problems)" if e.error_count() > 1 else ""
             raise ModelError(f"{source}: field {where}: {first['msg']}{more}") from None
         model._check_eta(source)
+        if model.version < 2 and model.classes:
+            log.warning(
+                "%s: a model of format version %d has no memory measured: its classes take the "
+                "default profile's (none), so a memory budget reserves nothing for them; train "
+                "again to have it",
+                source,
+                model.version,
+            )
         return model
 
     @classmethod

@@ -46,6 +46,7 @@ Nothing here reads a clock or does I/O: the proxy and the simulator both drive t
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -100,6 +101,7 @@ class Limits:
 
     mpl: int | None = None
     threads: int | None = None  # N_fcr, the thread budget
+    memory: int | None = None  # bytes: the memory budget, M_r of each admitted job reserved
     backfill: bool = False
     max_wait: float | None = None  # aging: admit next after waiting this long
     queue_timeout: float | None = None  # fail a job still queued after this long
@@ -109,7 +111,7 @@ class Limits:
     lifo_after: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("mpl", "threads"):
+        for name in ("mpl", "threads", "memory"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 (or unlimited), not {value}")
@@ -122,10 +124,11 @@ class Limits:
 class _ClassState:
     """One class's queue and its tasks in service."""
 
-    __slots__ = ("fingerprint", "fork", "index", "live", "name", "queue", "tasks")
+    __slots__ = ("fingerprint", "fork", "index", "live", "memory", "name", "queue", "tasks")
 
-    def __init__(self, fingerprint: str, name: str, index: int, fork: int) -> None:
+    def __init__(self, fingerprint: str, name: str, index: int, fork: int, memory: int = 0) -> None:
         self.fingerprint, self.name, self.index, self.fork = fingerprint, name, index, fork
+        self.memory = memory  # bytes a job of the class reserves (M_r; 0: not measured)
         self.queue: deque[Job] = deque()  # invariant: empty, or queue[0] is QUEUED
         self.live = 0  # queued jobs not cancelled or timed out
         self.tasks = 0  # N_c
@@ -144,6 +147,8 @@ class Job:
     state: JobState = JobState.QUEUED
     admitted_at: float | None = None
     held: int = 0  # thread-budget units held
+    memory: int = 0  # bytes it reserves under a memory budget (its class's M_r)
+    memory_held: int = 0  # bytes of the memory budget held
     tasks: int = 0  # tasks in service, counted in N_c
     bypass: bool = False
     aged: bool = False
@@ -231,6 +236,7 @@ class Scheduler:
         self.running = 0  # jobs in service (read-only outside, like queued)
         self.queued = 0  # jobs waiting (read-only outside; an attribute: read per statement)
         self._held = 0  # n_fcr: budget units held
+        self._memory_held = 0  # bytes of the memory budget held
         self._n_total = 0
         self._tasks: list[int] = []  # N_c, by class index
         self._head_seq: list[int] = []  # arrival seq of each non-empty class's oldest job
@@ -252,7 +258,7 @@ class Scheduler:
         self._learned = 0  # classes learned live, beyond the model's (what max_classes caps)
         self._base = frozenset(self.model.fingerprints)  # the model's own classes
         for c in self.model.classes:
-            self._add_class_state(c.fingerprint, c.name, c.f)
+            self._add_class_state(c.fingerprint, c.name, c.f, _memory(c.M))
         self._compile()
 
     # -- observation -----------------------------------------------------------------------
@@ -283,6 +289,11 @@ class Scheduler:
     @property
     def threads_in_use(self) -> int:
         return self._held
+
+    @property
+    def memory_in_use(self) -> int:
+        """Bytes of the memory budget the running jobs hold (their classes' M_r)."""
+        return self._memory_held
 
     @property
     def class_names(self) -> list[str]:
@@ -340,6 +351,7 @@ class Scheduler:
             raise ValueError(f"job {job_id!r} is already known to the scheduler")
         st = self._by_fp.get(fingerprint) or self._learn_class(fingerprint, name, sample_sql)
         job = Job(job_id, st, now, self._seq, st.fork if fork is None else max(1, fork))
+        job.memory = st.memory
         self._seq += 1
         jobs[job_id] = job
         self.stats.submitted += 1
@@ -352,11 +364,8 @@ class Scheduler:
             self._admit(job, now)
             return [job]
         if not self._nonempty:
-            limits = self.limits
-            mpl, budget = limits.mpl, limits.threads
-            if (mpl is None or self.running < mpl) and (
-                budget is None or min(job.fork, budget) <= budget - self._held
-            ):
+            mpl = self.limits.mpl
+            if (mpl is None or self.running < mpl) and self._fits(job):
                 self._admit(job, now)  # nothing waits and it fits: the decision is trivial
                 return [job]
         self._enqueue(st, job)
@@ -390,6 +399,8 @@ class Scheduler:
                 self._rescore(st, -tasks)
         self._held -= job.held
         job.held = 0
+        self._memory_held -= job.memory_held
+        job.memory_held = 0
         self.running -= 1
         job.state = _DONE
         self.stats.completed += 1
@@ -533,7 +544,7 @@ class Scheduler:
         self._classes = []
         for i, c in enumerate(model.classes):
             st = by_fp.get(c.fingerprint) or _ClassState(c.fingerprint, c.name, i, c.f)
-            st.index, st.fork = i, c.f
+            st.index, st.fork, st.memory = i, c.f, _memory(c.M)
             self._classes.append(st)
         self._by_fp = {st.fingerprint: st for st in self._classes}
         self._tasks = [st.tasks for st in self._classes]
@@ -553,8 +564,10 @@ class Scheduler:
         if self._on_event is not None:
             self._on_event(Event(kind, self._now, job.id, job.klass.name, detail))
 
-    def _add_class_state(self, fingerprint: str, name: str, fork: int) -> _ClassState:
-        st = _ClassState(fingerprint, name, len(self._classes), fork)
+    def _add_class_state(
+        self, fingerprint: str, name: str, fork: int, memory: int = 0
+    ) -> _ClassState:
+        st = _ClassState(fingerprint, name, len(self._classes), fork, memory)
         self._classes.append(st)
         self._by_fp[fingerprint] = st
         self._tasks.append(0)
@@ -570,7 +583,8 @@ class Scheduler:
         self.model = self.model.with_class(fingerprint, name or fingerprint, sample_sql)
         self.stats.unknown_classes += 1
         self._learned += 1
-        st = self._add_class_state(fingerprint, name or fingerprint, self.model.classes[-1].f)
+        new = self.model.classes[-1]
+        st = self._add_class_state(fingerprint, name or fingerprint, new.f, _memory(new.M))
         self._compile()
         return st
 
@@ -670,6 +684,10 @@ class Scheduler:
         budget = self.limits.threads
         held = job.held = fork if budget is None or fork <= budget else budget
         self._held += held
+        memory = self.limits.memory
+        if memory is not None:
+            job.memory_held = min(job.memory, memory)
+            self._memory_held += job.memory_held
         self.running += 1
         st = job.klass  # _set_tasks(job, fork), written out
         st.tasks += fork
@@ -723,10 +741,13 @@ class Scheduler:
                     self._on_finish(job, now)
 
     def _fits(self, job: Job) -> bool:
-        budget = self.limits.threads
-        if budget is None:
-            return True
-        return min(job.fork, budget) <= budget - self._held
+        """Whether the job's threads and memory fit beside what the running jobs hold. A job
+        asking more than a whole budget asks for all of it: it runs alone (never deadlocked)."""
+        limits = self.limits
+        budget, memory = limits.threads, limits.memory
+        if budget is not None and min(job.fork, budget) > budget - self._held:
+            return False
+        return memory is None or min(job.memory, memory) <= memory - self._memory_held
 
     def _pick(self, now: float) -> Job | None:
         """The job to admit next: an aged job, else the best head (that fits, in backfill)."""
@@ -821,7 +842,7 @@ class Scheduler:
             self._blocked_until = _NEVER
             return []
         granted: list[Job] = []
-        mpl, budget = self.limits.mpl, self.limits.threads
+        mpl = self.limits.mpl
         head_seq = self._head_seq
         self._blocked_until = _NEVER
         lifo = self.limits.lifo_after
@@ -831,7 +852,7 @@ class Scheduler:
                 job = self._pick_newest(self._nonempty) if self._nonempty else None
             else:
                 job = self._pick(now)
-            if job is None or (budget is not None and min(job.fork, budget) > budget - self._held):
+            if job is None or not self._fits(job):
                 # head-of-line (faithful, or an aged job); backfill found nothing that fits
                 deadline = self.next_deadline()
                 self._blocked_until = _FOREVER if deadline is None else deadline
@@ -855,6 +876,11 @@ class Scheduler:
         if newest:
             self.stats.newest_first += len(granted)
         return granted
+
+
+def _memory(m: float | None) -> int:
+    """A class's reservation in whole bytes (a model without memory: none)."""
+    return 0 if m is None else math.ceil(m)
 
 
 def _chain(first: Callable[..., None] | None, then: Callable[..., None] | None) -> Any:

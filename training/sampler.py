@@ -221,15 +221,27 @@ class DuckDBJobs:
         self.jobs: dict[Hashable, float] = {}
         self.cpu: dict[Hashable, float] = {}
         self.profiled: dict[Hashable, float] = {}
+        self.memory: dict[Hashable, float] = {}  # the profiler's bytes allocated, per job
+        self.spilled: dict[Hashable, float] = {}
         self.last_cpu: float | None = None
 
     def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
         self.jobs[job] = self.weights.get(klass, 1.0)
         self.cpu[job] = 0.0
 
-    def measured(self, job: Hashable, cpu: float | None) -> None:
+    def measured(
+        self,
+        job: Hashable,
+        cpu: float | None,
+        memory: float | None = None,
+        spilled: float | None = None,
+    ) -> None:
         if cpu is not None:
             self.profiled[job] = self.profiled.get(job, 0.0) + cpu
+        if memory is not None:  # several statements in one job: the largest
+            self.memory[job] = max(self.memory.get(job, 0.0), memory)
+        if spilled is not None:
+            self.spilled[job] = self.spilled.get(job, 0.0) + spilled
 
     def sample(self) -> tuple[dict[Hashable, float], dict[Hashable, float] | None]:
         running, cpu = self.probe.read()

@@ -153,7 +153,7 @@ class _Probes:
             self._stop_profiling()
             if profile:
                 self._stop_profiling = self.embedded.observe(
-                    lambda m: jobs.measured(m.job, m.cpu_time)
+                    lambda m: jobs.measured(m.job, m.cpu_time, m.memory, m.spilled)
                 )
             return jobs
         if self.postmaster is not None:
@@ -322,8 +322,11 @@ def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
         finally:
             recorder.stop()
     seconds = time.monotonic() - started
-    profiled = iso_jobs.profiled if isinstance(iso_jobs, DuckDBJobs) else {}
-    profiles = _isolation_profiles(iso, run.query_of, profiled)
+    if isinstance(iso_jobs, DuckDBJobs):
+        measured = iso_jobs.profiled, iso_jobs.memory, iso_jobs.spilled
+    else:
+        measured = {}, {}, {}
+    profiles = _isolation_profiles(iso, run.query_of, *measured)
     run.isolation = _IsolationSummary(rounds, seconds, _unconverged(run, profiles))
     for f, p in profiles.items():
         low, high = p["D_low"], p["D_high"]
@@ -332,6 +335,8 @@ def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
         run.progress(
             f"  Q{run.query_of[f]}: D_r {p['D']:.4g} s {interval} IQR {p['D_iqr']:.3g} s, "
             f"{p['D_runs']} runs, f_r {p['f']} (runs by fork size {forks})"
+            + (f", M_r {p['M'] / 2**20:.3g} MB" if p["M"] is not None else "")
+            + (f", spills {p['spill'] / 2**20:.3g} MB" if p["spill"] else "")
             + ("" if p["converged"] else " — not converged")
         )
     if run.isolation.unconverged:
@@ -469,6 +474,8 @@ def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent
                 Q_high=None if qi is None else max(qi[1], e.Q),
                 A=e.A,
                 count=e.count,
+                M=p["M"],
+                spill=p["spill"],
             )
         )
     return EtaModel(
@@ -552,11 +559,17 @@ def _checks(run: _Run, measured: _Concurrent) -> Checks:
 
 
 def _isolation_profiles(
-    iso: Estimator, query_of: dict[str, int], profiled: dict[Hashable, float]
+    iso: Estimator,
+    query_of: dict[str, int],
+    profiled: dict[Hashable, float],
+    memory: dict[Hashable, float] | None = None,
+    spilled: dict[Hashable, float] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """D_r, phases, f_r and the parallelism of each class from its isolation runs. Where the
     backend's profiler measured a run's CPU (DuckDB), parallelism is CPU over wall time; else
-    the sampled thread-seconds over wall time."""
+    the sampled thread-seconds over wall time. Where it measured each run's memory, M_r is
+    the 90th percentile of the runs' (their largest with fewer than ten runs) and the spill
+    the mean."""
     by_class: dict[str, list[Any]] = {}
     for c in iso.completed:
         by_class.setdefault(c.klass, []).append(c)
@@ -578,7 +591,11 @@ def _isolation_profiles(
             profiled.get(c.job, c.thread_seconds) / max(c.completed - c.admitted, 1e-9)
             for c in runs
         )
+        memories = [memory[c.job] for c in runs if memory and c.job in memory]
+        spills = [spilled[c.job] for c in runs if spilled and c.job in spilled]
         profiles[f] = {
+            "M": memory_quantile(memories),
+            "spill": statistics.fmean(spills) if spills else None,
             "D": d,
             "D_low": interval[0] if interval else None,
             "D_high": interval[1] if interval else None,
@@ -591,6 +608,16 @@ def _isolation_profiles(
             "parallelism": busy or 1.0,
         }
     return profiles
+
+
+def memory_quantile(memories: list[float]) -> float | None:
+    """What a class reserves: the 90th percentile of its runs' memory, the largest below ten
+    runs (None: not measured)."""
+    if not memories:
+        return None
+    if len(memories) < 10:
+        return max(memories)
+    return statistics.quantiles(memories, n=10, method="inclusive")[-1]
 
 
 def fork_size(run: Completed) -> int:

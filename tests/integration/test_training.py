@@ -201,7 +201,21 @@ def test_train_on_duckdb(tmp_path: Path) -> None:
     assert all(c.Q_low is not None for c in model.classes)  # 6 s: batches enough
     threads = max(p.threads for c in model.classes for p in c.phases)
     assert 2 <= threads <= (os.cpu_count() or 2) + 2  # DuckDB's threads, one per core
+    # memory: what DuckDB's buffer manager allocated for each statement, measured per run —
+    # a statement building hash tables takes some; nothing near the database's whole size
+    memory = {c.name: c.M for c in model.classes}
+    assert all(m is not None for m in memory.values()), memory
+    assert max(m or 0 for m in memory.values()) > 64 * 1024, memory
+    assert all((m or 0) < 2**30 for m in memory.values()), memory
+    assert all(c.spill == 0 for c in model.classes)  # nothing spills at this size
+    assert EtaModel.load(_saved(model, tmp_path)).classes[0].M == model.classes[0].M
     _uses_the_model(model, tmp_path / "duck.json")
+
+
+def _saved(model: EtaModel, tmp_path: Path) -> Path:
+    path = tmp_path / "saved.json"
+    model.save(path)
+    return path
 
 
 def _parallel_classes(conninfo: str) -> set[int]:

@@ -50,7 +50,7 @@ def test_round_trip_writes_every_policys_eta(tmp_path: Path) -> None:
     _model().save(path)
     raw = json.loads(path.read_text())
     assert set(raw["eta"]) == set(POLICIES)
-    assert raw["version"] == 1 and raw["format"] == "admission-eta-model"
+    assert raw["version"] == 2 and raw["format"] == "admission-eta-model"
     loaded = EtaModel.load(path)
     assert loaded.classes == _model().classes
     assert loaded.A_matrix == _model().A_matrix
@@ -72,7 +72,7 @@ def test_files_without_intervals_still_load(tmp_path: Path) -> None:
     path = tmp_path / "old.json"
     path.write_text(json.dumps(raw))
     old = EtaModel.load(path)
-    assert old.version == 1 and old.speed is None
+    assert old.version == 2 and old.speed is None
     assert all(c.D_low is None and c.D_high is None and c.converged is None for c in old.classes)
     assert all(c.D_runs == 0 and c.f_runs == {} for c in old.classes)
 
@@ -279,3 +279,26 @@ def test_q_interval_is_saved_checked_and_optional(tmp_path: Path) -> None:
         ClassProfile(fingerprint="x", name="x", D=1, f=1, Q=2.0, Q_low=2.1)
     with pytest.raises(ValueError, match=r"Q_high 1\.9 is below Q 2\.0"):
         ClassProfile(fingerprint="x", name="x", D=1, f=1, Q=2.0, Q_high=1.9)
+
+
+def test_a_version_1_file_loads_with_memory_unknown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = json.loads(_model().to_json())
+    raw["version"] = 1
+    for c in raw["classes"]:
+        c.pop("M", None)
+        c.pop("spill", None)
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(raw))
+    with caplog.at_level("WARNING", logger="admission.model"):
+        old = EtaModel.load(path)
+    assert old.version == 1 and not old.memory_known
+    assert all(c.M is None for c in old.classes) and old.default_profile().M is None
+    assert "no memory measured" in caplog.text
+    old.save(path)  # written back in the current format
+    assert json.loads(path.read_text())["version"] == 2
+    raw["version"] = 3
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ModelError, match="version 3 is not supported"):
+        EtaModel.load(path)

@@ -1,6 +1,6 @@
 """Property tests of the scheduler under random interleavings (hypothesis state machine).
 
-Invariants: a non-bypass grant never exceeds the MPL or the thread budget; every admitted job is
+Invariants: a non-bypass grant never exceeds the MPL, the thread budget or the memory budget; every admitted job is
 released exactly once; no job is lost or admitted twice; the incrementally kept scores equal η·N
 recomputed from scratch; and once every client is done all capacity is back.
 """
@@ -21,9 +21,9 @@ CLASSES = ("A", "B", "C")
 
 def _model() -> EtaModel:
     profiles = [
-        ClassProfile(fingerprint="A", name="A", D=1, f=1, U=0.3, Q=2.0),
-        ClassProfile(fingerprint="B", name="B", D=4, f=3, U=0.5, Q=5.0),
-        ClassProfile(fingerprint="C", name="C", D=2, f=6, U=0.1, Q=1.0),
+        ClassProfile(fingerprint="A", name="A", D=1, f=1, U=0.3, Q=2.0, M=100),
+        ClassProfile(fingerprint="B", name="B", D=4, f=3, U=0.5, Q=5.0, M=700.5),
+        ClassProfile(fingerprint="C", name="C", D=2, f=6, U=0.1, Q=1.0),  # memory unknown
     ]
     a = ((2.5, 1.0, 3.0), (4.0, 6.0, 2.0), (0.5, 1.5, 1.2))
     return EtaModel(classes=tuple(profiles), A_matrix=a)
@@ -33,6 +33,7 @@ limits_strategy = st.builds(
     Limits,
     mpl=st.one_of(st.none(), st.integers(1, 5)),
     threads=st.one_of(st.none(), st.integers(1, 12)),
+    memory=st.one_of(st.none(), st.integers(50, 1600)),
     backfill=st.booleans(),
     max_wait=st.one_of(st.none(), st.floats(0, 5)),
     queue_timeout=st.one_of(st.none(), st.floats(0.5, 10)),
@@ -67,6 +68,8 @@ class SchedulerMachine(RuleBasedStateMachine):
                     assert self.s.in_service <= lim.mpl, "MPL exceeded by a grant"
                 if lim.threads is not None:
                     assert self.s.threads_in_use <= lim.threads, "thread budget exceeded"
+                if lim.memory is not None:
+                    assert self.s.memory_in_use <= lim.memory, "memory budget exceeded"
             self.running.add(job)
         elif e.kind == "release":
             assert job in self.running, f"job {job} released but not running"
@@ -144,6 +147,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert s.in_service == len(self.running)
         held = sum(j.held for j in (s.job(i) for i in self.running) if j is not None)
         assert s.threads_in_use == held >= 0
+        memory = sum(j.memory_held for j in (s.job(i) for i in self.running) if j is not None)
+        assert s.memory_in_use == memory >= 0
         total = len(self.queued) + len(self.running) + len(self.ended)
         assert total == self.next_id, "a job was lost"
 
@@ -165,6 +170,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             s.complete(job, self.now)
         assert not self.queued and not self.running
         assert s.in_service == 0 and s.threads_in_use == 0 and s.queued == 0
+        assert s.memory_in_use == 0
         assert s.tasks_by_class() == [0] * len(s.tasks_by_class())
         assert self.granted_ever | self.ended >= set(range(self.next_id))
 
@@ -204,3 +210,38 @@ def test_observers_are_registered_not_replaced() -> None:
     assert ["g1", "g2"] == [k for k in kinds if k.startswith("g")]
     assert [("f1", "done"), ("f2", "done")] == [h for h in heard if h[0].startswith("f")]
     assert kinds.count("e1") == kinds.count("e2") >= 3  # submit, grant, release
+
+
+def test_the_memory_budget_by_hand() -> None:
+    """Faithful: a job whose M_r does not fit waits, and so does everything behind it; with
+    backfill a smaller one goes past; a job bigger than the whole budget runs alone."""
+    s = Scheduler(_model(), "fcfs", Limits(memory=1000))
+    assert [j.id for j in s.submit(1, "B", 0.0)] == [1]  # 701 of 1000
+    assert s.memory_in_use == 701
+    assert s.submit(2, "B", 0.1) == []  # 1402 > 1000: waits
+    assert s.submit(3, "A", 0.2) == []  # fits, but FCFS is faithful: behind 2
+    assert [j.id for j in s.complete(1, 1.0)] == [2, 3]
+    assert s.memory_in_use == 801
+    s.complete(2, 2.0)
+    s.complete(3, 2.0)
+    assert s.memory_in_use == 0
+
+    s = Scheduler(_model(), "fcfs", Limits(memory=1000, backfill=True))
+    s.submit(1, "B", 0.0)
+    assert s.submit(2, "B", 0.1) == []
+    assert [j.id for j in s.submit(3, "A", 0.2)] == [3]  # backfilled past 2
+    assert [j.id for j in s.submit(4, "C", 0.3)] == [4]  # memory unknown: reserves none
+    assert s.memory_in_use == 801
+
+    s = Scheduler(_model(), "fcfs", Limits(memory=500))
+    assert [j.id for j in s.submit(1, "B", 0.0)] == [1]  # 701 > 500: admitted, alone
+    assert s.memory_in_use == 500
+    assert s.submit(2, "A", 0.1) == []
+    assert [j.id for j in s.complete(1, 1.0)] == [2]
+
+
+def test_a_class_learned_live_reserves_the_default_profiles_memory() -> None:
+    s = Scheduler(_model(), "fcfs", Limits(memory=10_000))
+    s.submit(1, "unseen", 0.0, name="unseen")
+    job = s.job(1)
+    assert job is not None and job.memory == math.ceil(_model().default_profile().M or 0) > 0

@@ -140,6 +140,9 @@ class Result:
     more: Callable[[], list[bytes]] | None = None
     # stops a long result early (the rest is not read): gives DuckDB its result back
     close: Callable[[], None] | None = None
+    # bytes DuckDB's buffer manager allocated for the statement, and spilled (profiler)
+    memory: float | None = None
+    spilled: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,10 @@ class Measurement:
     latency: float
     cpu_time: float | None
     job: int | None = None  # the admission job the statement ran under
+    # bytes DuckDB's buffer manager allocated for the statement (an upper bound of its peak
+    # working memory), and bytes it spilled to disk (profiler; None: not measured)
+    memory: float | None = None
+    spilled: float | None = None
 
     @property
     def parallelism(self) -> float | None:
@@ -303,19 +310,21 @@ def execute(
     except duckdb.Error as e:
         raise QueryError(sqlstate_for(e), first_line(e)) from None
     latency = time.perf_counter() - started
-    cpu_time = None
+    cpu_time = memory = spilled = None
     if profile:
-        latency, cpu_time = _profiled(cursor, latency)
+        latency, cpu_time, memory, spilled = _profiled(cursor, latency)
     columns = [(d[0], pg_type(str(d[1]))) for d in description or []]
     is_count = kind in ("INSERT", "UPDATE", "DELETE") and [c[0] for c in columns] == ["Count"]
     tag = command_tag(kind, query, rows, bool(columns) and not is_count)
     if is_count:
-        return Result([], [], tag, [], latency, cpu_time)
+        return Result([], [], tag, [], latency, cpu_time, memory=memory, spilled=spilled)
     formats = column_formats(format_codes, len(columns))
     types = [t for _, t in columns]
     encoded = data_rows(rows, types, formats)
     if len(rows) < CHUNK_ROWS:
-        return Result(columns, encoded, tag, formats, latency, cpu_time)
+        return Result(
+            columns, encoded, tag, formats, latency, cpu_time, memory=memory, spilled=spilled
+        )
 
     def more() -> list[bytes]:  # the rest, a chunk at a time, as the client reads it
         try:
@@ -324,7 +333,9 @@ def execute(
             raise QueryError(sqlstate_for(e), first_line(e)) from None
         return data_rows(chunk, types, formats)
 
-    return Result(columns, encoded, tag, formats, latency, cpu_time, more)
+    return Result(
+        columns, encoded, tag, formats, latency, cpu_time, more, memory=memory, spilled=spilled
+    )
 
 
 # -- the columnar path -------------------------------------------------------------------------
@@ -464,14 +475,27 @@ def set_profiling(cursor: duckdb.DuckDBPyConnection, on: bool) -> None:
     cursor.execute("PRAGMA enable_profiling = 'no_output'" if on else "PRAGMA disable_profiling")
 
 
-def _profiled(cursor: duckdb.DuckDBPyConnection, latency: float) -> tuple[float, float | None]:
-    """DuckDB's wall time and CPU time (summed over its threads) for the last statement."""
+def _profiled(
+    cursor: duckdb.DuckDBPyConnection, latency: float
+) -> tuple[float, float | None, float | None, float | None]:
+    """DuckDB's wall time, CPU time (summed over its threads), memory allocated and bytes
+    spilled for the last statement. The memory is the statement's own ``total_memory_allocated``
+    — the profiler's ``peak_buffer_memory`` counts the whole database's buffers, tables
+    included."""
     try:
         info = json.loads(cursor.get_profiling_information(format="json"))
         query = info.get("query", {})
-        return float(query.get("total_time", latency)), float(query["cpu_time"])
+        latency, cpu = float(query.get("total_time", latency)), float(query["cpu_time"])
     except (duckdb.Error, ValueError, KeyError, TypeError):
-        return latency, None  # statements the profiler does not cover (SET, BEGIN …)
+        return latency, None, None, None  # statements the profiler does not cover (SET …)
+    system = info.get("system") if isinstance(info.get("system"), dict) else {}
+    memory, spilled = system.get("total_memory_allocated"), system.get("total_bytes_spilled")
+    return (
+        latency,
+        cpu,
+        float(memory) if isinstance(memory, int | float) else None,
+        float(spilled) if isinstance(spilled, int | float) else None,
+    )
 
 
 def describe(

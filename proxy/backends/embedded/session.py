@@ -335,6 +335,8 @@ class DuckDBSession:
                 result.latency,
                 result.cpu_time,
                 batch.job if batch is not None else None,
+                result.memory,
+                result.spilled,
             )
             for observer in self.observers:
                 observer(measured)
