@@ -5,6 +5,7 @@ limits, and the one way an error ends a command (a one-line message, exit status
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -77,6 +78,55 @@ def parse_mpl(value: str | None) -> tuple[int | None, bool]:
     return number, False
 
 
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
+
+
+def parse_size(value: str, option: str = "--memory") -> int:
+    """A size as people and DuckDB write it — 4GB, 512 MiB, 1.5GiB, 1000000 (bytes) — in bytes."""
+    match = _SIZE.fullmatch(value)
+    unit = _UNITS.get(match.group(2).lower()) if match else None
+    if match is None or unit is None:
+        raise fail(f"{option} takes a size such as 4GB, 512MiB or a number of bytes, not {value!r}")
+    return int(float(match.group(1)) * unit)
+
+
+def parse_memory(value: str | None) -> tuple[int | None, bool]:
+    """A --memory value: bytes (None: no budget) and whether it is "auto" — on the embedded
+    DuckDB 80 % of what its memory_limit leaves once the data is loaded."""
+    if value is None or value.strip().lower() == AUTO:
+        return None, True
+    return parse_size(value) or None, False
+
+
+MemoryOption = Annotated[
+    str,
+    typer.Option(
+        help="Memory budget: the statements in service at once may together take this much "
+        "at their peaks (each its class's M_r, measured by training). A size (4GB, 512MiB), 0 "
+        "for none, or 'auto': on the embedded DuckDB 80% of what its memory_limit leaves once "
+        "the data is loaded, in front of PostgreSQL none. A class without a measured M_r "
+        "reserves nothing; a statement larger than the whole budget runs alone.",
+        envvar=env("memory"),
+    ),
+]
+
+
 def limits(
     mpl: int,
     threads: int,
@@ -85,12 +135,14 @@ def limits(
     queue_timeout: float | None,
     due_factor: float | None = None,
     lifo_after: float | None = None,
+    memory: int | None = None,
 ) -> Limits:
     """The admission limits the options of serve and bench describe (0 means unlimited; a
     due factor of 0 turns the latency policy's aging off, None keeps its default)."""
     return Limits(
         mpl=mpl or None,
         threads=threads or None,
+        memory=memory or None,
         backfill=backfill,
         max_wait=max_wait,
         queue_timeout=queue_timeout,

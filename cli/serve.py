@@ -19,17 +19,21 @@ from admission.model import EtaModel, ModelError
 from admission.policies import POLICIES
 from admission.scheduler import MAX_CLASSES
 from cli.options import (
+    AUTO,
     RECOMMENDED_POLICY,
     BackfillOption,
     DueFactorOption,
     LifoAfterOption,
     MaxWaitOption,
+    MemoryOption,
     QueueTimeoutOption,
     ThreadsOption,
     env,
     fail,
     limits,
+    parse_memory,
     parse_mpl,
+    parse_size,
     progress_printer,
     recommended_mpl,
 )
@@ -74,6 +78,14 @@ def serve(
             min=1,
         ),
     ] = 8,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(
+            help="Embedded DuckDB only: DuckDB's memory_limit (4GB, 512MiB …; default DuckDB's "
+            "own, 80% of the machine's memory). The memory budget --memory auto is 80% of it.",
+            envvar=env("memory_limit"),
+        ),
+    ] = None,
     listen: Annotated[
         str, typer.Option(help="Address to accept clients on, HOST:PORT.", envvar=env("listen"))
     ] = "127.0.0.1:6432",
@@ -148,6 +160,7 @@ def serve(
         ),
     ] = None,
     threads: ThreadsOption = 0,
+    memory: MemoryOption = AUTO,
     backfill: BackfillOption = False,
     max_wait: MaxWaitOption = None,
     queue_timeout: QueueTimeoutOption = None,
@@ -324,8 +337,21 @@ def serve(
                 number = os.cpu_count() or 1
             else:
                 number = 0
+        duckdb_limit = None
+        if memory_limit is not None:
+            if backend is not None:
+                raise ValueError("--memory-limit is the embedded DuckDB's: not with --backend")
+            duckdb_limit = parse_size(memory_limit, "--memory-limit")
+        memory_budget, memory_auto = parse_memory(memory)
         admission_limits = limits(
-            number, threads, backfill, max_wait, queue_timeout, due_factor, lifo_after
+            number,
+            threads,
+            backfill,
+            max_wait,
+            queue_timeout,
+            due_factor,
+            lifo_after,
+            memory_budget,
         )
         prepare, dataset = _tpch(tpch)
         config = ProxyConfig(
@@ -343,6 +369,8 @@ def serve(
             if learn and sample_interval > 0
             else None,
             max_queue=max_queue,
+            memory_limit=duckdb_limit,
+            memory_auto=memory_auto and backend is None,
             max_classes=max_classes,
             max_message=max_message,
             max_buffered=max_buffered,

@@ -228,6 +228,16 @@ class AdminMetrics:
         gauges = (
             ("admission_in_service", "Statements in service", s.in_service if s else 0),
             ("admission_threads_in_use", "Thread budget in use", s.threads_in_use if s else 0),
+            (
+                "admission_memory_in_use_bytes",
+                "Memory budget in use: the M_r of the statements in service",
+                s.memory_in_use if s else 0,
+            ),
+            (
+                "admission_memory_budget_bytes",
+                "Memory budget (0: none)",
+                (s.limits.memory or 0) if s else 0,
+            ),
             ("admission_queued", "Statements waiting", s.queued if s else 0),
             (
                 "admission_mpl",
@@ -253,6 +263,7 @@ class LimitsChange(BaseModel):
 
     mpl: Annotated[int, Field(ge=0)] | Literal["auto"] | None = None
     threads: int | None = Field(default=None, ge=0)
+    memory: int | None = Field(default=None, ge=0)  # bytes; 0: no memory budget
     backfill: bool | None = None
     max_wait: float | None = Field(default=None, ge=0)
     queue_timeout: float | None = Field(default=None, ge=0)
@@ -299,6 +310,7 @@ def _limits_json(limits: Limits) -> dict[str, Any]:
     return {
         "mpl": limits.mpl,
         "threads": limits.threads,
+        "memory": limits.memory,
         "backfill": limits.backfill,
         "max_wait": limits.max_wait,
         "queue_timeout": limits.queue_timeout,
@@ -348,6 +360,7 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         "limits": _limits_json(scheduler.limits),
         "in_service": scheduler.in_service,
         "threads_in_use": scheduler.threads_in_use,
+        "memory_in_use": scheduler.memory_in_use,
         "queued": scheduler.queued,
         "queue_by_class": scheduler.queue_by_class(),
         "classes": len(scheduler.fingerprints),
@@ -492,7 +505,7 @@ def _add_controls(
             )
         for key in change.model_fields_set - ({"mpl"} if tune else set()):
             value = getattr(change, key)
-            zero_is_none = key in ("mpl", "threads", "due_factor", "lifo_after")
+            zero_is_none = key in ("mpl", "threads", "memory", "due_factor", "lifo_after")
             current[key] = (value or None) if zero_is_none else value
         try:
             limits = Limits(**current)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
@@ -42,6 +43,8 @@ def _quiet(_message: str) -> None:
     pass
 
 
+MEMORY_SHARE = 0.8  # of what DuckDB's memory_limit leaves: the embedded memory budget's default
+
 log = logging.getLogger("admission.proxy")
 
 
@@ -61,6 +64,10 @@ class ProxyConfig:
     # (the command line adds training's live profile sampler this way: training.live)
     extend: Callable[[Listener], Tuner | None] | None = None
     max_queue: int | None = 10_000
+    memory_limit: int | None = None  # the embedded DuckDB's memory_limit, bytes (None: DuckDB's)
+    # the embedded DuckDB's memory budget from what its memory_limit leaves once the data is
+    # loaded (MEMORY_SHARE of it), in place of limits.memory
+    memory_auto: bool = False
     max_classes: int | None = MAX_CLASSES  # statement shapes learned live, at most
     max_message: int = 256 * 1024 * 1024
     max_buffered: int = MAX_BUFFERED  # all clients' bytes buffered in the proxy, at most
@@ -160,11 +167,22 @@ def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress
     users = Users.configured(config.users_file)
     check_exposure(config, users)
     tls = tls_context(config)
-    backend = DuckDBBackend(config.database, workers=config.workers)
+    backend = DuckDBBackend(
+        config.database, workers=config.workers, memory_limit=config.memory_limit
+    )
     try:
         if config.prepare is not None:
             config.prepare(backend.connection, progress)
         backend.lock(Lockdown(config.file_access, config.extensions))
+        if config.memory_auto:
+            free = backend.memory_for_statements()
+            if free:
+                budget = max(1, int(free * MEMORY_SHARE))
+                gate.scheduler.limits = dataclasses.replace(gate.scheduler.limits, memory=budget)
+                progress(
+                    f"memory budget {budget / 2**20:.0f} MiB ({MEMORY_SHARE:.0%} of the "
+                    f"{free / 2**20:.0f} MiB DuckDB's memory_limit leaves beside the data)"
+                )
     except BaseException:
         backend.close()
         raise
@@ -198,13 +216,14 @@ async def serve(
     if config.admin_host is not None:
         admin = await start_admin(server.gate, metrics, config, server.learning, server.auto_mpl)
     log.info(
-        "listening host=%s port=%s backend=%s policy=%s mpl=%s threads=%s classes=%s",
+        "listening host=%s port=%s backend=%s policy=%s mpl=%s threads=%s memory=%s classes=%s",
         config.listen_host,
         server.port,
         describe_backend(config),
         config.policy,
         f"auto (from {config.limits.mpl})" if config.auto_mpl else config.limits.mpl,
         config.limits.threads,
+        f"{memory / 2**20:.0f}MiB" if (memory := server.gate.scheduler.limits.memory) else None,
         len(config.model.classes) if config.model else 0,
     )
     stop = asyncio.Event()

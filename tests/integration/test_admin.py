@@ -66,6 +66,17 @@ def test_policy_and_limits_change_at_run_time(make_proxy: MakeProxy) -> None:
     assert proxy.scheduler.limits.queue_timeout == 5
     off = httpx.put(f"{proxy.admin_url}/limits", json={"lifo_after": 0}).json()
     assert off["limits"]["lifo_after"] is None  # 0 is off, as on the command line
+    memory = httpx.put(f"{proxy.admin_url}/limits", json={"memory": 2**30}).json()
+    assert memory["limits"]["memory"] == 2**30 and proxy.scheduler.limits.memory == 2**30
+    assert memory["memory_in_use"] == 0
+    metrics = httpx.get(f"{proxy.admin_url}/metrics").text
+    gauges = dict(
+        line.split(" ", 1) for line in metrics.splitlines() if line.startswith("admission_memory")
+    )
+    assert float(gauges["admission_memory_budget_bytes"]) == 2**30
+    assert float(gauges["admission_memory_in_use_bytes"]) == 0
+    none = httpx.put(f"{proxy.admin_url}/limits", json={"memory": 0}).json()
+    assert none["limits"]["memory"] is None
     run_queries(proxy, "select 'still works'")
 
 

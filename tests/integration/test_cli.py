@@ -234,6 +234,13 @@ def test_classify_from_arguments_and_stdin() -> None:
         ),
         (["--lifo-after", "3"], "--lifo-after needs --queue-timeout"),
         (["--sample-interval", "5", "--profile-window", "2"], "--profile-window must be longer"),
+        (["--memory", "lots"], "--memory takes a size such as 4GB"),
+        (["--memory", "4 parsecs"], "--memory takes a size such as 4GB"),
+        (["--memory-limit", "-1GB"], "--memory-limit takes a size"),
+        (
+            ["--backend", "postgresql://127.0.0.1:1", "--memory-limit", "1GB"],
+            "--memory-limit is the embedded DuckDB's",
+        ),
     ],
 )
 def test_serve_bad_arguments_are_clear(args: list[str], message: str) -> None:

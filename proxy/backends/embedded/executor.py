@@ -65,7 +65,12 @@ class DuckDBBackend:
     """One DuckDB database and the worker threads that run statements on it."""
 
     def __init__(
-        self, database: str = ":memory:", workers: int = 8, *, profile: bool = True
+        self,
+        database: str = ":memory:",
+        workers: int = 8,
+        *,
+        profile: bool = True,
+        memory_limit: int | None = None,
     ) -> None:
         self.database = database
         try:
@@ -73,6 +78,8 @@ class DuckDBBackend:
         except duckdb.Error as e:
             raise ValueError(f"cannot open the DuckDB database {database}: {first_line(e)}") from e
         self.connection.execute("SET TimeZone = 'UTC'")  # server-wide in DuckDB
+        if memory_limit is not None:  # (before the lockdown, which keeps clients from it)
+            self.connection.execute(f"SET memory_limit = '{int(memory_limit)}B'")
         catalog.install(self.connection)  # PostgreSQL's catalogs, for tools that read them
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="duckdb")
         self.version = duckdb.__version__
@@ -80,6 +87,19 @@ class DuckDBBackend:
         self.server_version = f"{SERVER_VERSION} (admission, DuckDB {self.version})"
         self._planner: duckdb.DuckDBPyConnection | None = None  # plan_cost's own cursor
         self.version_string = f"PostgreSQL {self.server_version}"
+
+    def memory_for_statements(self) -> int | None:
+        """Bytes DuckDB may still use beyond what it holds now: its memory_limit less the
+        memory in use (an in-memory database's tables count against the limit), or None when
+        DuckDB reports no limit."""
+        cursor = self.connection.cursor()
+        try:
+            limit = _bytes(str(cursor.execute("select current_setting('memory_limit')").fetchone()))
+            row = cursor.execute("select sum(memory_usage_bytes) from duckdb_memory()").fetchone()
+        finally:
+            cursor.close()
+        used = int(row[0] or 0) if row else 0
+        return None if limit is None else max(0, limit - used)
 
     def cursor(self, user: str = "duckdb") -> duckdb.DuckDBPyConnection:
         cursor = self.connection.cursor()
@@ -508,6 +528,17 @@ def describe(
     except duckdb.Error as e:
         raise QueryError(sqlstate_for(e), first_line(e)) from None
     return [(d[0], pg_type(str(d[1]))) for d in relation.description or []]
+
+
+_SIZE = re.compile(r"\('?(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)'?,?\)")
+_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_UNITS |= {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
+
+
+def _bytes(setting: str) -> int | None:
+    """DuckDB's memory_limit as current_setting reports it in a row ('18.6 GiB',)."""
+    match = _SIZE.fullmatch(setting)
+    return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
 
 
 def first_line(error: BaseException) -> str:
