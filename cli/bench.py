@@ -28,6 +28,7 @@ from cli.options import (
     fail,
     limits,
     out,
+    parse_size,
     progress_printer,
 )
 
@@ -117,6 +118,21 @@ def bench(
         int, typer.Option(help="MPL for every policy but none (0 = unlimited).", min=0)
     ] = 4,
     threads: ThreadsOption = 0,
+    memory: Annotated[
+        str | None,
+        typer.Option(
+            help="The memory budget of the POLICY+mem runs (4GB, 512MiB): each statement's "
+            "class M_r reserved, as serve --memory does; default, on the embedded DuckDB, 80% "
+            "of what its memory_limit leaves beside the data. Runs without +mem have none.",
+        ),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(
+            help="Embedded DuckDB: its memory_limit (4GB …), for a memory-pressure scenario "
+            "(DuckDB's default: 80% of the machine's memory).",
+        ),
+    ] = None,
     backfill: BackfillOption = False,
     max_wait: MaxWaitOption = None,
     queue_timeout: QueueTimeoutOption = None,
@@ -128,7 +144,8 @@ def bench(
             help="Comma-separated: none, fcfs, sept, min-q, min-a, max-u, max-p, …; POLICY@N "
             "runs that policy at MPL N (fcfs@1,fcfs@2,fcfs@4: pools of each size); "
             "POLICY@auto tunes the MPL while it runs (as serve --mpl auto), from --mpl or the "
-            "cores; POLICY+learn starts from no model and learns D_r while it runs."
+            "cores; POLICY+learn starts from no model and learns D_r while it runs; POLICY+mem "
+            "admits under the memory budget (--memory)."
         ),
     ] = ",".join(("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p")),
     repetitions: Annotated[int, typer.Option(help="Repetitions of every policy.", min=1)] = 3,
@@ -170,6 +187,10 @@ def bench(
             slo=_slo_map(slo),
             slo_factor=slo_factor,
             max_connections=max_connections,
+            memory=parse_size(memory) if memory is not None else None,
+            memory_limit=parse_size(memory_limit, "--memory-limit")
+            if memory_limit is not None
+            else None,
             mix=mix_by_name(mix),
             backend=backend,
             tpch=tpch,

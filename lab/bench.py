@@ -86,32 +86,48 @@ Progress = Callable[[str], None]
 
 
 LEARN = "+learn"  # a policy spec's suffix: start from no model and learn D_r while it runs
+MEMORY = "+mem"  # a policy spec's suffix: admit under the memory budget (--memory)
 AUTO = "auto"  # POLICY@auto: the MPL tuned while it runs
+
+
+def _suffixes(spec: str) -> tuple[str, set[str]]:
+    """``latency@2+mem+learn`` → ("latency@2", {"+mem", "+learn"})."""
+    spec = spec.strip()
+    found: set[str] = set()
+    while True:
+        for suffix in (LEARN, MEMORY):
+            if spec.endswith(suffix) and suffix not in found:
+                found.add(suffix)
+                spec = spec[: -len(suffix)].rstrip()
+                break
+        else:
+            return spec, found
 
 
 def learns(spec: str) -> bool:
     """Whether a run of ``spec`` (``latency@2+learn``) starts from no model and learns."""
-    return spec.strip().endswith(LEARN)
+    return LEARN in _suffixes(spec)[1]
+
+
+def memory_aware(spec: str) -> bool:
+    """Whether a run of ``spec`` (``fcfs@4+mem``) admits under the memory budget: each
+    statement's class M_r reserved, as ``serve --memory`` does."""
+    return MEMORY in _suffixes(spec)[1]
 
 
 def tunes_mpl(spec: str) -> bool:
     """Whether a run of ``spec`` (``latency@auto``) tunes its MPL while it runs (``--mpl
     auto``), starting from the configured MPL (or this machine's cores)."""
-    spec = spec.strip()
-    if learns(spec):
-        spec = spec[: -len(LEARN)]
-    return spec.partition("@")[2].strip().lower() == AUTO
+    return _suffixes(spec)[0].partition("@")[2].strip().lower() == AUTO
 
 
 def parse_policy(spec: str) -> tuple[str, int | None]:
     """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2; ``fcfs@auto``: tuned, see
-    ``tunes_mpl``, the MPL returned is None); "none" takes no MPL. A ``+learn`` suffix (see
-    ``learns``) is allowed on any but none."""
-    spec = spec.strip()
-    if learns(spec):
-        spec = spec[: -len(LEARN)]
-        if spec.partition("@")[0] == "none":
-            raise ValueError("none is no admission control: it has no model to learn")
+    ``tunes_mpl``, the MPL returned is None); "none" takes no MPL. The suffixes ``+learn``
+    (see ``learns``) and ``+mem`` (``memory_aware``) are allowed on any but none."""
+    spec, suffixes = _suffixes(spec)
+    if suffixes and spec.partition("@")[0] == "none":
+        raise ValueError("none is no admission control: it has no model to learn or budget")
     name, at, mpl = spec.partition("@")
     if name != "none" and name not in POLICIES:
         choices = ", ".join(("none", *POLICIES))
@@ -156,6 +172,8 @@ class BenchConfig:
     slo: dict[str, float] = field(default_factory=dict)  # class name → seconds
     slo_factor: float | None = None  # otherwise SLO = k · D_r
     max_connections: int = 256
+    memory: int | None = None  # POLICY+mem's budget, bytes (None: the embedded server's auto)
+    memory_limit: int | None = None  # the embedded DuckDB's memory_limit, bytes
 
     def __post_init__(self) -> None:
         if self.arrivals not in ARRIVALS:
@@ -302,15 +320,17 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _limits(config: BenchConfig, policy: str) -> Limits:
+def _limits(config: BenchConfig, policy: str, memory: int | None = None) -> Limits:
     """A run's limits: none has none; POLICY@N runs at MPL N; POLICY@auto starts from the
-    configured MPL, or this machine's cores; others run at the configured ones."""
+    configured MPL, or this machine's cores; others run at the configured ones; POLICY+mem
+    under the memory budget ``memory``, the others without one."""
     name, mpl = parse_policy(policy)
     if name == "none":
         return Limits()
     if tunes_mpl(policy):
         mpl = config.limits.mpl or os.cpu_count() or 1
-    return config.limits if mpl is None else dataclasses.replace(config.limits, mpl=mpl)
+    limits = config.limits if mpl is None else dataclasses.replace(config.limits, mpl=mpl)
+    return dataclasses.replace(limits, memory=memory if memory_aware(policy) else None)
 
 
 def run_bench(
@@ -345,9 +365,17 @@ def run_bench(
         progress=progress,
         learn=any(learns(p) for p in config.policies),
         auto_mpl=any(tunes_mpl(p) for p in config.policies),
+        memory_limit=config.memory_limit,
+        memory_auto=config.memory is None and any(memory_aware(p) for p in config.policies),
     )
     proxy, conninfo = target.proxy, target.conninfo
     learning, auto_mpl = proxy.server.learning, proxy.server.auto_mpl
+    budget = config.memory
+    if budget is None and any(memory_aware(p) for p in config.policies):
+        budget = proxy.server.gate.scheduler.limits.memory  # the server's auto
+        if budget is None:
+            raise ValueError("POLICY+mem needs --memory SIZE (in front of PostgreSQL: no auto)")
+        progress(f"memory budget of the +mem runs: {budget / 2**20:.0f} MiB")
     traced, traced_demands = _traced(trace, model) if trace is not None else (None, {})
     try:
         gate = proxy.gate
@@ -359,7 +387,9 @@ def run_bench(
                 traced if traced is not None else _arrivals(config, result.rate, dialect, rep)
             )
             for policy in order:
-                proxy.call(functools.partial(_switch, gate, policy, _limits(config, policy)))
+                proxy.call(
+                    functools.partial(_switch, gate, policy, _limits(config, policy, budget))
+                )
                 if learning is not None:  # learning runs start from nothing; others keep
                     if learns(policy):  # the model as given
                         proxy.call(learning.reset)

@@ -55,6 +55,8 @@ def open_target(
     progress: Progress = _quiet,
     learn: bool = False,
     auto_mpl: bool = False,
+    memory_limit: int | None = None,
+    memory_auto: bool = False,
 ) -> Target:
     """``backend``: "duckdb" (embedded, in memory) or postgresql://HOST:PORT/DB, into which
     TPC-H is loaded first (loading is idempotent). ``learn``: the proxy keeps its model current
@@ -69,6 +71,8 @@ def open_target(
             limits=limits or Limits(),
             learn=learn,
             auto_mpl=auto_mpl,
+            memory_limit=memory_limit,
+            memory_auto=memory_auto,
         )
         proxy = BackgroundProxy(config, progress)
         return Target(proxy, proxy.conninfo())

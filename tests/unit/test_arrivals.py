@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.bench import BenchConfig, burst_recovery, parse_policy
+from lab.bench import BenchConfig, burst_recovery, learns, memory_aware, parse_policy, tunes_mpl
 from workloads.arrivals import Bursts, bursty, poisson, rate_at, read_trace
 from workloads.tpch.mixes import MIXES, mix_by_name
 
@@ -86,7 +86,14 @@ def test_written_out_mixes() -> None:
 
 def test_bench_policy_specs_and_open_config_errors() -> None:
     assert parse_policy("fcfs@2") == ("fcfs", 2) and parse_policy("none") == ("none", None)
+    for spec in ("fcfs@4+mem", "latency@2+mem+learn", "latency@2+learn+mem"):
+        assert parse_policy(spec)[1] in (2, 4) and memory_aware(spec)
+    assert learns("latency@2+mem+learn") and learns("latency@2+learn+mem")
+    assert not memory_aware("fcfs@4") and not memory_aware("fcfs@4+learn")
+    assert tunes_mpl("latency@auto+mem") and not tunes_mpl("latency@2+mem")
     for bad, message in (
+        ("none+mem", "none is no admission control"),
+        ("fcfs@4+mem+mem", "whole number"),
         ("lifo", "unknown policy"),
         ("none@2", "takes no MPL"),
         ("fcfs@0", "at least 1"),
