@@ -36,6 +36,7 @@ from cli.options import (
     float_list,
     out,
     parse_mpl,
+    parse_size,
     policy_list,
     resolve_lifo_after,
 )
@@ -76,6 +77,14 @@ def simulate(
     fcr: Annotated[
         int, typer.Option(help="N_fcr: thread budget (0 = unlimited).", envvar=env("fcr"), min=0)
     ] = 100,
+    memory: Annotated[
+        str,
+        typer.Option(
+            help="Memory budget (4GB, 512MiB; 0 = none): each job reserves its class's M_r "
+            "from --model (classes without one reserve nothing), as serve --memory does.",
+            envvar=env("memory"),
+        ),
+    ] = "0",
     mpl: Annotated[
         str,
         typer.Option(
@@ -210,6 +219,7 @@ def simulate(
             mix=shares,
             think=think,
             fcr=fcr or None,
+            memory=parse_size(memory) or None,
             mpl=mpl_number or None,
             mpl_auto=mpl_auto,
             backfill=backfill,

@@ -54,6 +54,7 @@ class SimConfig:
     mix: tuple[float, ...] = (0.6, 0.2, 0.2)
     think: float = 5.0
     fcr: int | None = 100
+    memory: int | None = None  # the memory budget (bytes of the classes' M_r in service)
     mpl: int | None = None
     backfill: bool = False
     max_wait: float | None = None
@@ -90,6 +91,7 @@ class SimConfig:
         return Limits(
             mpl=(self.mpl or self.cores) if self.mpl_auto else self.mpl,
             threads=self.fcr,
+            memory=self.memory,
             backfill=self.backfill,
             max_wait=self.max_wait,
             queue_timeout=self.queue_timeout,

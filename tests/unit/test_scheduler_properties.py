@@ -1,8 +1,9 @@
 """Property tests of the scheduler under random interleavings (hypothesis state machine).
 
-Invariants: a non-bypass grant never exceeds the MPL, the thread budget or the memory budget; every admitted job is
-released exactly once; no job is lost or admitted twice; the incrementally kept scores equal η·N
-recomputed from scratch; and once every client is done all capacity is back.
+Invariants: a non-bypass grant never exceeds the MPL, the thread budget or the memory budget;
+every admitted job is released exactly once; no job is lost or admitted twice; the incrementally
+kept scores equal η·N recomputed from scratch; and once every client is done all capacity is
+back.
 """
 
 from __future__ import annotations

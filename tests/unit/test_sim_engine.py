@@ -122,3 +122,29 @@ def test_the_simulator_drives_the_proxys_scheduler_class() -> None:
     engine = _Engine(w, SimConfig(), w.model(64, 100), "min-a", np.random.default_rng(0))
     assert type(engine.scheduler) is Scheduler
     assert engine.scheduler.limits == Limits(threads=100)
+
+
+def test_the_memory_budget_holds_in_the_simulator() -> None:
+    """The simulator admits through the same scheduler: with every class's M_r set, the
+    memory in service never passes the budget, and it binds (fewer jobs at once than without)."""
+    w = synthetic("var-para")
+    base = w.model(64, 40)
+    model = base.model_copy(
+        update={"classes": tuple(c.model_copy(update={"M": 100.0}) for c in base.classes)}
+    )
+    peaks = {}
+    for memory in (None, 250):
+        cfg = SimConfig(completions=1_500, warmup=100, fcr=None, memory=memory)
+        engine = _Engine(w, cfg, model, "fcfs", np.random.default_rng(0))
+        seen = {"memory": 0, "jobs": 0}
+
+        def watch(e: Event, engine: _Engine = engine, seen: dict[str, int] = seen) -> None:
+            if e.kind == "grant":
+                seen["memory"] = max(seen["memory"], engine.scheduler.memory_in_use)
+                seen["jobs"] = max(seen["jobs"], engine.scheduler.in_service)
+
+        engine.scheduler.observe(events=watch)
+        engine.run()
+        peaks[memory] = seen
+    assert peaks[250]["memory"] == 200 and peaks[250]["jobs"] == 2
+    assert peaks[None]["memory"] == 0 and peaks[None]["jobs"] > 2
