@@ -146,3 +146,22 @@ def test_functions_see_their_arguments_not_their_own_columns(
     )
     assert sql is not None
     assert con.execute(sql).fetchall() == [("child", "child"), ("parent", "parent")]
+
+
+@pytest.mark.parametrize(
+    ("call", "postgresql"),
+    [  # what PostgreSQL 15's format() gives for each
+        ("format('%I.%I', 'main', 'Mixed Case')", 'main."Mixed Case"'),
+        ("format('%I', 'plain_name')", "plain_name"),
+        ("format('%I', 'a\"b')", '"a""b"'),
+        ("format('x=%L and %s', 'it''s', NULL)", "x='it''s' and "),
+        ("format('%L', NULL)", "NULL"),
+        ("format('no arguments')", "no arguments"),
+    ],
+)
+def test_format_quotes_identifiers_and_literals_as_postgresql(
+    con: duckdb.DuckDBPyConnection, call: str, postgresql: str
+) -> None:
+    sql = catalog.translate(f"select pg_catalog.{call}")
+    assert sql is not None
+    assert con.execute(sql).fetchone() == (postgresql,)

@@ -507,9 +507,21 @@ _SETTINGS = {
     "lc_collate": "C",
     "lc_ctype": "C",
 }
+# format()'s argument i as its placeholder wants it: %I an identifier quoted where PostgreSQL's
+# quote_ident would (anything but lower-case letters, digits, _ and $ not first), %L a literal
+# (NULL, or quoted with its quotes doubled), %s the text (NULL: empty)
+_FORMAT_ARG = (
+    "(fmt_, pos_, val_) as case list_extract(regexp_extract_all(fmt_, '%[sIL]'), pos_) "
+    "when '%I' then case when regexp_full_match(val_::varchar, '[a-z_][a-z0-9_$]*') "
+    "then val_::varchar else '\"' || replace(val_::varchar, '\"', '\"\"') || '\"' end "
+    "when '%L' then case when val_ is null then 'NULL' "
+    "else chr(39) || replace(val_::varchar, chr(39), chr(39) || chr(39)) || chr(39) end "
+    "else coalesce(val_::varchar, '') end"
+)
 _FORMATS = [
-    "(f, {args}) as printf(replace(replace(f, '%I', '%s'), '%L', '''%s'''), {args})".format(
-        args=", ".join(f"a{i}" for i in range(n))
+    "(f, {args}) as printf(regexp_replace(f, '%[IL]', '%s', 'g'), {quoted})".format(
+        args=", ".join(f"a{i}" for i in range(n)),
+        quoted=", ".join(f"{S}.format_arg(f, {i + 1}, a{i})" for i in range(n)),
     )
     for n in range(1, 5)
 ]
@@ -624,7 +636,8 @@ def _macros() -> list[str]:
         f"create or replace macro {S}.pg_total_relation_size(x) as {S}.pg_table_size(x)",
         f"create or replace macro {S}.pg_database_size(x) as 0",
         f"create or replace macro {S}.btrim(t) as trim(t), (t, c) as trim(t, c)",
-        # PostgreSQL's format (%s, %I, %L), not DuckDB's ({}): identifiers unquoted
+        # PostgreSQL's format (%s, %I, %L), not DuckDB's ({})
+        f"create or replace macro {S}.format_arg{_FORMAT_ARG}",
         f"create or replace macro {S}.format(f) as f, " + ", ".join(_FORMATS),
         f"create or replace macro {S}.array_upper(a, d) as case when len(a) > 0 then len(a) end",
         f"create or replace macro {S}.array_lower(a, d) as case when len(a) > 0 then 1 end",
