@@ -210,3 +210,30 @@ def test_a_failure_while_streaming_is_the_row_paths_error() -> None:
     assert failed.value.sqlstate == sqlstate_for(row_path.value) == "22P02"
     assert str(failed.value) == executor.first_line(row_path.value)
     assert con.execute("select 42").fetchone() == (42,)  # the cursor is free again
+
+
+@columnar_only
+def test_a_close_while_a_fetch_runs_waits_for_it() -> None:
+    """A client gone while DuckDB makes the next batch (the fetch without the GIL, in a worker
+    thread): close() from the event loop's thread is done when that fetch returns."""
+    import threading
+
+    import duckdb
+
+    con = duckdb.connect()
+    sql = "select sum(a.range * b.range) from range(3000) a, range(3000) b group by a.range % 7"
+    result = executor._columnar(con, "select 1 as x", ())
+    assert result is not None and result.more is None  # (short: closed at once)
+    submitted = con._submit(sql, None, "stream", 100)
+    encoders = (executor._encoder(pg_type("HUGEINT"), 0),)
+    stream = rows_c.ArrowRows(submitted.arrow_capsule(), encoders)
+    got: list[object] = []
+    worker = threading.Thread(target=lambda: got.append(stream.fetch(1)))
+    worker.start()
+    while not worker.is_alive():
+        pass
+    stream.close()  # meanwhile
+    worker.join(60)
+    assert got and not worker.is_alive()
+    assert stream.done and stream.fetch(10) == []
+    assert con.execute("select 42").fetchone() == (42,)  # the cursor is free again

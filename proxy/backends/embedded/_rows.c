@@ -244,6 +244,7 @@ typedef struct {
     struct ArrowArray batch;
     int64_t position; /* next row of batch */
     int open, has_batch;
+    int busy, close_pending; /* a fetch runs (perhaps in DuckDB, without the GIL); close waits */
     Py_ssize_t columns;
     int *kinds;
     int *scales;
@@ -628,12 +629,33 @@ next_batch(ArrowRows *self)
     }
 }
 
+static PyObject *ArrowRows_fetch_rows(ArrowRows *self, Py_ssize_t limit);
+
+/* fetch(n): one thread at a time; a close() from another thread meanwhile (a client gone while
+ * DuckDB makes the next batch) is done when the fetch returns, never under it */
 static PyObject *
 ArrowRows_fetch(ArrowRows *self, PyObject *arg)
 {
     Py_ssize_t limit = PyLong_AsSsize_t(arg);
     if (limit == -1 && PyErr_Occurred())
         return NULL;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "another fetch of this stream is running");
+        return NULL;
+    }
+    self->busy = 1;
+    PyObject *out = ArrowRows_fetch_rows(self, limit);
+    self->busy = 0;
+    if (self->close_pending) {
+        self->close_pending = 0;
+        arrow_close(self);
+    }
+    return out;
+}
+
+static PyObject *
+ArrowRows_fetch_rows(ArrowRows *self, Py_ssize_t limit)
+{
     PyObject *out = PyList_New(0);
     if (out == NULL)
         return NULL;
@@ -687,7 +709,10 @@ fail:
 static PyObject *
 ArrowRows_close(ArrowRows *self, PyObject *Py_UNUSED(ignored))
 {
-    arrow_close(self);
+    if (self->busy)
+        self->close_pending = 1; /* the running fetch closes it as it returns */
+    else
+        arrow_close(self);
     Py_RETURN_NONE;
 }
 
