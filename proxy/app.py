@@ -148,7 +148,9 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         )
     listener.startup_timeout = config.startup_timeout
     if config.learn:
-        listener.learning = LiveModel(gate, config.model_path, planner=planner)
+        learning = listener.learning = LiveModel(gate, config.model_path, planner=planner)
+        if config.backend is None:  # DuckDB's profiler measures a sample's memory
+            embedded.sample(learning.memory_wanted, learning.memory_measured)
     if config.auto_mpl:
         start = config.limits.mpl or os.cpu_count() or 1
         # embedded: more statements in service than worker threads would only queue there

@@ -9,6 +9,11 @@ one class at a time off the event loop, so that a class never measured starts fr
 scaled from what the measured classes cost and took. With a model file it saves the model
 there atomically every ``save_every`` seconds when it changed, and once more on shutdown, so a
 restart resumes from what was learned.
+
+On the embedded DuckDB it also follows each class's memory (M_r, what a memory budget reserves):
+the first ``MEMORY_FIRST`` statements of a class and then one in ``MEMORY_EVERY`` run with
+DuckDB's profiler on (``memory_wanted``), and a statement that took more than its class's M_r
+raises it to what it took at the next look (``memory_measured``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ PLAN_AT_ONCE = 16  # classes asked about per look
 # The database's cost estimate of a statement (a sample of a class), or None when it has none.
 Planner = Callable[[str], Awaitable[float | None]]
 SAVE_EVERY = 300.0  # seconds between saves of a changed model to its file
+MEMORY_FIRST = 8  # statements of a class whose memory is measured first …
+MEMORY_EVERY = 32  # … then one in this many
+_MEMORY_KEEP = 4096  # classes followed at most (fingerprints beyond the scheduler's: dropped)
 
 
 class LiveModel:
@@ -61,6 +69,8 @@ class LiveModel:
         self._dirty = False
         self._saved_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._memory_seen: dict[str, int] = {}  # class → statements seen by memory_wanted
+        self._memory_taken: dict[str, float] = {}  # class → the most a statement took
 
     @property
     def enabled(self) -> bool:
@@ -109,13 +119,50 @@ class LiveModel:
             if cost is not None:
                 self.estimator.planned(fingerprint, cost)
 
+    def memory_wanted(self, fingerprint: str) -> bool:
+        """Whether this statement of class ``fingerprint`` has its memory measured."""
+        if not self.estimator.enabled or not fingerprint:
+            return False
+        seen = self._memory_seen.get(fingerprint, 0) + 1
+        if len(self._memory_seen) >= _MEMORY_KEEP and fingerprint not in self._memory_seen:
+            self._memory_seen.clear()
+        self._memory_seen[fingerprint] = seen
+        return seen <= MEMORY_FIRST or seen % MEMORY_EVERY == 0
+
+    def memory_measured(self, measured: Any) -> None:
+        """A ``Measurement`` of the embedded server: its memory, if more than seen yet."""
+        memory, fingerprint = measured.memory, measured.fingerprint
+        if memory is None or not fingerprint:
+            return
+        if len(self._memory_taken) >= _MEMORY_KEEP and fingerprint not in self._memory_taken:
+            self._memory_taken.clear()
+        if memory > self._memory_taken.get(fingerprint, -1.0):
+            self._memory_taken[fingerprint] = memory
+
+    def _with_memory(self, model: EtaModel) -> EtaModel:
+        """``model`` with the M_r of every class a statement took more than it says."""
+        if not self._memory_taken:
+            return model
+        classes = list(model.classes)
+        changed = False
+        for i, c in enumerate(classes):
+            taken = self._memory_taken.get(c.fingerprint)
+            if taken is not None and taken > (c.M or 0.0):
+                classes[i] = c.model_copy(update={"M": taken})
+                changed = True
+        if not changed:
+            return model
+        return model.model_copy(update={"classes": tuple(classes), "eta": {}})
+
     def refresh(self) -> bool:
-        """Swap in a model that follows the estimates if any moved enough; True if one was."""
+        """Swap in a model that follows the estimates if any moved enough, or whose memory
+        grew; True if one was."""
         if not self.estimator.enabled:
             return False
         old = self.gate.scheduler.model
-        model = self.estimator.refresh(old)
-        if model is None:
+        moved = self.estimator.refresh(old)
+        model = self._with_memory(moved or old)
+        if moved is None and model is old:
             return False
         before = {c.fingerprint: c.D for c in old.classes}
         now = time.time()

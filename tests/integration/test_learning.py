@@ -258,3 +258,38 @@ def test_the_planners_explain_one_select_and_never_run_what_follows() -> None:
         assert backend.connection.execute("select count(*) from t").fetchone() == (1,)
     finally:
         backend.close()
+
+
+def test_embedded_learns_each_classs_memory_from_a_sample_of_its_statements() -> None:
+    """While learning, the first statements of a class and then one in MEMORY_EVERY run with
+    DuckDB's profiler on; a statement that took more memory than its class's M_r raises M_r to
+    what it took, and the memory budget reserves it from then on. Statements not sampled run
+    with the profiler off."""
+    from proxy.learning import MEMORY_EVERY, MEMORY_FIRST
+
+    e = Embedded(Limits(mpl=2, memory=2**40), policy="fcfs")
+    try:
+        learning = e.call(lambda: LiveModel(e.server.gate))
+        e.call(lambda: e.server.sample(learning.memory_wanted, learning.memory_measured))
+        profiled: list[bool] = []
+        e.call(lambda: e.server.sample(lambda fp: True, lambda m: profiled.append(True)))
+        hashing = (
+            "select count(*), sum(n) from "
+            "(select i % 200000 as k, count(*) as n from range(2000000) t(i) group by k)"
+        )
+        scanning = "select sum(i) from range(1000000) t(i)"
+        with e.connect() as conn:
+            for _ in range(MEMORY_FIRST + 2):
+                conn.execute(hashing).fetchall()
+                conn.execute(scanning).fetchall()
+        e.call(learning.refresh)
+        model = e.call(lambda: e.server.gate.scheduler.model)
+        memory = {c.sample_sql: c.M for c in model.classes}
+        seen = e.call(lambda: dict(learning._memory_seen))
+    finally:
+        e.close()
+    assert memory[hashing] is not None and memory[hashing] > 1 << 20, memory  # a hash table
+    assert (memory[scanning] or 0) < memory[hashing]
+    assert sorted(seen.values()) == [MEMORY_FIRST + 2] * 2
+    assert len(profiled) == 2 * (MEMORY_FIRST + 2)  # (the second sampler wants every one)
+    assert learning.memory_wanted("x") and MEMORY_EVERY > MEMORY_FIRST

@@ -178,6 +178,7 @@ class Measurement:
     # working memory), and bytes it spilled to disk (profiler; None: not measured)
     memory: float | None = None
     spilled: float | None = None
+    fingerprint: str = ""  # the statement's class
 
     @property
     def parallelism(self) -> float | None:

@@ -279,6 +279,7 @@ class EmbeddedConnection(asyncio.Protocol):
             backend.cursor(params.get("user", "duckdb")),
             self.out,
             self.server.observers,
+            self.server.samplers,
         )
         self.session.settings["application_name"] = params.get("application_name", "")
         out = bytearray(auth or pg.message(b"R", _INT32.pack(0)))
@@ -518,12 +519,23 @@ class EmbeddedServer(Listener):
         self.by_key: dict[tuple[int, int], EmbeddedConnection] = {}
         # sessions read this list; only ``observe`` and what it returns change it
         self.observers: list[Callable[[Measurement], None]] = []
+        self.samplers: list[tuple[Callable[[str], bool], Callable[[Measurement], None]]] = []
 
     def observe(self, observer: Callable[[Measurement], None]) -> Callable[[], None]:
         """Register ``observer`` for one ``Measurement`` per statement run (DuckDB's profiler
         is on while anyone listens); returns what unregisters it."""
         self.observers.append(observer)
         return lambda: self.observers.remove(observer)
+
+    def sample(
+        self, wants: Callable[[str], bool], observer: Callable[[Measurement], None]
+    ) -> Callable[[], None]:
+        """Register ``observer`` for a ``Measurement`` of the statements ``wants`` picks (by
+        their class's fingerprint; DuckDB's profiler is on for those alone); returns what
+        unregisters it."""
+        entry = (wants, observer)
+        self.samplers.append(entry)
+        return lambda: self.samplers.remove(entry)
 
     def protocol(self) -> EmbeddedConnection:
         return EmbeddedConnection(self)

@@ -225,12 +225,16 @@ class DuckDBSession:
         cursor: duckdb.DuckDBPyConnection,
         out: bytearray,
         observers: list[Callable[[Measurement], None]],
+        samplers: Sequence[tuple[Callable[[str], bool], Callable[[Measurement], None]]] = (),
     ) -> None:
         self.connection = connection
         self.backend = backend
         self.cursor = cursor
         self.out = out  # replies not yet written (the connection's buffer)
         self.observers = observers  # the server's: one Measurement per statement run
+        # the server's too: (wants, observer) — a Measurement of the statements of a class
+        # (its fingerprint) that ``wants`` picks, the profiler on for those only
+        self.samplers = samplers
         self.status = b"I"  # transaction status, as ReadyForQuery reports it
         self.settings: dict[str, str] = {}  # PostgreSQL-only parameters SET in this session
         self.statements: dict[str, Prepared] = {}
@@ -294,7 +298,14 @@ class DuckDBSession:
         _check_catalogs(query)
         query = compat.rewrite(catalog.translate(query) or query, backend.version_string)
         await self._settle()
-        profile = backend.profile and bool(self.observers)
+        batch = self.connection.batch
+        query_class = batch.query_class if batch is not None else None
+        fingerprint = query_class.fingerprint if query_class is not None else ""
+        listening = list(self.observers)
+        for wants, observer in self.samplers:
+            if wants(fingerprint):
+                listening.append(observer)
+        profile = backend.profile and bool(listening)
         if profile != self.profiling:
             await loop.run_in_executor(backend.pool, set_profiling, self.cursor, profile)
             self.profiling = profile
@@ -327,9 +338,7 @@ class DuckDBSession:
         if result.more is not None:
             self.open = result
         self._track_transaction(result.tag)
-        if self.observers:
-            batch = self.connection.batch
-            query_class = batch.query_class if batch is not None else None
+        if listening:
             measured = Measurement(
                 query_class.name if query_class is not None else "",
                 result.latency,
@@ -337,8 +346,9 @@ class DuckDBSession:
                 batch.job if batch is not None else None,
                 result.memory,
                 result.spilled,
+                fingerprint,
             )
-            for observer in self.observers:
+            for observer in listening:
                 observer(measured)
         return result
 
