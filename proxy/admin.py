@@ -415,6 +415,8 @@ def _class_view(
             "D_trained": profile.D_trained,
             "cost": profile.cost,
             "profiled": profile.profiled,
+            "M": profile.M,  # bytes a statement takes at its peak (None: not measured)
+            "spill": profile.spill,
             # when the live model last moved D_r (ISO 8601, UTC), if it did since the start
             "learned_at": None
             if learned_at is None

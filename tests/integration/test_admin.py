@@ -123,6 +123,8 @@ def test_eta_and_model_reload(make_proxy: MakeProxy, tmp_path: Path) -> None:
                 D_runs=10,
                 f_runs={2: 7, 1: 3},
                 converged=False,
+                M=48_000_000,
+                spill=0,
             ),
         )
     )
@@ -136,6 +138,7 @@ def test_eta_and_model_reload(make_proxy: MakeProxy, tmp_path: Path) -> None:
     a = shown["a"]  # a profile without them (an older model file): unknown, not made up
     assert a["D_low"] is None and a["D_high"] is None and a["converged"] is None
     assert a["D_runs"] == 0 and a["f_runs"] == {}
+    assert (b["M"], b["spill"], a["M"], a["spill"]) == (48_000_000, 0, None, None)
     eta = httpx.get(f"{proxy.admin_url}/eta").json()
     assert eta["classes"] == ["a", "b"] and eta["eta"] == [[-2.0, -2.0], [-5.0, -5.0]]
     assert httpx.get(f"{proxy.admin_url}/eta", params={"policy": "sept"}).json()["bias"] == [-1, -3]

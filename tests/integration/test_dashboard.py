@@ -71,7 +71,9 @@ def _model() -> EtaModel:
 
 @pytest.fixture
 def proxy(make_proxy: MakeProxy) -> ProxyHarness:
-    harness = make_proxy(admin=True, policy="max-p", model=_model(), limits=Limits(mpl=3))
+    harness = make_proxy(
+        admin=True, policy="max-p", model=_model(), limits=Limits(mpl=3, memory=2**30)
+    )
     with psycopg.connect(
         host="127.0.0.1", port=harness.port, user="postgres", dbname="postgres", autocommit=True
     ) as conn:
@@ -91,6 +93,7 @@ def test_dashboard_renders_live_state(proxy: ProxyHarness) -> None:
     assert 'data-ready="yes"' in dom, out.stderr[-2000:]
     assert '<b id="policy">max-p</b>' in dom
     assert 'id="mpl">of 3<' in dom
+    assert 'id="cap-memory-n">0 MiB/1024 MiB<' in dom  # the memory budget, none in use
     assert dom.count('<td style="background:rgb(') == 4  # the 2×2 η heat map
     assert "sleep" in dom and "count" in dom  # the legend of the latency plot
 
