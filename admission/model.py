@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 FORMAT = "admission-eta-model"
+# a statement's memory above this (1 PiB) is not a measurement: a model file holding it is refused
+MAX_MEMORY = float(2**50)
 FORMAT_VERSION = 2  # 2: memory (M, spill); a version-1 file still loads, its memory unknown
 READABLE_VERSIONS = (1, 2)
 
@@ -73,6 +75,7 @@ class Profile(_Frozen):
     M: float | None = Field(
         default=None,
         ge=0,
+        le=MAX_MEMORY,
         description="memory one statement takes at its peak (bytes), what admission reserves "
         "for it under a memory budget (None: not measured)",
     )
@@ -301,6 +304,13 @@ class EtaModel(_Frozen):
         except ValidationError as e:
             first = e.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            loc = first["loc"]
+            if len(loc) > 1 and loc[0] == "classes" and isinstance(loc[1], int):
+                entries = raw.get("classes") if isinstance(raw, dict) else None
+                entry = entries[loc[1]] if isinstance(entries, list) else None
+                name = entry.get("name") if isinstance(entry, dict) else None
+                if isinstance(name, str):
+                    where += f" (class {name})"
             more = f" (and {e.error_count() - 1} more problems)" if e.error_count() > 1 else ""
             raise ModelError(f"{source}: field {where}: {first['msg']}{more}") from None
         model._check_eta(source)

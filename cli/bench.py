@@ -19,7 +19,9 @@ from cli.options import (
     BackfillOption,
     DueFactorOption,
     LifoAfterOption,
+    MaxTempSizeOption,
     MaxWaitOption,
+    MemoryLimitOption,
     OutputFormat,
     QueueTimeoutOption,
     ThreadsOption,
@@ -28,6 +30,7 @@ from cli.options import (
     fail,
     limits,
     out,
+    parse_embedded_sizes,
     parse_size,
     progress_printer,
 )
@@ -126,13 +129,8 @@ def bench(
             "of what its memory_limit leaves beside the data. Runs without +mem have none.",
         ),
     ] = None,
-    memory_limit: Annotated[
-        str | None,
-        typer.Option(
-            help="Embedded DuckDB: its memory_limit (4GB …), for a memory-pressure scenario "
-            "(DuckDB's default: 80% of the machine's memory).",
-        ),
-    ] = None,
+    memory_limit: MemoryLimitOption = None,
+    max_temp_size: MaxTempSizeOption = None,
     backfill: BackfillOption = False,
     max_wait: MaxWaitOption = None,
     queue_timeout: QueueTimeoutOption = None,
@@ -176,6 +174,9 @@ def bench(
     try:
         chosen = _policies(policies)
         check_backend(backend)
+        duckdb_limit, temp_limit = parse_embedded_sizes(
+            None if backend == "duckdb" else backend, memory_limit, max_temp_size
+        )
         config = BenchConfig(
             arrivals=arrivals,
             rate=rate,
@@ -188,9 +189,8 @@ def bench(
             slo_factor=slo_factor,
             max_connections=max_connections,
             memory=parse_size(memory) if memory is not None else None,
-            memory_limit=parse_size(memory_limit, "--memory-limit")
-            if memory_limit is not None
-            else None,
+            memory_limit=duckdb_limit,
+            max_temp_size=temp_limit,
             mix=mix_by_name(mix),
             backend=backend,
             tpch=tpch,
@@ -300,6 +300,9 @@ def _print_result(result: BenchResult) -> None:
         table.add_column("goodput /s", justify="right")
     for col in ("aged", "timeouts", "errors"):
         table.add_column(col, justify="right")
+    spilled = any(r.spill for r in result.runs)
+    if spilled:
+        table.add_column("spill MiB", justify="right")
     for name, s in result.summaries.items():
         extra = []
         if c.open:
@@ -320,6 +323,7 @@ def _print_result(result: BenchResult) -> None:
             str(s.aged),
             str(s.timed_out),
             str(result.errors.get(name, 0)),
+            *([_spill(result, name)] if spilled else []),
         )
     out.print(table)
     if c.open:
@@ -336,6 +340,15 @@ def _print_result(result: BenchResult) -> None:
     for name, s in result.summaries.items():
         classes.add_row(name, *(f"{s.per_class[n]['mean_response'].mean:.3g}" for n in names))
     out.print(classes)
+
+
+def _spill(result: BenchResult, policy: str) -> str:
+    """The embedded DuckDB's temporary files at their largest in a run of ``policy``, the
+    mean over its repetitions with the 95 % interval."""
+    from admission.sim.study import Estimate
+
+    peaks = [r.spill / 2**20 for r in result.runs if r.policy == policy]
+    return str(Estimate.of(peaks))
 
 
 def _print_open(result: BenchResult) -> None:

@@ -126,6 +126,38 @@ MemoryOption = Annotated[
     ),
 ]
 
+MemoryLimitOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Embedded DuckDB only: DuckDB's memory_limit (4GB, 512MiB …; default DuckDB's "
+        "own, 80% of the machine's memory). An in-memory database's tables count against it; "
+        "the memory budget --memory auto is 80% of what it leaves beside them.",
+        envvar=env("memory_limit"),
+    ),
+]
+MaxTempSizeOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Embedded DuckDB only: DuckDB's max_temp_directory_size, what statements may "
+        "spill to disk together (4GB …; 0: nothing — a statement that outgrows memory_limit "
+        "fails with out of memory, 53200; default DuckDB's, 90% of the disk's free space).",
+        envvar=env("max_temp_size"),
+    ),
+]
+
+
+def parse_embedded_sizes(
+    backend: object | None, memory_limit: str | None, max_temp_size: str | None
+) -> tuple[int | None, int | None]:
+    """--memory-limit and --max-temp-size in bytes; both are the embedded DuckDB's, so
+    neither goes with a ``backend``."""
+    sizes = []
+    for value, option in ((memory_limit, "--memory-limit"), (max_temp_size, "--max-temp-size")):
+        if value is not None and backend is not None:
+            raise fail(f"{option} is the embedded DuckDB's: not with --backend")
+        sizes.append(None if value is None else parse_size(value, option))
+    return sizes[0], sizes[1]
+
 
 def limits(
     mpl: int,

@@ -24,16 +24,18 @@ from cli.options import (
     BackfillOption,
     DueFactorOption,
     LifoAfterOption,
+    MaxTempSizeOption,
     MaxWaitOption,
+    MemoryLimitOption,
     MemoryOption,
     QueueTimeoutOption,
     ThreadsOption,
     env,
     fail,
     limits,
+    parse_embedded_sizes,
     parse_memory,
     parse_mpl,
-    parse_size,
     progress_printer,
     recommended_mpl,
 )
@@ -78,14 +80,8 @@ def serve(
             min=1,
         ),
     ] = 8,
-    memory_limit: Annotated[
-        str | None,
-        typer.Option(
-            help="Embedded DuckDB only: DuckDB's memory_limit (4GB, 512MiB …; default DuckDB's "
-            "own, 80% of the machine's memory). The memory budget --memory auto is 80% of it.",
-            envvar=env("memory_limit"),
-        ),
-    ] = None,
+    memory_limit: MemoryLimitOption = None,
+    max_temp_size: MaxTempSizeOption = None,
     listen: Annotated[
         str, typer.Option(help="Address to accept clients on, HOST:PORT.", envvar=env("listen"))
     ] = "127.0.0.1:6432",
@@ -337,11 +333,7 @@ def serve(
                 number = os.cpu_count() or 1
             else:
                 number = 0
-        duckdb_limit = None
-        if memory_limit is not None:
-            if backend is not None:
-                raise ValueError("--memory-limit is the embedded DuckDB's: not with --backend")
-            duckdb_limit = parse_size(memory_limit, "--memory-limit")
+        duckdb_limit, temp_limit = parse_embedded_sizes(backend, memory_limit, max_temp_size)
         memory_budget, memory_auto = parse_memory(memory)
         admission_limits = limits(
             number,
@@ -370,6 +362,7 @@ def serve(
             else None,
             max_queue=max_queue,
             memory_limit=duckdb_limit,
+            max_temp_size=temp_limit,
             memory_auto=memory_auto and backend is None,
             max_classes=max_classes,
             max_message=max_message,

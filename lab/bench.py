@@ -174,6 +174,7 @@ class BenchConfig:
     max_connections: int = 256
     memory: int | None = None  # POLICY+mem's budget, bytes (None: the embedded server's auto)
     memory_limit: int | None = None  # the embedded DuckDB's memory_limit, bytes
+    max_temp_size: int | None = None  # … and its max_temp_directory_size (0: no spilling)
 
     def __post_init__(self) -> None:
         if self.arrivals not in ARRIVALS:
@@ -228,6 +229,7 @@ class Run:
     timed_out: int
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, queued, running)
     mpls: list[tuple[float, int]] = field(default_factory=list)  # (t, MPL) of a tuned run
+    spill: int = 0  # the embedded DuckDB's temporary files at their largest (bytes)
 
 
 @dataclass
@@ -366,6 +368,7 @@ def run_bench(
         learn=any(learns(p) for p in config.policies),
         auto_mpl=any(tunes_mpl(p) for p in config.policies),
         memory_limit=config.memory_limit,
+        max_temp_size=config.max_temp_size,
         memory_auto=config.memory is None and any(memory_aware(p) for p in config.policies),
     )
     proxy, conninfo = target.proxy, target.conninfo
@@ -438,6 +441,7 @@ def run_bench(
                         after[1] - before[1],
                         [(t - origin, q, n) for t, q, n in timeline],
                         [(t - origin, m) for t, m in sampler.mpls] if tunes_mpl(policy) else [],
+                        sampler.spill,
                     )
                 )
                 if learned is not None and learns(policy):
@@ -521,8 +525,11 @@ class _QueueSampler:
     def __init__(self, proxy: Any, gate: Any) -> None:
         self.samples: list[tuple[float, int, int]] = []
         self.mpls: list[tuple[float, int]] = []  # (t, MPL in force), 0 for none
+        self.spill = 0  # the embedded DuckDB's temporary files at their largest (bytes)
         self._done = threading.Event()
         self._proxy, self._gate = proxy, gate
+        # read on this thread, off the proxy's loop (a query of DuckDB's own)
+        self._temp_bytes = getattr(getattr(proxy.server, "backend", None), "temp_bytes", None)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -539,6 +546,11 @@ class _QueueSampler:
             now = time.monotonic()
             self.samples.append((now, queued, running))
             self.mpls.append((now, mpl))
+            if self._temp_bytes is not None:
+                try:
+                    self.spill = max(self.spill, self._temp_bytes())
+                except Exception:  # the backend is closing
+                    return
 
     def stop(self) -> list[tuple[float, int, int]]:
         self._done.set()
@@ -739,6 +751,8 @@ def _repetition(run: Run, config: BenchConfig) -> dict[str, Any]:
         "throughput": sum(w.completions.values()) / w.length,
         "mean_response": statistics.fmean(times) if times else float("nan"),
         "p99_response": float(np.percentile(times, 99)) if times else float("nan"),
+        "errors": len(run.load.failed),
+        "spill_peak_bytes": run.spill,
     }
     if run.mpls:  # a tuned run: where its MPL went
         out["mpl_path"] = _mpl_path(run.mpls)
@@ -790,24 +804,43 @@ def verdict(result: BenchResult) -> list[str]:
     their p99 and throughput against it. In a closed loop with no think time the mean cannot
     move (N = X·R), and the verdict says so."""
     s = result.summaries
-    baselines = [p for p in s if parse_policy(p)[0] in BASELINES]
+    baselines = [p for p in s if parse_policy(p)[0] in BASELINES and not memory_aware(p)]
     if not baselines:
         return []
+    lines = []
+    failing = [p for p in s if result.errors.get(p)]
+    if failing:  # a statement that failed has no response time: its policy looks faster
+        lines.append(
+            "Failed statements (not in R): "
+            + ", ".join(f"{p} {result.errors[p]}" for p in failing)
+            + "."
+        )
+        sound = [p for p in baselines if not result.errors.get(p)]
+        baselines = sound or baselines
     best = min(baselines, key=lambda p: s[p].mean_response.mean)
-    lines = [
+    lines.append(
         f"Best baseline: {best} (mean R {s[best].mean_response} s, p99 "
-        f"{s[best].p99_response} s, {s[best].throughput}/s)."
-    ]
+        f"{s[best].p99_response} s, {s[best].throughput}/s"
+        + (", the best without failed statements" if failing and best not in failing else "")
+        + ")."
+    )
     closed_no_think = not result.config.open and result.config.think == 0
     thesis = [p for p in s if parse_policy(p)[0] in THESIS]
     candidates = [p for p in s if parse_policy(p)[0] == RECOMMENDED]
     if thesis:
         candidates.append(min(thesis, key=lambda p: s[p].mean_response.mean))
+    candidates += [p for p in s if memory_aware(p) and p not in candidates]
     for p in candidates:
         cut = paired_change(result, p, best)
         x = s[p].throughput.mean / s[best].throughput.mean - 1
         tail = s[p].p99_response.mean / s[best].p99_response.mean
-        who = "recommended" if parse_policy(p)[0] == RECOMMENDED else "best thesis policy"
+        who = (
+            "memory-aware"
+            if memory_aware(p)
+            else "recommended"
+            if parse_policy(p)[0] == RECOMMENDED
+            else "best thesis policy"
+        )
         sure = cut.ci is not None and abs(cut.mean) > cut.ci
         size = f"{abs(cut.mean):.0%}" + (f" ± {cut.ci:.0%}" if cut.ci is not None else "")
         lines.append(

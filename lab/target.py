@@ -56,6 +56,7 @@ def open_target(
     learn: bool = False,
     auto_mpl: bool = False,
     memory_limit: int | None = None,
+    max_temp_size: int | None = None,
     memory_auto: bool = False,
 ) -> Target:
     """``backend``: "duckdb" (embedded, in memory) or postgresql://HOST:PORT/DB, into which
@@ -72,6 +73,7 @@ def open_target(
             learn=learn,
             auto_mpl=auto_mpl,
             memory_limit=memory_limit,
+            max_temp_size=max_temp_size,
             memory_auto=memory_auto,
         )
         proxy = BackgroundProxy(config, progress)

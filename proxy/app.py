@@ -65,6 +65,9 @@ class ProxyConfig:
     extend: Callable[[Listener], Tuner | None] | None = None
     max_queue: int | None = 10_000
     memory_limit: int | None = None  # the embedded DuckDB's memory_limit, bytes (None: DuckDB's)
+    # the embedded DuckDB's max_temp_directory_size, bytes: what it may spill (0: nothing, a
+    # statement that outgrows memory_limit fails; None: DuckDB's, 90% of the disk's free space)
+    max_temp_size: int | None = None
     # the embedded DuckDB's memory budget from what its memory_limit leaves once the data is
     # loaded (MEMORY_SHARE of it), in place of limits.memory
     memory_auto: bool = False
@@ -170,7 +173,10 @@ def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress
     check_exposure(config, users)
     tls = tls_context(config)
     backend = DuckDBBackend(
-        config.database, workers=config.workers, memory_limit=config.memory_limit
+        config.database,
+        workers=config.workers,
+        memory_limit=config.memory_limit,
+        max_temp_size=config.max_temp_size,
     )
     try:
         if config.prepare is not None:

@@ -45,6 +45,10 @@ class AdmissionClient(Protocol):
 
     def refused(self, job: int, sqlstate: str, message: str) -> None: ...
 
+    def warn(self, job: int, message: str) -> None:
+        """A NOTICE for the client about ``job``, ahead of its results."""
+        ...
+
     @property
     def backend_pid(self) -> int | None:
         """The database process that runs this client's statements, when there is one (the
@@ -147,6 +151,8 @@ class AdmissionGate:
             bypass=bypass,
             sample_sql=sql,
         )
+        if s.limits.memory is not None and not bypass:
+            self._warn_oversized(job, waiter)
         if (
             len(granted) == 1
             and granted[0].id == job
@@ -157,6 +163,19 @@ class AdmissionGate:
             return True  # the usual case: nothing waits, no timers, nothing else to tell
         self._after(granted)
         return False
+
+    def _warn_oversized(self, job: int, waiter: AdmissionClient) -> None:
+        """A statement whose class takes more memory than the whole budget runs alone (the
+        scheduler never deadlocks on it); its client is told why it waits for an empty server."""
+        budget, queued = self.scheduler.limits.memory, self.scheduler.job(job)
+        if budget is None or queued is None or queued.memory <= budget:
+            return
+        waiter.warn(
+            job,
+            f"statements of class {queued.klass.name} take {queued.memory / 2**20:.0f} MiB at "
+            f"their peak (as measured), more than the whole memory budget "
+            f"({budget / 2**20:.0f} MiB): this one runs alone, once nothing else holds memory",
+        )
 
     def _make_room(self) -> bool:
         """A full queue under overload sheds its oldest statement (adaptive LIFO: it would be

@@ -599,6 +599,9 @@ class ClientConnection(asyncio.Protocol):
     def refused(self, job: int, sqlstate: str, message: str) -> None:
         self._apply(self.session.rejected(job, sqlstate, message))
 
+    def warn(self, job: int, message: str) -> None:
+        self._apply(self.session.notice(message))
+
     async def _start_tls(self) -> None:
         assert self.transport is not None and self.server.tls is not None
         loop = asyncio.get_running_loop()

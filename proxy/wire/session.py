@@ -731,6 +731,15 @@ class ProxySession:
         self._pump(out)
         return out
 
+    def notice(self, message: str) -> list[Action]:
+        """A NOTICE of the proxy's own for the client, after the replies it is still owed
+        (never inside one of the server's messages)."""
+        out: list[Action] = []
+        if self.state is not State.CLOSED:
+            notice = pg.error_response("00000", message, severity="NOTICE", kind=b"N")
+            self._reply_synthetic(notice, out)
+        return out
+
     def _reply_synthetic(self, data: bytes, out: list[Action]) -> None:
         if self._replies:
             self._replies.append(_Synthetic(data))

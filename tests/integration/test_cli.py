@@ -241,6 +241,11 @@ def test_classify_from_arguments_and_stdin() -> None:
             ["--backend", "postgresql://127.0.0.1:1", "--memory-limit", "1GB"],
             "--memory-limit is the embedded DuckDB's",
         ),
+        (["--max-temp-size", "much"], "--max-temp-size takes a size"),
+        (
+            ["--backend", "postgresql://127.0.0.1:1", "--max-temp-size", "0"],
+            "--max-temp-size is the embedded DuckDB's",
+        ),
     ],
 )
 def test_serve_bad_arguments_are_clear(args: list[str], message: str) -> None:

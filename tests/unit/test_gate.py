@@ -274,3 +274,33 @@ def test_a_statement_in_the_lane_is_always_admitted_at_once(
         assert gate.scheduler.running == 0
 
     asyncio.run(run())
+
+
+class Warned(Recorder):
+    def warn(self, job: int, message: str) -> None:
+        self.told.append((message, job))
+
+
+def test_a_statement_larger_than_the_memory_budget_runs_alone_and_its_client_is_told() -> None:
+    model = EtaModel(
+        classes=(
+            ClassProfile(fingerprint="fp:a", name="A", D=0.1, f=1, M=300 * 2**20),
+            ClassProfile(fingerprint="fp:b", name="B", D=0.1, f=1, M=10 * 2**20),
+        )
+    )
+
+    async def run() -> None:
+        gate = AdmissionGate(Scheduler(model, "fcfs", Limits(mpl=4, memory=100 * 2**20)))
+        small, big, after = Warned(), Warned(), Warned()
+        assert gate.admit(1, B, False, "b", small) and small.told == []  # fits: nothing said
+        assert not gate.admit(2, A, False, "a", big)  # waits for the server to empty
+        ((message, job),) = big.told
+        assert job == 2 and "class A take 300 MiB" in message and "budget (100 MiB)" in message
+        assert "runs alone" in message
+        assert not gate.admit(3, B, False, "b", after)  # FCFS: behind the big one
+        gate.release(1)
+        assert big.told[-1] == ("admitted", 2) and after.told == []
+        gate.release(2)
+        assert after.told == [("admitted", 3)]
+
+    asyncio.run(run())

@@ -302,3 +302,17 @@ def test_a_version_1_file_loads_with_memory_unknown(
     path.write_text(json.dumps(raw))
     with pytest.raises(ModelError, match="version 3 is not supported"):
         EtaModel.load(path)
+
+
+@pytest.mark.parametrize(
+    ("memory", "why"), [(-1.0, "greater than or equal to 0"), (1e30, "less than or equal")]
+)
+def test_a_negative_or_absurd_memory_is_refused_naming_the_class(
+    tmp_path: Path, memory: float, why: str
+) -> None:
+    raw = json.loads(_model().to_json())
+    raw["classes"][1]["M"] = memory
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(ModelError, match=rf"classes\.1\.M \(class q9\): Input should be {why}"):
+        EtaModel.load(path)

@@ -71,6 +71,7 @@ class DuckDBBackend:
         *,
         profile: bool = True,
         memory_limit: int | None = None,
+        max_temp_size: int | None = None,
     ) -> None:
         self.database = database
         try:
@@ -80,6 +81,8 @@ class DuckDBBackend:
         self.connection.execute("SET TimeZone = 'UTC'")  # server-wide in DuckDB
         if memory_limit is not None:  # (before the lockdown, which keeps clients from it)
             self.connection.execute(f"SET memory_limit = '{int(memory_limit)}B'")
+        if max_temp_size is not None:  # what it may spill (0: nothing: it fails with 53200)
+            self.connection.execute(f"SET max_temp_directory_size = '{int(max_temp_size)}B'")
         catalog.install(self.connection)  # PostgreSQL's catalogs, for tools that read them
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="duckdb")
         self.version = duckdb.__version__
@@ -100,6 +103,15 @@ class DuckDBBackend:
             cursor.close()
         used = int(row[0] or 0) if row else 0
         return None if limit is None else max(0, limit - used)
+
+    def temp_bytes(self) -> int:
+        """Bytes in DuckDB's temporary files now: what statements have spilled and hold."""
+        cursor = self.connection.cursor()
+        try:
+            row = cursor.execute("select sum(size) from duckdb_temporary_files()").fetchone()
+        finally:
+            cursor.close()
+        return int(row[0] or 0) if row else 0
 
     def cursor(self, user: str = "duckdb") -> duckdb.DuckDBPyConnection:
         cursor = self.connection.cursor()

@@ -447,6 +447,9 @@ class EmbeddedConnection(asyncio.Protocol):
         if future is not None and not future.done():
             future.set_exception(Refused(sqlstate, message))
 
+    def warn(self, job: int, message: str) -> None:
+        self.out += pg.error_response("00000", message, severity="NOTICE", kind=b"N")
+
     def _finish_batch(self) -> None:
         batch, self._batch = self._batch, None
         if batch is not None and batch.job is not None:
