@@ -246,6 +246,7 @@ def class_table(m: EtaModel, title: str) -> Table:
         "U_r",
         "Q_r [95%]",
         "A_r",
+        "M_r (spill)",
         "count",
         "fingerprint",
     ):
@@ -258,6 +259,7 @@ def class_table(m: EtaModel, title: str) -> Table:
             f"{c.U:.3g}",
             q_text(c),
             f"{c.A:.3g}",
+            m_text(c),
             str(c.count),
             c.fingerprint,
         )
@@ -292,6 +294,19 @@ def d_text(c: ClassProfile) -> str:
     if c.converged is False:
         text += " ~"
     return text
+
+
+def m_text(c: ClassProfile) -> str:
+    """M_r as "47.1 MiB", with what the class spilled when it did ("140 MiB (+12 MiB)");
+    "-" when not measured."""
+    if c.M is None:
+        return "-"
+    text = _mib(c.M)
+    return text + f" (+{_mib(c.spill)})" if c.spill else text
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.3g} MiB" if n >= 2**20 / 10 else f"{n / 2**10:.3g} KiB"
 
 
 def q_text(c: ClassProfile) -> str:

@@ -12,7 +12,10 @@
    nearly every run takes, not a coin flip between trainings), the runs per size are kept, and the
    fork profile (phases) is pooled over the runs with that fork size and lasts D_r. The class's
    mean parallelism (thread-seconds per second) is what the DuckDB probe uses to share its
-   threads out.
+   threads out. Memory M_r and spill: on DuckDB its profiler's bytes allocated per run (the
+   90th percentile of the runs'); on PostgreSQL what EXPLAIN (ANALYZE, BUFFERS) reports of
+   the class's operators over MEMORY_RUNS statements run straight on the server afterwards
+   (``training.pgmemory``).
 2. **Concurrent** — ``concurrency`` closed-loop clients with no think time, FCFS through the proxy,
    for ``duration`` seconds, sampled every Δ: U_r, Q_r, A^c_r and A_r. The run drains (every
    statement started finishes), so nothing straddles the window's ends. Q_r gets a 95 %
@@ -57,6 +60,7 @@ from training.estimate import (
     median_interval,
     pooled_phases,
 )
+from training.pgmemory import explain_memory
 from training.proc import ThreadProbe, process_tree_cpu, read_task
 from training.sampler import DuckDBJobs, Jobs, PostgresJobs, Recorder, RemotePostgresJobs
 from workloads.tpch.load import LoadResult, run_closed
@@ -327,6 +331,8 @@ def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
     else:
         measured = {}, {}, {}
     profiles = _isolation_profiles(iso, run.query_of, *measured)
+    if not config.is_duckdb:
+        _explained_memory(run, profiles)
     run.isolation = _IsolationSummary(rounds, seconds, _unconverged(run, profiles))
     for f, p in profiles.items():
         low, high = p["D_low"], p["D_high"]
@@ -347,6 +353,7 @@ def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
     return profiles
 
 
+MEMORY_RUNS = 3  # PostgreSQL: statements of each class run under EXPLAIN ANALYZE for M_r
 CONVERGED = 0.05  # the half-width of D_r's 95 % interval, relative to D_r, that is enough
 
 
@@ -608,6 +615,24 @@ def _isolation_profiles(
             "parallelism": busy or 1.0,
         }
     return profiles
+
+
+def _explained_memory(run: _Run, profiles: dict[str, dict[str, Any]]) -> None:
+    """PostgreSQL: each class's M_r and spill from what EXPLAIN (ANALYZE, BUFFERS) reports of
+    its operators (``training.pgmemory``), over MEMORY_RUNS statements of the class (one for
+    a class that takes a second or more), run straight on the server after the isolation runs:
+    the largest memory and the mean spill."""
+    rng = random.Random(run.config.seed + 1)  # (the concurrent run's draws stay as they were)
+    try:
+        with psycopg.connect(run.config.backend, autocommit=True) as conn:
+            for f, q in run.query_of.items():
+                runs = MEMORY_RUNS if profiles[f]["D"] < 1.0 else 1
+                found = [explain_memory(conn, run.query(q, rng)) for _ in range(runs)]
+                profiles[f]["M"] = max(m for m, _ in found)
+                profiles[f]["spill"] = statistics.fmean(s for _, s in found)
+    except (psycopg.Error, ValueError) as e:
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        run.progress(f"warning: no memory measured ({why}): M_r stays unknown")
 
 
 def memory_quantile(memories: list[float]) -> float | None:
