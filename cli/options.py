@@ -5,7 +5,6 @@ limits, and the one way an error ends a command (a one-line message, exit status
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from admission.policies.latency import latency_order
 from admission.policies.queue_length import backlog_order
 from admission.policies.sept import demand_order
 from admission.scheduler import DUE_FACTOR, Limits
+from admission.units import size_bytes
 
 # Piped output (files, CI logs) gets wide tables rather than rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -78,32 +78,12 @@ def parse_mpl(value: str | None) -> tuple[int | None, bool]:
     return number, False
 
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "kib": 1024,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "mib": 1024**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "gib": 1024**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "tib": 1024**4,
-}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*")
-
-
 def parse_size(value: str, option: str = "--memory") -> int:
     """A size as people and DuckDB write it — 4GB, 512 MiB, 1.5GiB, 1000000 (bytes) — in bytes."""
-    match = _SIZE.fullmatch(value)
-    unit = _UNITS.get(match.group(2).lower()) if match else None
-    if match is None or unit is None:
+    size = size_bytes(value)
+    if size is None:
         raise fail(f"{option} takes a size such as 4GB, 512MiB or a number of bytes, not {value!r}")
-    return int(float(match.group(1)) * unit)
+    return size
 
 
 def parse_memory(value: str | None) -> tuple[int | None, bool]:

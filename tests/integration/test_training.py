@@ -30,6 +30,7 @@ from training.estimate import (
     phases_of,
     pooled_phases,
 )
+from training.pgmemory import explain_memory
 from training.train import TrainConfig, TrainResult
 from workloads.tpch import draw_parameters, render_query
 
@@ -201,15 +202,59 @@ def test_train_on_duckdb(tmp_path: Path) -> None:
     assert all(c.Q_low is not None for c in model.classes)  # 6 s: batches enough
     threads = max(p.threads for c in model.classes for p in c.phases)
     assert 2 <= threads <= (os.cpu_count() or 2) + 2  # DuckDB's threads, one per core
-    # memory: what DuckDB's buffer manager allocated for each statement, measured per run —
+    # memory: the buffer manager's peak during each statement beyond what it held before —
     # a statement building hash tables takes some; nothing near the database's whole size
     memory = {c.name: c.M for c in model.classes}
     assert all(m is not None for m in memory.values()), memory
     assert max(m or 0 for m in memory.values()) > 64 * 1024, memory
     assert all((m or 0) < 2**30 for m in memory.values()), memory
     assert all(c.spill == 0 for c in model.classes)  # nothing spills at this size
+    # … and what the statement shows run alone, watched from outside: within 20 %
+    largest = max(model.classes, key=lambda c: c.M or 0)
+    alone = _duckdb_peak_alone(largest.sample_sql)
+    assert largest.M == pytest.approx(alone, rel=0.2), (largest.name, largest.M, alone)
     assert EtaModel.load(_saved(model, tmp_path)).classes[0].M == model.classes[0].M
     _uses_the_model(model, tmp_path / "duck.json")
+
+
+def _duckdb_peak_alone(sql: str) -> float:
+    """The most DuckDB's buffer manager held beyond its tables while ``sql`` ran alone on a
+    fresh database with the same data, polled from another cursor as fast as it answers."""
+    import threading
+
+    import duckdb
+
+    from workloads.tpch.data import generate, load_duckdb
+
+    con = duckdb.connect()
+    try:
+        load_duckdb(con, generate(SF), SF)
+        monitor, runner = con.cursor(), con.cursor()
+
+        def held() -> float:
+            row = monitor.execute("select sum(memory_usage_bytes) from duckdb_memory()").fetchone()
+            return float(row[0]) if row else 0.0
+
+        runner.execute(sql).fetchall()  # once to warm up, unwatched
+        peaks = []
+        for _ in range(3):
+            base = held()
+            peak = [base]
+            done = threading.Event()
+
+            def watch(peak: list[float] = peak, done: threading.Event = done) -> None:
+                while not done.is_set():
+                    peak[0] = max(peak[0], held())
+
+            watcher = threading.Thread(target=watch)
+            watcher.start()
+            runner.execute(sql).fetchall()
+            done.set()
+            watcher.join()
+            peaks.append(peak[0] - base)
+        return max(peaks)
+    finally:
+        con.close()
 
 
 def _saved(model: EtaModel, tmp_path: Path) -> Path:
@@ -259,6 +304,14 @@ def test_train_on_postgresql_with_parallel_workers(pg: Cluster, tmp_path: Path) 
         fork = max(p.threads for p in by_name[f"Q{q}"].phases)
         assert fork > 1, (q, by_name[f"Q{q}"].phases)
     assert any(by_name[f"Q{q}"].f > 1 for q in parallel)
+    # memory: what PostgreSQL reports of each class's operators (and workers); the class that
+    # takes the most, run alone once more on a fresh backend, reports within 20 % of M_r
+    assert all(c.M is not None and c.spill is not None for c in model.classes)
+    largest = max(model.classes, key=lambda c: c.M or 0)
+    assert (largest.M or 0) > 256 * 1024, [(c.name, c.M) for c in model.classes]
+    with psycopg.connect(url, autocommit=True) as conn:
+        alone, _ = explain_memory(conn, largest.sample_sql)
+    assert largest.M == pytest.approx(alone, rel=0.2), (largest.name, largest.M, alone)
     assert (
         model.classes[0].fingerprint
         == classify_sql(render_query(1, draw_parameters(1, random.Random(0), SF))).fingerprint
@@ -292,6 +345,7 @@ def test_train_against_a_server_without_proc_access(
     assert all(c.U > 0 and c.Q > 0 and c.count > 0 for c in model.classes)
     _check_isolation(model, 2)
     assert 0 < result.checks.u_sum <= 1.0 and result.checks.os_cpu is None
+    assert all(c.M is not None for c in model.classes)  # EXPLAIN needs no /proc
 
 
 # -- the command line ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Any
 import duckdb
 
 from admission.native import native
+from admission.units import size_bytes
 from proxy.backends.embedded import catalog, compat, lockdown
 from proxy.backends.errors import sqlstate_for, sqlstate_for_message
 from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type, text_encoder
@@ -97,11 +98,12 @@ class DuckDBBackend:
         DuckDB reports no limit."""
         cursor = self.connection.cursor()
         try:
-            limit = _bytes(str(cursor.execute("select current_setting('memory_limit')").fetchone()))
+            setting = cursor.execute("select current_setting('memory_limit')").fetchone()
             row = cursor.execute("select sum(memory_usage_bytes) from duckdb_memory()").fetchone()
         finally:
             cursor.close()
         used = int(row[0] or 0) if row else 0
+        limit = size_bytes(str(setting[0])) if setting else None
         return None if limit is None else max(0, limit - used)
 
     def temp_bytes(self) -> int:
@@ -556,17 +558,6 @@ def describe(
     except duckdb.Error as e:
         raise QueryError(sqlstate_for(e), first_line(e)) from None
     return [(d[0], pg_type(str(d[1]))) for d in relation.description or []]
-
-
-_SIZE = re.compile(r"\('?(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)'?,?\)")
-_UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
-_UNITS |= {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-
-
-def _bytes(setting: str) -> int | None:
-    """DuckDB's memory_limit as current_setting reports it in a row ('18.6 GiB',)."""
-    match = _SIZE.fullmatch(setting)
-    return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
 
 
 def first_line(error: BaseException) -> str:
