@@ -301,7 +301,7 @@ def _print_result(result: BenchResult) -> None:
     for col in ("aged", "timeouts", "errors"):
         table.add_column(col, justify="right")
     spilled = any(r.spill for r in result.runs)
-    if spilled:
+    if spilled:  # DuckDB: its temporary files at their largest; PostgreSQL: temp bytes written
         table.add_column("spill MiB", justify="right")
     for name, s in result.summaries.items():
         extra = []
@@ -343,8 +343,9 @@ def _print_result(result: BenchResult) -> None:
 
 
 def _spill(result: BenchResult, policy: str) -> str:
-    """The embedded DuckDB's temporary files at their largest in a run of ``policy``, the
-    mean over its repetitions with the 95 % interval."""
+    """What a run of ``policy`` spilled to disk — the embedded DuckDB's temporary files at
+    their largest, the bytes PostgreSQL wrote to temporary files — the mean over its
+    repetitions with the 95 % interval."""
     from admission.sim.study import Estimate
 
     peaks = [r.spill / 2**20 for r in result.runs if r.policy == policy]

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
 
 from admission.classify import classify_sql
 from admission.model import EtaModel
@@ -229,7 +230,9 @@ class Run:
     timed_out: int
     timeline: list[tuple[float, int, int]] = field(default_factory=list)  # (t, queued, running)
     mpls: list[tuple[float, int]] = field(default_factory=list)  # (t, MPL) of a tuned run
-    spill: int = 0  # the embedded DuckDB's temporary files at their largest (bytes)
+    # bytes spilled to disk: the embedded DuckDB's temporary files at their largest, or the
+    # temporary bytes PostgreSQL wrote during the run (pg_stat_database.temp_bytes)
+    spill: int = 0
 
 
 @dataclass
@@ -404,6 +407,7 @@ def run_bench(
                     else:
                         proxy.call(auto_mpl.pause)
                 before = (gate.scheduler.stats.aged, gate.stats.timed_out)
+                written = _pg_temp_bytes(config.backend)
                 progress(f"repetition {rep + 1}/{config.repetitions}: {policy}")
                 sampler = _QueueSampler(proxy, gate)
                 try:
@@ -431,6 +435,9 @@ def run_bench(
                 finally:
                     timeline = sampler.stop()
                 after = (gate.scheduler.stats.aged, gate.stats.timed_out)
+                if written is not None:  # (PostgreSQL counts a statement's at its end, and
+                    time.sleep(PG_STATS_DELAY)  # backends report at most once a second)
+                    sampler.spill = max(0, (_pg_temp_bytes(config.backend) or 0) - written)
                 origin = load.started
                 result.runs.append(
                     Run(
@@ -516,6 +523,24 @@ def _traced(rows: Sequence[Any], model: EtaModel) -> tuple[list[Arrival], dict[s
 def _class_demand(model: EtaModel, sql: str) -> float:
     i = model.index().get(classify_sql(sql).fingerprint)
     return model.classes[i].D if i is not None else model.default_profile().D
+
+
+PG_STATS_DELAY = 1.5  # s: PostgreSQL's backends report their statistics at most once a second
+
+
+def _pg_temp_bytes(backend: str) -> int | None:
+    """PostgreSQL: the temporary bytes its statements have written in the bench's database so
+    far (None on the embedded DuckDB, or when the server does not say)."""
+    if backend == "duckdb":
+        return None
+    try:
+        with psycopg.connect(backend, autocommit=True) as conn:
+            row = conn.execute(
+                "select temp_bytes from pg_stat_database where datname = current_database()"
+            ).fetchone()
+    except psycopg.Error:
+        return None
+    return int(row[0]) if row and row[0] is not None else None
 
 
 class _QueueSampler:
@@ -752,7 +777,7 @@ def _repetition(run: Run, config: BenchConfig) -> dict[str, Any]:
         "mean_response": statistics.fmean(times) if times else float("nan"),
         "p99_response": float(np.percentile(times, 99)) if times else float("nan"),
         "errors": len(run.load.failed),
-        "spill_peak_bytes": run.spill,
+        "spill_bytes": run.spill,
     }
     if run.mpls:  # a tuned run: where its MPL went
         out["mpl_path"] = _mpl_path(run.mpls)

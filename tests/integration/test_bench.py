@@ -106,6 +106,7 @@ def test_bench_on_postgresql(pg: Cluster, tmp_path: Path) -> None:
 
     pg.psql("drop database if exists tpch_bench")
     pg.psql("create database tpch_bench")
+    pg.psql("alter database tpch_bench set work_mem = '64kB'")  # sorts and hashes spill
     model = tmp_path / "m.json"
     EtaModel(classes=(ClassProfile(fingerprint="x", name="x", D=0.01, f=1),)).save(model)
     result = _bench(
@@ -123,6 +124,8 @@ def test_bench_on_postgresql(pg: Cluster, tmp_path: Path) -> None:
     assert out["backend"].startswith("postgresql://")
     for summary in out["policies"].values():
         assert summary["throughput"] > 0 and summary["errors"] == 0
+        # what PostgreSQL wrote to temporary files during each run
+        assert all(r["spill_bytes"] > 0 for r in summary["repetitions"]), summary
 
 
 def test_open_arrivals_poisson_bursty_and_trace(tmp_path: Path) -> None:
