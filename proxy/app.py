@@ -182,6 +182,13 @@ def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress
         if config.prepare is not None:
             config.prepare(backend.connection, progress)
         backend.lock(Lockdown(config.file_access, config.extensions))
+        if config.max_temp_size == 0:
+            progress(
+                "DuckDB spills nothing to disk (--max-temp-size 0): a statement that outgrows "
+                "its memory_limit fails with out of memory (53200)"
+            )
+        elif config.max_temp_size is not None:
+            progress(f"DuckDB spills at most {config.max_temp_size / 2**20:.0f} MiB to disk")
         if config.memory_auto:
             free = backend.memory_for_statements()
             if free:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import asyncpg
 import duckdb
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -94,8 +95,9 @@ def test_all_22_queries_through_sqlalchemy(server: Embedded) -> None:
 def test_admission_serve_tpch_from_the_command_line(data_dir: Path) -> None:
     port = free_port()
     admission = str(Path(sys.executable).with_name("admission"))
+    small = ["--mpl", "2", "--memory-limit", "96MiB", "--max-temp-size", "0"]  # a small server
     proc = subprocess.Popen(
-        [admission, "serve", "--tpch", str(SF), "--listen", f"127.0.0.1:{port}", "--mpl", "2"],
+        [admission, "serve", "--tpch", str(SF), "--listen", f"127.0.0.1:{port}", *small],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -108,11 +110,18 @@ def test_admission_serve_tpch_from_the_command_line(data_dir: Path) -> None:
             con = duckdb.connect()
             load_duckdb(con, generate(SF, data_dir), SF)
             assert (lineitems,) == con.execute("select count(*) from lineitem").fetchone()
+            # more than DuckDB's memory_limit leaves, with nowhere to spill: out of memory
+            with pytest.raises(psycopg.errors.OutOfMemory):
+                conn.execute(
+                    "select i % 3000000 k, count(*) from range(6000000) t(i) group by k order by k"
+                ).fetchall()
+            assert conn.execute("select count(*) from nation").fetchone() == (25,)
     finally:
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "loading lineitem" in err and "backend=duckdb::memory: TPC-H SF 0.01" in err
+    assert "DuckDB spills nothing to disk" in err and "memory budget" in err
 
 
 def test_admission_serve_opens_a_duckdb_file(tmp_path: Path) -> None:
