@@ -447,7 +447,10 @@ class ClientConnection(asyncio.Protocol):
             if held:
                 holding = True  # its admission or statement's end, or the total falling,
                 budget.pause(self)  # reads it again
-            elif buffered > ARRIVING_LIMIT:
+            elif session.arriving_bytes > ARRIVING_LIMIT or buffered > budget.limit:
+                # a large message still arriving, or more than the whole total from one
+                # client with nothing in flight: pausing would never free it. (Complete small
+                # messages of a pipeline not yet at its Sync are read on: it needs them.)
                 self._refuse_buffered(buffered)
                 return
         if holding != self._holding:

@@ -446,6 +446,11 @@ class ProxySession:
         a running statement, and the part of a message still arriving."""
         return self._unforwarded() + len(self._client.buffer)
 
+    @property
+    def arriving_bytes(self) -> int:
+        """The bytes of the client's message still arriving (an incomplete one)."""
+        return len(self._client.buffer)
+
     def _unforwarded(self) -> int:
         held = 0
         if self._fast_job is not None and not self.fast_sent:
