@@ -99,10 +99,9 @@ class DuckDBBackend:
         cursor = self.connection.cursor()
         try:
             setting = cursor.execute("select current_setting('memory_limit')").fetchone()
-            row = cursor.execute("select sum(memory_usage_bytes) from duckdb_memory()").fetchone()
+            used = int(_buffer_memory(cursor) or 0)
         finally:
             cursor.close()
-        used = int(row[0] or 0) if row else 0
         limit = size_bytes(str(setting[0])) if setting else None
         return None if limit is None else max(0, limit - used)
 
@@ -527,7 +526,7 @@ def _profiled(
     the last statement. Its memory: the buffer manager's peak during the statement less what
     it held when the statement began (``base``: the tables, and any statement beside it),
     bounded by the bytes the statement allocated in all (``total_memory_allocated``, which
-    counts memory freed and allocated again: 1.0–1.8× the peak at TPC-H SF 1). Alone, the
+    counts memory freed and allocated again: 0.97–2.2× the peak at TPC-H SF 1). Alone, the
     first is exactly the statement's peak; beside others it can also hold some of theirs."""
     try:
         info = json.loads(cursor.get_profiling_information(format="json"))
