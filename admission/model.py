@@ -127,6 +127,14 @@ class ClassProfile(Profile):
         description="the database's own estimate of a statement's cost (EXPLAIN): until the "
         "class is measured, D is the known classes' D per unit of cost times this",
     )
+    work_mem_units: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="PostgreSQL: how many times over work_mem a statement's memory may grow "
+        "(its sorts once, hash tables hash_mem_multiplier times, each per process that runs "
+        "it), what a work_mem grant is divided by (None: not known)",
+    )
 
     @model_validator(mode="after")
     def _phases_match_fork_size(self) -> ClassProfile:

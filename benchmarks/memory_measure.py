@@ -115,7 +115,7 @@ def postgres_rows(sf: float, queries: list[int], runs: int) -> None:
             for rep in range(runs):
                 sql = random_query(q, random.Random(rep), "postgres", sf)
                 with psycopg.connect(dsn, autocommit=True) as conn:
-                    explained, _ = explain_memory(conn, sql)
+                    explained = explain_memory(conn, sql).memory
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     pid = conn.info.backend_pid
                     conn.execute("select 1")

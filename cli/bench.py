@@ -129,6 +129,15 @@ def bench(
             "of what its memory_limit leaves beside the data. Runs without +mem have none.",
         ),
     ] = None,
+    grant_work_mem: Annotated[
+        str | None,
+        typer.Option(
+            help="In front of PostgreSQL: the work memory of the POLICY+grant runs, in total "
+            "(2GB, 512MiB): each admitted statement runs with its share as its work_mem, as "
+            "serve --grant-work-mem does. Runs without +grant use the server's work_mem.",
+            metavar="SIZE",
+        ),
+    ] = None,
     memory_limit: MemoryLimitOption = None,
     max_temp_size: MaxTempSizeOption = None,
     backfill: BackfillOption = False,
@@ -143,7 +152,8 @@ def bench(
             "runs that policy at MPL N (fcfs@1,fcfs@2,fcfs@4: pools of each size); "
             "POLICY@auto tunes the MPL while it runs (as serve --mpl auto), from --mpl or the "
             "cores; POLICY+learn starts from no model and learns D_r while it runs; POLICY+mem "
-            "admits under the memory budget (--memory)."
+            "admits under the memory budget (--memory); POLICY+grant (PostgreSQL) gives each "
+            "statement admitted its share of --grant-work-mem as its work_mem."
         ),
     ] = ",".join(("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p")),
     repetitions: Annotated[int, typer.Option(help="Repetitions of every policy.", min=1)] = 3,
@@ -189,6 +199,9 @@ def bench(
             slo_factor=slo_factor,
             max_connections=max_connections,
             memory=parse_size(memory) if memory is not None else None,
+            grant_work_mem=parse_size(grant_work_mem, "--grant-work-mem")
+            if grant_work_mem is not None
+            else None,
             memory_limit=duckdb_limit,
             max_temp_size=temp_limit,
             mix=mix_by_name(mix),

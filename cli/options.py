@@ -125,6 +125,39 @@ MaxTempSizeOption = Annotated[
     ),
 ]
 
+GrantWorkMemOption = Annotated[
+    str | None,
+    typer.Option(
+        help="In front of PostgreSQL only: work memory granted to the statements admitted, "
+        "in total (2GB, 512MiB). Each admitted statement runs with work_mem set to its share — "
+        "SIZE/MPL (or, under --threads without an MPL, in proportion to its threads) divided "
+        "by its plan's sorts and hash tables per process, as training counted them — so "
+        "together they stay within SIZE while each spills less than at the server's work_mem. "
+        "Needs an MPL or --threads; a session that sets work_mem itself keeps its own. "
+        "Default: no grants (the server's work_mem).",
+        envvar=env("grant_work_mem"),
+        metavar="SIZE",
+    ),
+]
+
+
+def parse_grant(backend: object | None, value: str | None, mpl: int, threads: int) -> int | None:
+    """--grant-work-mem in bytes (None: no grants); it needs PostgreSQL and something that
+    bounds what runs at once."""
+    if value is None:
+        return None
+    if backend is None:
+        raise fail("--grant-work-mem sets PostgreSQL's work_mem: it needs --backend")
+    size = parse_size(value, "--grant-work-mem")
+    if size <= 0:
+        raise fail("--grant-work-mem must be more than 0 (leave it out for no grants)")
+    if mpl <= 0 and threads <= 0:
+        raise fail(
+            "--grant-work-mem divides SIZE among the statements that may run at once: it needs "
+            "an MPL (--mpl N or auto) or a thread budget (--threads)"
+        )
+    return size
+
 
 def parse_embedded_sizes(
     backend: object | None, memory_limit: str | None, max_temp_size: str | None

@@ -23,6 +23,7 @@ from cli.options import (
     RECOMMENDED_POLICY,
     BackfillOption,
     DueFactorOption,
+    GrantWorkMemOption,
     LifoAfterOption,
     MaxTempSizeOption,
     MaxWaitOption,
@@ -34,6 +35,7 @@ from cli.options import (
     fail,
     limits,
     parse_embedded_sizes,
+    parse_grant,
     parse_memory,
     parse_mpl,
     progress_printer,
@@ -82,6 +84,7 @@ def serve(
     ] = 8,
     memory_limit: MemoryLimitOption = None,
     max_temp_size: MaxTempSizeOption = None,
+    grant_work_mem: GrantWorkMemOption = None,
     listen: Annotated[
         str, typer.Option(help="Address to accept clients on, HOST:PORT.", envvar=env("listen"))
     ] = "127.0.0.1:6432",
@@ -335,6 +338,7 @@ def serve(
                 number = 0
         duckdb_limit, temp_limit = parse_embedded_sizes(backend, memory_limit, max_temp_size)
         memory_budget, memory_auto = parse_memory(memory)
+        grant = parse_grant(backend, grant_work_mem, number, threads)
         admission_limits = limits(
             number,
             threads,
@@ -363,6 +367,7 @@ def serve(
             max_queue=max_queue,
             memory_limit=duckdb_limit,
             max_temp_size=temp_limit,
+            work_mem_grant=grant,
             memory_auto=memory_auto and backend is None,
             max_classes=max_classes,
             max_message=max_message,

@@ -88,6 +88,7 @@ Progress = Callable[[str], None]
 
 LEARN = "+learn"  # a policy spec's suffix: start from no model and learn D_r while it runs
 MEMORY = "+mem"  # a policy spec's suffix: admit under the memory budget (--memory)
+GRANT = "+grant"  # … give each admitted statement its work_mem share (--grant-work-mem)
 AUTO = "auto"  # POLICY@auto: the MPL tuned while it runs
 
 
@@ -96,7 +97,7 @@ def _suffixes(spec: str) -> tuple[str, set[str]]:
     spec = spec.strip()
     found: set[str] = set()
     while True:
-        for suffix in (LEARN, MEMORY):
+        for suffix in (LEARN, MEMORY, GRANT):
             if spec.endswith(suffix) and suffix not in found:
                 found.add(suffix)
                 spec = spec[: -len(suffix)].rstrip()
@@ -116,6 +117,17 @@ def memory_aware(spec: str) -> bool:
     return MEMORY in _suffixes(spec)[1]
 
 
+def grants(spec: str) -> bool:
+    """Whether a run of ``spec`` (``fcfs@2+grant``) gives each admitted statement its share of
+    the work memory (--grant-work-mem) as its work_mem, as ``serve --grant-work-mem`` does."""
+    return GRANT in _suffixes(spec)[1]
+
+
+def budgeted(spec: str) -> bool:
+    """Whether a run of ``spec`` manages memory (``+mem`` or ``+grant``): not a baseline."""
+    return memory_aware(spec) or grants(spec)
+
+
 def tunes_mpl(spec: str) -> bool:
     """Whether a run of ``spec`` (``latency@auto``) tunes its MPL while it runs (``--mpl
     auto``), starting from the configured MPL (or this machine's cores)."""
@@ -125,7 +137,8 @@ def tunes_mpl(spec: str) -> bool:
 def parse_policy(spec: str) -> tuple[str, int | None]:
     """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2; ``fcfs@auto``: tuned, see
     ``tunes_mpl``, the MPL returned is None); "none" takes no MPL. The suffixes ``+learn``
-    (see ``learns``) and ``+mem`` (``memory_aware``) are allowed on any but none."""
+    (see ``learns``), ``+mem`` (``memory_aware``) and ``+grant`` (``grants``) are allowed on
+    any but none."""
     spec, suffixes = _suffixes(spec)
     if suffixes and spec.partition("@")[0] == "none":
         raise ValueError("none is no admission control: it has no model to learn or budget")
@@ -176,6 +189,7 @@ class BenchConfig:
     memory: int | None = None  # POLICY+mem's budget, bytes (None: the embedded server's auto)
     memory_limit: int | None = None  # the embedded DuckDB's memory_limit, bytes
     max_temp_size: int | None = None  # … and its max_temp_directory_size (0: no spilling)
+    grant_work_mem: int | None = None  # POLICY+grant's work memory in total, bytes (PostgreSQL)
 
     def __post_init__(self) -> None:
         if self.arrivals not in ARRIVALS:
@@ -184,6 +198,10 @@ class BenchConfig:
             )
         for spec in self.policies:
             parse_policy(spec)
+            if grants(spec) and self.backend == "duckdb":
+                raise ValueError(f"{spec}: +grant sets PostgreSQL's work_mem (a --backend)")
+            if grants(spec) and self.grant_work_mem is None:
+                raise ValueError(f"{spec}: +grant needs --grant-work-mem SIZE")
         if len(set(self.policies)) != len(self.policies):
             raise ValueError("a policy is listed twice")
         if self.open:
@@ -396,6 +414,9 @@ def run_bench(
                 proxy.call(
                     functools.partial(_switch, gate, policy, _limits(config, policy, budget))
                 )
+                if grants(policy) or config.grant_work_mem is not None:
+                    grant = config.grant_work_mem if grants(policy) else None
+                    proxy.call(functools.partial(setattr, proxy.server, "work_mem_grant", grant))
                 if learning is not None:  # learning runs start from nothing; others keep
                     if learns(policy):  # the model as given
                         proxy.call(learning.reset)
@@ -829,7 +850,7 @@ def verdict(result: BenchResult) -> list[str]:
     their p99 and throughput against it. In a closed loop with no think time the mean cannot
     move (N = X·R), and the verdict says so."""
     s = result.summaries
-    baselines = [p for p in s if parse_policy(p)[0] in BASELINES and not memory_aware(p)]
+    baselines = [p for p in s if parse_policy(p)[0] in BASELINES and not budgeted(p)]
     if not baselines:
         return []
     lines = []
@@ -854,13 +875,15 @@ def verdict(result: BenchResult) -> list[str]:
     candidates = [p for p in s if parse_policy(p)[0] == RECOMMENDED]
     if thesis:
         candidates.append(min(thesis, key=lambda p: s[p].mean_response.mean))
-    candidates += [p for p in s if memory_aware(p) and p not in candidates]
+    candidates += [p for p in s if budgeted(p) and p not in candidates]
     for p in candidates:
         cut = paired_change(result, p, best)
         x = s[p].throughput.mean / s[best].throughput.mean - 1
         tail = s[p].p99_response.mean / s[best].p99_response.mean
         who = (
-            "memory-aware"
+            "memory grants"
+            if grants(p)
+            else "memory-aware"
             if memory_aware(p)
             else "recommended"
             if parse_policy(p)[0] == RECOMMENDED

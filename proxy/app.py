@@ -71,6 +71,9 @@ class ProxyConfig:
     # the embedded DuckDB's memory budget from what its memory_limit leaves once the data is
     # loaded (MEMORY_SHARE of it), in place of limits.memory
     memory_auto: bool = False
+    # PostgreSQL: work memory granted to the admitted statements, bytes in total (each its
+    # share as its work_mem: admission.grants); None: no grants
+    work_mem_grant: int | None = None
     max_classes: int | None = MAX_CLASSES  # statement shapes learned live, at most
     max_message: int = 256 * 1024 * 1024
     max_buffered: int = MAX_BUFFERED  # all clients' bytes buffered in the proxy, at most
@@ -149,6 +152,12 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
             tls=tls,
             max_buffered=config.max_buffered,
         )
+        if config.work_mem_grant is not None:
+            listener.work_mem_grant = config.work_mem_grant
+            progress(
+                f"work_mem grants: {config.work_mem_grant / 2**20:.0f} MiB shared by the "
+                "statements admitted (each its share as its work_mem)"
+            )
     listener.startup_timeout = config.startup_timeout
     if config.learn:
         learning = listener.learning = LiveModel(gate, config.model_path, planner=planner)

@@ -6,6 +6,12 @@ connection). Bytes go through the session state machine; the actions it returns 
 out here. Flow control is end to end: when one side's write buffer fills, the other side's
 reading pauses, so a 100 MB result streams through a bounded buffer.
 
+**Work-memory grants** (``work_mem_grant``, ``serve --grant-work-mem SIZE``): each statement
+the gate admits runs after a ``SET work_mem`` of the proxy's, its share of SIZE
+(``admission.grants``), sent in the same write and its reply cut from what the client hears; a
+session that sets work_mem itself is left alone. With grants on, every statement takes the
+general path (the fast path forwards before it is admitted).
+
 A CancelRequest arrives on a connection of its own with the backend key the client was given
 (the server's real key, relayed untouched): if the target's statement is still queued here it
 is withdrawn and its client gets SQLSTATE 57014; otherwise the request goes to the server.
@@ -22,6 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
 
+from admission.grants import default_units, grant_setting, work_mem_grant
+from admission.model import EtaModel
 from proxy.gate import AdmissionGate
 from proxy.wire import protocol as pg
 from proxy.wire.framing import DEFAULT_MAX_MESSAGE
@@ -261,6 +269,8 @@ class ProxyServer(Listener):
         self.connect_timeout = connect_timeout
         self.connections: set[ClientConnection] = set()
         self.by_key: dict[tuple[int, int], ClientConnection] = {}
+        self._work_mem_grant: int | None = None
+        self._units: tuple[EtaModel | None, dict[str, float], float] = (None, {}, 0.0)
 
     def protocol(self) -> ClientConnection:
         return ClientConnection(self)
@@ -272,6 +282,42 @@ class ProxyServer(Listener):
             conn.shutdown("the proxy is shutting down")
         if self._server is not None:
             await self._server.wait_closed()
+
+    @property
+    def work_mem_grant(self) -> int | None:
+        """Bytes of work memory granted to the statements admitted, in total (see the module
+        docstring); None: no grants. Set at any time: the sessions open then follow."""
+        return self._work_mem_grant
+
+    @work_mem_grant.setter
+    def work_mem_grant(self, total: int | None) -> None:
+        self._work_mem_grant = total
+        for connection in self.connections:
+            connection.session.watch_settings = total is not None
+
+    def grant(self, job: int) -> bytes | None:
+        """The statement that gives admitted ``job`` its work-memory grant (None: no grant)."""
+        total = self.work_mem_grant
+        if total is None:
+            return None
+        scheduler = self.gate.scheduler
+        record = scheduler.job(job)
+        if record is None or record.bypass:
+            return None
+        model = scheduler.model
+        cached, units, fallback = self._units
+        if cached is not model:  # (each model's units, looked up once)
+            units = {
+                c.fingerprint: c.work_mem_units
+                for c in model.classes
+                if c.work_mem_units is not None and c.work_mem_units > 0
+            }
+            fallback = default_units(units.values())
+            self._units = (model, units, fallback)
+        work_mem = work_mem_grant(
+            total, scheduler.limits, record.held, units.get(record.fingerprint, fallback)
+        )
+        return None if work_mem is None else grant_setting(work_mem)
 
     async def open_backend(
         self, protocol_factory: Callable[[], asyncio.Protocol]
@@ -337,6 +383,7 @@ class ClientConnection(asyncio.Protocol):
             max_message=server.max_message,
             job_ids=server.gate.job_ids,
         )
+        self.session.watch_settings = server.work_mem_grant is not None
         self.transport: asyncio.Transport | None = None
         self.backend: _Backend | None = None
         self._to_server: list[bytes] | None = None  # held while the backend connects
@@ -384,7 +431,9 @@ class ClientConnection(asyncio.Protocol):
             self._early.append(data)
             return
         session = self.session
-        submit = self._fast_client(session, data)
+        submit = (
+            None if self.server.work_mem_grant is not None else self._fast_client(session, data)
+        )
         if submit is None:
             self._apply(session.client_data(data))
             self._check_held()
@@ -558,7 +607,7 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(action, Submit):
                 job = action.job
                 if self.server.gate.admit(job, action.query_class, action.bypass, action.sql, self):
-                    self._apply(self.session.granted(job))
+                    self._apply(self.session.granted(job, self.server.grant(job)))
             elif isinstance(action, Release):
                 self.server.gate.release(action.job)
             elif isinstance(action, ConnectServer):
@@ -597,7 +646,7 @@ class ClientConnection(asyncio.Protocol):
     # -- the gate's answers ------------------------------------------------------------------
 
     def admitted(self, job: int) -> None:
-        self._apply(self.session.granted(job))
+        self._apply(self.session.granted(job, self.server.grant(job)))
 
     def refused(self, job: int, sqlstate: str, message: str) -> None:
         self._apply(self.session.rejected(job, sqlstate, message))

@@ -45,6 +45,7 @@ class ProxyHarness:
         model_path: Path | None = None,
         learn: bool = False,
         auto_mpl: MplController | None = None,
+        work_mem_grant: int | None = None,
     ) -> None:
         self.events: list[Event] = []
         self.errors: list[dict[str, Any]] = []
@@ -56,6 +57,7 @@ class ProxyHarness:
         self.server = ProxyServer(
             self.gate, BackendAddress("127.0.0.1", backend_port), max_message=max_message, tls=tls
         )
+        self.server.work_mem_grant = work_mem_grant
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.call(lambda: self.server.start("127.0.0.1", 0))

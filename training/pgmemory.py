@@ -8,6 +8,14 @@ memoize cache's peak, per parallel worker too, and the temporary blocks written.
 memory M is the sum over its operators and workers (they hold their memory at the same time in a
 pipelined plan, so the sum bounds the peak from above); its spill is the temporary bytes written.
 
+A statement's **work_mem units** W: how many times over ``work_mem`` its memory may grow, from
+its plan — each sort, materialization and window once, each hash table (hash join, hashed
+aggregate or set operation, memoize) ``hash_mem_multiplier`` times, and each of them once per
+process that runs it (a parallel section's launched workers and its leader). PostgreSQL keeps
+each within its limit and spills the rest, so a statement run with ``work_mem = w`` takes at most
+about W·w: what lets the proxy give a statement a share of a memory budget as its work_mem
+(``admission.grants``).
+
 The process's own memory besides (catalog caches, the executor's state: a few MB a backend) is
 not counted: a memory budget is about what statements add to the server, and that part is there
 whether a statement runs or waits.
@@ -17,9 +25,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["explain_memory", "plan_memory"]
+__all__ = ["PlanMemory", "explain_memory", "plan_memory", "work_mem_units"]
 
 KIB = 1024
 # operator fields that give memory in kB (each a node's own, or a worker's within "Workers")
@@ -54,13 +62,53 @@ def _nodes(plan: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
             yield from _nodes(child)
 
 
-def plan_memory(explained: Any, work_mem: float, block_size: int) -> tuple[float, float]:
-    """(memory, spill) in bytes from the output of ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)``
-    (the list PostgreSQL returns); ``work_mem`` in bytes, ``block_size`` the server's."""
+# operators that hold up to work_mem each (tuple sorts and stores) …
+_SORTING = frozenset(("Sort", "Incremental Sort", "Material", "WindowAgg", "Recursive Union"))
+# … and up to work_mem × hash_mem_multiplier (hash tables)
+_HASHING = frozenset(("Hash", "Memoize"))
+_HASHED_STRATEGIES = frozenset(("Hashed", "Mixed"))  # of an Aggregate or a SetOp
+_GATHERS = frozenset(("Gather", "Gather Merge"))
+
+
+def _units(plan: Mapping[str, Any], processes: int, hash_mem: float) -> float:
+    kind = plan.get("Node Type")
+    own = 0.0
+    if kind in _SORTING:
+        own = 1.0
+    elif kind in _HASHING or (
+        kind in ("Aggregate", "SetOp") and plan.get("Strategy") in _HASHED_STRATEGIES
+    ):
+        own = hash_mem
+    if kind in _GATHERS:
+        launched = plan.get("Workers Launched", plan.get("Workers Planned", 0))
+        workers = int(launched) if isinstance(launched, int | float) else 0
+        # (a leader that runs no part of the plan itself makes this one too many: the bound
+        # stays a bound)
+        processes = max(1, workers + 1)
+    total = own * processes
+    for child in plan.get("Plans", ()) or ():
+        if isinstance(child, Mapping):
+            total += _units(child, processes, hash_mem)
+    return total
+
+
+def work_mem_units(explained: Any, hash_mem_multiplier: float = 2.0) -> float:
+    """The statement's work_mem units (see the module docstring) from the output of
+    ``EXPLAIN (FORMAT JSON)``, with or without ANALYZE."""
+    return _units(_top_plan(explained), 1, hash_mem_multiplier)
+
+
+def _top_plan(explained: Any) -> Mapping[str, Any]:
     top = explained[0] if isinstance(explained, list) and explained else explained
     if not isinstance(top, Mapping) or not isinstance(top.get("Plan"), Mapping):
         raise ValueError("not the output of EXPLAIN (FORMAT JSON)")
-    plan = top["Plan"]
+    return top["Plan"]  # type: ignore[no-any-return]
+
+
+def plan_memory(explained: Any, work_mem: float, block_size: int) -> tuple[float, float]:
+    """(memory, spill) in bytes from the output of ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)``
+    (the list PostgreSQL returns); ``work_mem`` in bytes, ``block_size`` the server's."""
+    plan = _top_plan(explained)
     memory = 0.0
     for node in _nodes(plan):
         memory += _own_memory(node, work_mem)
@@ -72,17 +120,25 @@ def plan_memory(explained: Any, work_mem: float, block_size: int) -> tuple[float
     return memory, spill
 
 
-def explain_memory(conn: Any, sql: str) -> tuple[float, float]:
+class PlanMemory(NamedTuple):
+    memory: float  # bytes, the operators' peaks summed
+    spill: float  # bytes written to temporary files
+    units: float  # work_mem units (see the module docstring)
+
+
+def explain_memory(conn: Any, sql: str) -> PlanMemory:
     """Run ``sql`` once under ``EXPLAIN (ANALYZE, BUFFERS, TIMING OFF)`` on the psycopg
-    connection ``conn`` (straight to the server) and return its (memory, spill) in bytes."""
+    connection ``conn`` (straight to the server): its memory, spill and work_mem units."""
     row = conn.execute(
-        "select pg_size_bytes(current_setting('work_mem')), current_setting('block_size')::int"
+        "select pg_size_bytes(current_setting('work_mem')), current_setting('block_size')::int,"
+        " coalesce(current_setting('hash_mem_multiplier', true), '1')::float8"
     ).fetchone()
-    work_mem, block_size = float(row[0]), int(row[1])
+    work_mem, block_size, hash_mem = float(row[0]), int(row[1]), float(row[2])
     result = conn.execute(
         "explain (analyze, buffers, timing off, summary off, format json) " + sql
     ).fetchone()
     explained = result[0]
     if isinstance(explained, str):
         explained = json.loads(explained)
-    return plan_memory(explained, work_mem, block_size)
+    memory, spill = plan_memory(explained, work_mem, block_size)
+    return PlanMemory(memory, spill, work_mem_units(explained, hash_mem))

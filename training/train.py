@@ -483,6 +483,7 @@ def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent
                 count=e.count,
                 M=p["M"],
                 spill=p["spill"],
+                work_mem_units=p.get("work_mem_units"),
             )
         )
     return EtaModel(
@@ -618,18 +619,19 @@ def _isolation_profiles(
 
 
 def _explained_memory(run: _Run, profiles: dict[str, dict[str, Any]]) -> None:
-    """PostgreSQL: each class's M_r and spill from what EXPLAIN (ANALYZE, BUFFERS) reports of
-    its operators (``training.pgmemory``), over MEMORY_RUNS statements of the class (one for
-    a class that takes a second or more), run straight on the server after the isolation runs:
-    the largest memory and the mean spill."""
+    """PostgreSQL: each class's M_r, spill and work_mem units from what EXPLAIN (ANALYZE,
+    BUFFERS) reports of its operators (``training.pgmemory``), over MEMORY_RUNS statements of
+    the class (one for a class that takes a second or more), run straight on the server after
+    the isolation runs: the largest memory, the mean spill, the most units."""
     rng = random.Random(run.config.seed + 1)  # (the concurrent run's draws stay as they were)
     try:
         with psycopg.connect(run.config.backend, autocommit=True) as conn:
             for f, q in run.query_of.items():
                 runs = MEMORY_RUNS if profiles[f]["D"] < 1.0 else 1
                 found = [explain_memory(conn, run.query(q, rng)) for _ in range(runs)]
-                profiles[f]["M"] = max(m for m, _ in found)
-                profiles[f]["spill"] = statistics.fmean(s for _, s in found)
+                profiles[f]["M"] = max(e.memory for e in found)
+                profiles[f]["spill"] = statistics.fmean(e.spill for e in found)
+                profiles[f]["work_mem_units"] = max(e.units for e in found)
     except (psycopg.Error, ValueError) as e:
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         run.progress(f"warning: no memory measured ({why}): M_r stays unknown")

@@ -59,6 +59,7 @@ session discard the client's messages up to that Sync, as PostgreSQL itself does
 from __future__ import annotations
 
 import itertools
+import re
 import struct
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -239,7 +240,7 @@ class _Span:
 class _Batch(Batch):
     """A batch (see proxy.wire.frontend) and what relaying it takes."""
 
-    __slots__ = ("held", "held_size", "outstanding", "span", "submitted")
+    __slots__ = ("continues", "held", "held_size", "outstanding", "resets", "span", "submitted")
 
     def __init__(
         self, held: list[bytes] | None = None, ready: bool = False, syncs: int = 0
@@ -250,6 +251,11 @@ class _Batch(Batch):
         self.submitted = False
         self.outstanding = 0  # ReadyForQuery still expected from the server
         self.span: _Span | None = None  # a mixed batch's answers, when read message by message
+        self.resets = False  # it holds a RESET ALL or DISCARD ALL (see ProxySession.granted)
+        # it follows extended messages forwarded with no Sync after them (Parse, Describe,
+        # Bind, Flush, then this batch's Execute: asyncpg's way): it runs in their implicit
+        # transaction, with their unnamed statement and portal
+        self.continues = False
 
 
 @dataclass(slots=True)
@@ -257,6 +263,29 @@ class _Synthetic:
     """Reply bytes the proxy made, to go out after the server's replies to earlier batches."""
 
     data: bytes
+
+
+class _Swallow:
+    """The server's reply to a statement of the proxy's own (a work_mem grant), up to and
+    including its ReadyForQuery: cut from what the client hears."""
+
+    __slots__ = ()
+
+
+_SWALLOW = _Swallow()
+# a client statement that sets work_mem (SET [SESSION|LOCAL] work_mem, RESET work_mem,
+# set_config('work_mem', …)): the client manages it, and the session's grants stop
+_WORK_MEM = re.compile(
+    rb"(?:\bset\s+(?:session\s+|local\s+)?|\breset\s+)work_mem\b"
+    rb"|set_config\s*\(\s*'work_mem'",
+    re.IGNORECASE,
+)
+# … one that resets every setting: the proxy's last grant is gone with it
+_RESET_ALL = re.compile(rb"\b(?:reset|discard)\s+all\b", re.IGNORECASE)
+# the proxy's own statement, named so that it never replaces a client's unnamed statement (a
+# simple Query would: drivers that Parse an unnamed statement in one Sync and Bind it in the
+# next, asyncpg without a statement cache, would lose it)
+_OWN_STATEMENT = b"_admission_grant"
 
 
 class ProxySession:
@@ -293,7 +322,8 @@ class ProxySession:
         self._statements: dict[bytes, str] = {}  # prepared statement name → SQL
         self._portals: dict[bytes, str] = {}  # portal name → SQL (of its statement)
         self._queue: deque[_Batch] = deque()  # batches not yet (fully) forwarded, in order
-        self._replies: deque[_Batch | _Synthetic] = deque()  # what each ReadyForQuery closes
+        # what each ReadyForQuery closes
+        self._replies: deque[_Batch | _Synthetic | _Swallow] = deque()
         self._jobs: dict[int, _Batch] = {}
         self.fast_path = True  # False: every event takes the general path (for comparison)
         self._fast_job: int | None = None  # the fast path's statement (see fast_client)
@@ -302,6 +332,12 @@ class ProxySession:
         self.fast_sent = False  # the caller forwarded ``_fast_data`` (see fast_client)
         # the server sent a FATAL error, or the client a Terminate: its close says nothing new
         self._server_ends = False
+        # the client set work_mem itself: ``granted`` sends no setting of the proxy's
+        self.own_work_mem = False
+        # watch the client's statements for settings of work_mem (on while grants are: the
+        # look costs a few µs a statement)
+        self.watch_settings = False
+        self._setting: bytes | None = None  # the proxy's last setting on this session
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -566,6 +602,14 @@ class ProxySession:
             return
         if kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
             self._track_names(kind, frame.raw, 5, len(frame.raw))
+        if self.watch_settings and (kind == pg.QUERY or kind == pg.PARSE):
+            if _WORK_MEM.search(frame.raw):
+                self.own_work_mem = True
+            elif self._setting is not None and _RESET_ALL.search(frame.raw):
+                if batch.forwarded:
+                    self._setting = None
+                else:
+                    batch.resets = True  # (the proxy's setting is gone once it ran)
         if batch.mixed and batch.span is None and not batch.forwarded:
             # Read its answers message by message. (One that streams already, after a
             # Flush, is not: its Queries' ReadyForQuery are relayed without being counted,
@@ -614,6 +658,7 @@ class ProxySession:
         if batch is not None and batch is not tail:
             if tail is not None:  # it went through unadmitted and took no Execute
                 self._queue_done(tail)
+                batch.continues = True
             self._queue.append(batch)
         return batch
 
@@ -683,9 +728,16 @@ class ProxySession:
         self._jobs[job] = batch
         return Submit(job, query_class, bypass, sql)
 
-    def _forward(self, batch: _Batch, out: list[Action]) -> None:
+    def _forward(self, batch: _Batch, out: list[Action], setting: bytes | None = None) -> None:
         if not batch.forwarded:
             batch.forwarded = True
+            if setting is not None and setting != self._setting and not batch.continues:
+                # the proxy's statement goes first, its replies cut from what the client hears
+                self._setting = setting
+                self._replies.append(_SWALLOW)
+                batch.held.insert(0, _own_statement(setting))
+            if batch.resets:
+                self._setting = None
             if batch.held:
                 out.append(SendToServer(b"".join(batch.held)))
                 batch.held = []
@@ -700,8 +752,18 @@ class ProxySession:
         if self._queue and self._queue[0] is batch:
             self._queue.popleft()
 
-    def granted(self, job: int) -> list[Action]:
-        """The scheduler admitted ``job``: forward its batch (and whatever can follow)."""
+    def granted(self, job: int, setting: bytes | None = None) -> list[Action]:
+        """The scheduler admitted ``job``: forward its batch (and whatever can follow).
+
+        ``setting``: a statement of the proxy's to run first (``SET work_mem = …``, the
+        statement's memory grant), its replies cut from what the client hears; not sent when
+        the session already has it (the proxy's last setting, unless a RESET ALL or DISCARD
+        ALL came since), nor once the client set work_mem itself (``own_work_mem``). It runs
+        as a named statement in a Sync of its own, ahead of the batch (outside a transaction
+        block: statements inside one bypass admission), so whatever it does, the client's
+        statements, unnamed ones too, are as they were. A batch that continues extended
+        messages forwarded without a Sync (``continues``) gets none — a Sync there would end
+        their implicit transaction and portal — and runs with the session's last grant."""
         self._leave_fast()
         out: list[Action] = []
         batch = self._jobs.get(job)
@@ -709,7 +771,7 @@ class ProxySession:
             if batch is None or self.state is State.CLOSED:
                 out.append(Release(job))
             return out
-        self._forward(batch, out)
+        self._forward(batch, out, None if self.own_work_mem else setting)
         queue = self._queue
         if batch.complete and queue and queue[0] is batch:
             queue.popleft()
@@ -781,8 +843,10 @@ class ProxySession:
             data = bytes(buf)
             buf.clear()
         out: list[Action] = []
-        pieces: list[bytes] | None = None  # only when the proxy inserts replies of its own
+        pieces: list[bytes] | None = None  # only when the proxy inserts or cuts replies
+        replies = self._replies
         span = self._head_span()
+        swallow = bool(replies) and replies[0] is _SWALLOW  # the proxy's own statement's
         pos = start = 0
         end = len(data)
         need = 5
@@ -798,12 +862,20 @@ class ProxySession:
             if nxt > end:
                 need = nxt - pos
                 break
+            if swallow and not (kind == pg.ERROR_RESPONSE and _fatal(data, pos + 5, nxt)):
+                if pieces is None:
+                    pieces = []
+                pieces.append(data[start:pos])  # (a FATAL goes on: the session ends on it)
+                start = nxt
+                if kind == pg.ERROR_RESPONSE:
+                    self._setting = None  # (not set: the next grant tries again)
             if kind == pg.READY_FOR_QUERY:
                 self.transaction_status = data[pos + 5 : pos + 6]
                 # (inside a mixed batch, only its Sync's ends it)
                 if span is None or span.answer(kind):
                     synthetic = self._server_ready(out)
                     span = self._head_span()
+                    swallow = bool(replies) and replies[0] is _SWALLOW
                     if synthetic:
                         if pieces is None:
                             pieces = []
@@ -888,6 +960,22 @@ class ProxySession:
             return self._release_all()
         self.state = State.CLOSED
         return [*self._release_all(), Close("client disconnected")]
+
+
+def _own_statement(sql: bytes) -> bytes:
+    """``sql`` (no parameters, no rows) run by the extended protocol as a named statement,
+    closed after, in a Sync of its own: Parse, Bind and Execute of the unnamed portal (which
+    does not outlive a Sync outside a transaction block), Close, Sync."""
+    name = _OWN_STATEMENT + b"\0"
+    return b"".join(
+        (
+            pg.message(b"P", name + sql + b"\0" + b"\0\0"),
+            pg.message(b"B", b"\0" + name + b"\0\0" + b"\0\0" + b"\0\0"),
+            pg.message(b"E", b"\0" + b"\0\0\0\0"),
+            pg.message(b"C", b"S" + name),
+            pg.message(b"S"),
+        )
+    )
 
 
 def _quoted(name: bytes) -> str:

@@ -246,6 +246,19 @@ def test_classify_from_arguments_and_stdin() -> None:
             ["--backend", "postgresql://127.0.0.1:1", "--max-temp-size", "0"],
             "--max-temp-size is the embedded DuckDB's",
         ),
+        (["--grant-work-mem", "1GB"], "--grant-work-mem sets PostgreSQL's work_mem"),
+        (
+            ["--backend", "postgresql://127.0.0.1:1", "--grant-work-mem", "some"],
+            "--grant-work-mem takes a size",
+        ),
+        (
+            ["--backend", "postgresql://127.0.0.1:1", "--grant-work-mem", "0"],
+            "--grant-work-mem must be more than 0",
+        ),
+        (
+            ["--backend", "postgresql://127.0.0.1:1", "--grant-work-mem", "1GB", "--mpl", "0"],
+            "it needs an MPL",
+        ),
     ],
 )
 def test_serve_bad_arguments_are_clear(args: list[str], message: str) -> None:
