@@ -20,11 +20,19 @@ session had.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from admission.scheduler import Limits
 
-__all__ = ["DEFAULT_UNITS", "MIN_WORK_MEM", "default_units", "grant_setting", "work_mem_grant"]
+__all__ = [
+    "DEFAULT_UNITS",
+    "MIN_WORK_MEM",
+    "default_units",
+    "grant_setting",
+    "work_mem_grant",
+    "work_mem_units",
+]
 
 MIN_WORK_MEM = 64 * 1024  # PostgreSQL's least work_mem
 # the work_mem units of a class whose plan was not counted and no class's was: a sort and a
@@ -59,3 +67,45 @@ def work_mem_grant(budget: int, limits: Limits, threads_held: int, units: float)
 def grant_setting(work_mem: int) -> bytes:
     """The statement that gives a session ``work_mem`` bytes."""
     return b"SET work_mem = '%dkB'" % (work_mem // 1024)
+
+
+# operators that hold up to work_mem each (tuple sorts and stores) …
+_SORTING = frozenset(("Sort", "Incremental Sort", "Material", "WindowAgg", "Recursive Union"))
+# … and up to work_mem × hash_mem_multiplier (hash tables)
+_HASHING = frozenset(("Hash", "Memoize"))
+_HASHED_STRATEGIES = frozenset(("Hashed", "Mixed"))  # of an Aggregate or a SetOp
+_GATHERS = frozenset(("Gather", "Gather Merge"))
+
+
+def _units(plan: Mapping[str, Any], processes: int, hash_mem: float) -> float:
+    kind = plan.get("Node Type")
+    own = 0.0
+    if kind in _SORTING:
+        own = 1.0
+    elif kind in _HASHING or (
+        kind in ("Aggregate", "SetOp") and plan.get("Strategy") in _HASHED_STRATEGIES
+    ):
+        own = hash_mem
+    if kind in _GATHERS:
+        launched = plan.get("Workers Launched", plan.get("Workers Planned", 0))
+        workers = int(launched) if isinstance(launched, int | float) else 0
+        # (a leader that runs no part of the plan itself makes this one too many: the bound
+        # stays a bound)
+        processes = max(1, workers + 1)
+    total = own * processes
+    for child in plan.get("Plans", ()) or ():
+        if isinstance(child, Mapping):
+            total += _units(child, processes, hash_mem)
+    return total
+
+
+def work_mem_units(explained: Any, hash_mem_multiplier: float = 2.0) -> float:
+    """A statement's work_mem units — how many times over ``work_mem`` it may grow: each sort,
+    materialization and window once, each hash table (hash join, hashed aggregate or set
+    operation, memoize) ``hash_mem_multiplier`` times, each of them once per process that runs
+    it (a parallel section's launched workers, or planned ones, and its leader) — from the
+    output of PostgreSQL's ``EXPLAIN (FORMAT JSON)``, with or without ANALYZE."""
+    top = explained[0] if isinstance(explained, list) and explained else explained
+    if not isinstance(top, Mapping) or not isinstance(top.get("Plan"), Mapping):
+        raise ValueError("not the output of EXPLAIN (FORMAT JSON)")
+    return _units(top["Plan"], 1, hash_mem_multiplier)

@@ -90,6 +90,7 @@ class OnlineEstimator:
         self.samples: dict[str, deque[float]] = {}
         self.seen: dict[str, int] = {}  # statements measured per class, all time
         self.costs: dict[str, float] = {}  # the planner's cost estimate per class
+        self.units: dict[str, float] = {}  # … and its plan's work_mem units (PostgreSQL)
         self.refreshes = 0  # models made
 
     def finished(self, job: Job, now: float) -> None:
@@ -106,10 +107,14 @@ class OnlineEstimator:
         times.append(now - admitted)
         self.seen[fingerprint] = self.seen.get(fingerprint, 0) + 1
 
-    def planned(self, fingerprint: str, cost: float) -> None:
-        """The database's cost estimate of a statement of this class (see ``prior``)."""
+    def planned(self, fingerprint: str, cost: float, work_mem_units: float | None = None) -> None:
+        """The database's cost estimate of a statement of this class (see ``prior``) and, in
+        front of PostgreSQL, its plan's work_mem units (a class training did not count gets
+        them: what a work-memory grant is divided by)."""
         if cost > 0 and math.isfinite(cost):
             self.costs[fingerprint] = cost
+        if work_mem_units is not None and work_mem_units >= 0 and math.isfinite(work_mem_units):
+            self.units[fingerprint] = work_mem_units
 
     def prior(self, classes: list[ClassProfile]) -> dict[str, float]:
         """D_r of the classes never measured that have a cost estimate: cost times the median
@@ -191,7 +196,11 @@ class OnlineEstimator:
         for i, c in enumerate(classes):
             cost = self.costs.get(c.fingerprint)
             if cost is not None and c.cost != cost:
-                classes[i] = c.model_copy(update={"cost": cost})
+                classes[i] = c = c.model_copy(update={"cost": cost})
+                changed = True
+            units = self.units.get(c.fingerprint)
+            if units is not None and c.work_mem_units is None:
+                classes[i] = c.model_copy(update={"work_mem_units": units})
                 changed = True
         priors = self.prior(classes)
         known = [c.D for c in classes if _measured(c)]

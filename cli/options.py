@@ -310,12 +310,17 @@ def d_text(c: ClassProfile) -> str:
 
 
 def m_text(c: ClassProfile) -> str:
-    """M_r as "47.1 MiB", with what the class spilled when it did ("140 MiB (+12 MiB)");
+    """M_r as "47.1 MiB", with what the class spilled when it did ("140 MiB (+12 MiB)") and,
+    in front of PostgreSQL, its plan's work_mem units ("1.1 MiB (+3.3 MiB) ×9 work_mem");
     "-" when not measured."""
     if c.M is None:
         return "-"
     text = _mib(c.M)
-    return text + f" (+{_mib(c.spill)})" if c.spill else text
+    if c.spill:
+        text += f" (+{_mib(c.spill)})"
+    if c.work_mem_units:
+        text += f" ×{c.work_mem_units:.3g} work_mem"
+    return text
 
 
 def _mib(n: float) -> str:

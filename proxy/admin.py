@@ -417,6 +417,8 @@ def _class_view(
             "profiled": profile.profiled,
             "M": profile.M,  # bytes a statement takes at its peak (None: not measured)
             "spill": profile.spill,
+            # PostgreSQL: how many times over work_mem its plan may take (None: not counted)
+            "work_mem_units": profile.work_mem_units,
             # when the live model last moved D_r (ISO 8601, UTC), if it did since the start
             "learned_at": None
             if learned_at is None

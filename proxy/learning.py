@@ -28,6 +28,7 @@ from typing import Any
 from admission.model import EtaModel
 from admission.online import OnlineEstimator
 from proxy.gate import AdmissionGate
+from proxy.planner import PlanEstimate
 
 __all__ = ["REFRESH_EVERY", "SAVE_EVERY", "LiveModel", "Planner"]
 
@@ -35,8 +36,9 @@ log = logging.getLogger("admission.learning")
 
 REFRESH_EVERY = 2.0  # seconds between looks at the estimates
 PLAN_AT_ONCE = 16  # classes asked about per look
-# The database's cost estimate of a statement (a sample of a class), or None when it has none.
-Planner = Callable[[str], Awaitable[float | None]]
+# The database's cost estimate of a statement (a sample of a class), or None when it has none;
+# PostgreSQL's also counts the plan's work_mem units (proxy.planner.PlanEstimate).
+Planner = Callable[[str], Awaitable["float | PlanEstimate | None"]]
 SAVE_EVERY = 300.0  # seconds between saves of a changed model to its file
 MEMORY_FIRST = 8  # statements of a class whose memory is measured first …
 MEMORY_EVERY = 32  # … then one in this many
@@ -116,7 +118,9 @@ class LiveModel:
             except Exception:  # a statement the planner cannot take has no prior, that is all
                 log.debug("no cost estimate for %s", fingerprint, exc_info=True)
                 continue
-            if cost is not None:
+            if isinstance(cost, PlanEstimate):
+                self.estimator.planned(fingerprint, cost.cost, cost.work_mem_units)
+            elif cost is not None:
                 self.estimator.planned(fingerprint, cost)
 
     def memory_wanted(self, fingerprint: str) -> bool:

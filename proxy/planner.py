@@ -4,7 +4,10 @@ The embedded DuckDB answers from EXPLAIN's estimated cardinalities
 (``DuckDBBackend.plan_cost``). In front of PostgreSQL the proxy holds no connection of its own
 — clients authenticate with the server themselves — so ``PostgresPlanner`` needs one given
 (``serve --explain-dsn``): it runs ``EXPLAIN (FORMAT JSON)`` there (the plan's Total Cost,
-nothing executed), one statement at a time, with a short statement timeout.
+nothing executed), one statement at a time, with a short statement timeout. From the same plan
+it counts the statement's work_mem units (``training.pgmemory.work_mem_units``, the planned
+workers in place of the launched ones), what a work-memory grant is divided by, so a class
+learned live gets a grant sized by its own plan.
 
 Only one read-only statement without parameters is asked about — a sample holding several
 (``select 1; drop table t``) or anything but a SELECT is not: EXPLAIN of it would run the rest,
@@ -17,11 +20,13 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import pglast
 
-__all__ = ["PARAM", "PLANNABLE_HEAD", "PostgresPlanner", "plannable"]
+from admission.grants import work_mem_units
+
+__all__ = ["PARAM", "PLANNABLE_HEAD", "PlanEstimate", "PostgresPlanner", "plannable"]
 
 log = logging.getLogger("admission.planner")
 
@@ -44,6 +49,13 @@ def plannable(sql: str) -> bool:
     return len(statements) == 1 and isinstance(statements[0].stmt, pglast.ast.SelectStmt)
 
 
+class PlanEstimate(NamedTuple):
+    """What the database's planner says of a statement."""
+
+    cost: float  # its estimate, in the planner's own units
+    work_mem_units: float | None = None  # PostgreSQL: how many times over work_mem it may take
+
+
 class PostgresPlanner:
     """``plan_cost(sql)`` over a connection of its own to ``dsn``, opened at first use and
     again after it broke; a server that cannot be reached is logged once and gives no cost."""
@@ -52,6 +64,7 @@ class PostgresPlanner:
         self.dsn = dsn
         self._conn: Any = None  # psycopg.AsyncConnection, once open
         self._warned = False
+        self._hash_mem = 2.0  # the server's hash_mem_multiplier (read at connect)
 
     async def _connection(self) -> Any:
         import psycopg
@@ -61,9 +74,16 @@ class PostgresPlanner:
                 self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
             )
             await self._conn.execute(f"set statement_timeout = {TIMEOUT_MS}")
+            cursor = await self._conn.execute(
+                "select coalesce(current_setting('hash_mem_multiplier', true), '1')::float8"
+            )
+            row = await cursor.fetchone()
+            self._hash_mem = float(row[0]) if row else 1.0
         return self._conn
 
-    async def plan_cost(self, sql: str) -> float | None:
+    async def plan_cost(self, sql: str) -> PlanEstimate | None:
+        """The plan's Total Cost and its work_mem units; None for a statement that is not
+        one SELECT without parameters, or that PostgreSQL cannot plan here."""
         if not plannable(sql):
             return None
         import psycopg
@@ -80,9 +100,11 @@ class PostgresPlanner:
         except psycopg.Error:
             return None  # a statement PostgreSQL cannot plan here: no prior for it
         try:
-            return float(row[0][0]["Plan"]["Total Cost"]) or None
+            cost = float(row[0][0]["Plan"]["Total Cost"])
+            units = work_mem_units(row[0], self._hash_mem)
         except (TypeError, KeyError, IndexError, ValueError):
             return None
+        return PlanEstimate(cost, units) if cost else None
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -27,6 +27,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from admission.grants import work_mem_units
+
 __all__ = ["PlanMemory", "explain_memory", "plan_memory", "work_mem_units"]
 
 KIB = 1024
@@ -60,42 +62,6 @@ def _nodes(plan: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
     for child in plan.get("Plans", ()) or ():
         if isinstance(child, Mapping):
             yield from _nodes(child)
-
-
-# operators that hold up to work_mem each (tuple sorts and stores) …
-_SORTING = frozenset(("Sort", "Incremental Sort", "Material", "WindowAgg", "Recursive Union"))
-# … and up to work_mem × hash_mem_multiplier (hash tables)
-_HASHING = frozenset(("Hash", "Memoize"))
-_HASHED_STRATEGIES = frozenset(("Hashed", "Mixed"))  # of an Aggregate or a SetOp
-_GATHERS = frozenset(("Gather", "Gather Merge"))
-
-
-def _units(plan: Mapping[str, Any], processes: int, hash_mem: float) -> float:
-    kind = plan.get("Node Type")
-    own = 0.0
-    if kind in _SORTING:
-        own = 1.0
-    elif kind in _HASHING or (
-        kind in ("Aggregate", "SetOp") and plan.get("Strategy") in _HASHED_STRATEGIES
-    ):
-        own = hash_mem
-    if kind in _GATHERS:
-        launched = plan.get("Workers Launched", plan.get("Workers Planned", 0))
-        workers = int(launched) if isinstance(launched, int | float) else 0
-        # (a leader that runs no part of the plan itself makes this one too many: the bound
-        # stays a bound)
-        processes = max(1, workers + 1)
-    total = own * processes
-    for child in plan.get("Plans", ()) or ():
-        if isinstance(child, Mapping):
-            total += _units(child, processes, hash_mem)
-    return total
-
-
-def work_mem_units(explained: Any, hash_mem_multiplier: float = 2.0) -> float:
-    """The statement's work_mem units (see the module docstring) from the output of
-    ``EXPLAIN (FORMAT JSON)``, with or without ANALYZE."""
-    return _units(_top_plan(explained), 1, hash_mem_multiplier)
 
 
 def _top_plan(explained: Any) -> Mapping[str, Any]:

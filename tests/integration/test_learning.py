@@ -212,6 +212,7 @@ def test_relay_classes_not_measured_start_from_postgresqls_cost_estimate(
                 conn.execute(sql)
         for _ in range(2):
             conn.execute("select min(x * 2) from generate_series(1, 300000) as x")
+        conn.execute("select x from generate_series(1, 30000) as x order by x desc limit 3")
         conn.execute("select %s::int", (1,))  # a parameter ($1): no plan to ask for
     task = proxy.call(learning.plan)
     deadline = time.monotonic() + 30
@@ -228,6 +229,9 @@ def test_relay_classes_not_measured_start_from_postgresqls_cost_estimate(
     scale = statistics.median(c.D / c.cost for c in known if c.cost)
     assert new.D == pytest.approx(scale * new.cost)
     assert next(c for c in model.classes if "$1" in c.sample_sql).cost is None
+    # the plan's work_mem units come with the cost: none for an aggregate, one for a sort
+    assert new.work_mem_units == 0
+    assert next(c for c in model.classes if "order by" in c.sample_sql).work_mem_units == 1
 
 
 def test_the_planners_explain_one_select_and_never_run_what_follows() -> None:

@@ -13,11 +13,11 @@ from admission.grants import (
     default_units,
     grant_setting,
     work_mem_grant,
+    work_mem_units,
 )
 from proxy.wire import protocol as pg
 from proxy.wire.session import ProxySession, Release, SendToClient, SendToServer, Submit
 from tests.unit.test_wire import RFQ, bind, cstr, execute, m, parse, ready_session
-from training.pgmemory import work_mem_units
 
 MiB = 2**20
 SYNC, FLUSH = m("S"), m("H")

@@ -212,6 +212,20 @@ def test_a_class_not_measured_yet_starts_from_its_cost_estimate() -> None:
     assert next(c for c in measured.classes if c.fingerprint == "fp:new").D == pytest.approx(0.05)
 
 
+def test_a_plans_work_mem_units_reach_a_class_training_did_not_count() -> None:
+    counted = _trained("fp:a", "A", 0.02).model_copy(update={"work_mem_units": 6.0})
+    s, est = _scheduler(EtaModel(classes=(counted,)))
+    _serve(s, est, "fp:new", 0.05, 2)
+    est.planned("fp:a", 1e5, 2.0)  # training's count stays
+    est.planned("fp:new", 3e6, 5.0)
+    est.planned("fp:bad", 3e6, float("nan"))
+    model = est.refresh(s.model)
+    assert model is not None
+    by = {c.fingerprint: c for c in model.classes}
+    assert by["fp:a"].work_mem_units == 6.0 and by["fp:new"].work_mem_units == 5.0
+    assert "fp:bad" not in est.units
+
+
 def test_without_enough_costed_classes_the_prior_is_the_median() -> None:
     s, est = _scheduler()
     _serve(s, est, "fp:new", 0.05, 2)
