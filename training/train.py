@@ -343,6 +343,11 @@ def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
             f"{p['D_runs']} runs, f_r {p['f']} (runs by fork size {forks})"
             + (f", M_r {p['M'] / 2**20:.3g} MB" if p["M"] is not None else "")
             + (f", spills {p['spill'] / 2**20:.3g} MB" if p["spill"] else "")
+            + (
+                f", {p['work_mem_units']:.3g}× work_mem at most"
+                if p.get("work_mem_units") is not None
+                else ""
+            )
             + ("" if p["converged"] else " — not converged")
         )
     if run.isolation.unconverged:

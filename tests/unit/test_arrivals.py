@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from lab.bench import BenchConfig, burst_recovery, learns, memory_aware, parse_policy, tunes_mpl
+from lab.bench import (
+    BenchConfig,
+    budgeted,
+    burst_recovery,
+    grants,
+    learns,
+    memory_aware,
+    parse_policy,
+    tunes_mpl,
+)
 from workloads.arrivals import Bursts, bursty, poisson, rate_at, read_trace
 from workloads.tpch.mixes import MIXES, mix_by_name
 
@@ -91,6 +100,8 @@ def test_bench_policy_specs_and_open_config_errors() -> None:
     assert learns("latency@2+mem+learn") and learns("latency@2+learn+mem")
     assert not memory_aware("fcfs@4") and not memory_aware("fcfs@4+learn")
     assert tunes_mpl("latency@auto+mem") and not tunes_mpl("latency@2+mem")
+    assert grants("fcfs@2+grant") and grants("latency@2+mem+grant") and not grants("fcfs@2+mem")
+    assert budgeted("fcfs@2+grant") and budgeted("fcfs@2+mem") and not budgeted("fcfs@2")
     for bad, message in (
         ("none+mem", "none is no admission control"),
         ("fcfs@4+mem+mem", "whole number"),
@@ -110,6 +121,12 @@ def test_bench_policy_specs_and_open_config_errors() -> None:
         ({"arrivals": "sometimes"}, "must be one of"),
         ({"arrivals": "poisson", "load": -1.0}, "must be positive"),
         ({"policies": ("fcfs", "fcfs")}, "listed twice"),
+        ({"policies": ("fcfs@2+grant",), "grant_work_mem": 2**20}, "PostgreSQL's work_mem"),
+        (
+            {"policies": ("fcfs@2+grant",), "backend": "postgresql://127.0.0.1:1/x"},
+            "needs --grant-work-mem",
+        ),
+        ({"policies": ("none+grant",)}, "none is no admission control"),
     ):
         with pytest.raises(ValueError, match=message):
             BenchConfig(mix=mix, **kwargs)  # type: ignore[arg-type]
