@@ -361,6 +361,9 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         "in_service": scheduler.in_service,
         "threads_in_use": scheduler.threads_in_use,
         "memory_in_use": scheduler.memory_in_use,
+        # in front of PostgreSQL: the work memory shared by the statements admitted, each its
+        # share as its work_mem (serve --grant-work-mem; None: none)
+        "work_mem_grant": gate.work_mem_grant,
         "queued": scheduler.queued,
         "queue_by_class": scheduler.queue_by_class(),
         "classes": len(scheduler.fingerprints),

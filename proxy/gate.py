@@ -69,6 +69,9 @@ class AdmissionGate:
         self.scheduler = scheduler
         self.max_queue = max_queue
         self.stats = GateStats()
+        # work memory granted to the statements admitted, bytes in total (the relay's
+        # --grant-work-mem, which keeps it current; None: no grants), for the admin API
+        self.work_mem_grant: int | None = None
         # job ids: unique among everything this gate sees (sessions draw from it directly)
         self.job_ids = itertools.count(1)
         self._waiters: dict[int, AdmissionClient] = {}

@@ -291,7 +291,7 @@ class ProxyServer(Listener):
 
     @work_mem_grant.setter
     def work_mem_grant(self, total: int | None) -> None:
-        self._work_mem_grant = total
+        self._work_mem_grant = self.gate.work_mem_grant = total
         for connection in self.connections:
             connection.session.watch_settings = total is not None
 

@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import Callable
 
 import asyncpg
+import httpx
 import psycopg
 import pytest
 
@@ -43,7 +44,7 @@ def test_each_statement_runs_with_its_share_and_the_client_hears_only_its_own(
     make_proxy: Callable[..., ProxyHarness],
 ) -> None:
     # 64 MiB among MPL 2: 32 MiB a statement, over the class's 4 units: 8 MB
-    proxy = make_proxy(model=_model(4.0), limits=Limits(mpl=2), work_mem_grant=64 * MiB)
+    proxy = make_proxy(model=_model(4.0), limits=Limits(mpl=2), work_mem_grant=64 * MiB, admin=True)
     notices: list[str] = []
     with psycopg.connect(_dsn(proxy), autocommit=True) as conn:
         conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
@@ -64,6 +65,10 @@ def test_each_statement_runs_with_its_share_and_the_client_hears_only_its_own(
             assert conn.execute(SETTING).fetchone() == ("8MB",)
     assert notices == []
     proxy.wait_idle()
+    status = httpx.get(f"{proxy.admin_url}/status").json()
+    assert status["work_mem_grant"] == 64 * MiB
+    classes = httpx.get(f"{proxy.admin_url}/classes").json()
+    assert [c["profile"]["work_mem_units"] for c in classes if c["name"] == "setting"] == [4.0]
 
 
 def test_a_class_of_unknown_units_gets_the_default_and_the_grant_follows_the_mpl(
