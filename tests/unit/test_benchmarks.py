@@ -86,3 +86,47 @@ def test_mg1_predictions_match_the_formulas_worked_by_hand() -> None:
     expected = 0.8 * (w0 / (1 - sigma_s) + 0.03) + 0.2 * (w0 / ((1 - sigma_s) * 0.05) + 0.25)
     assert prio == pytest.approx(expected)
     assert 0.60 < prio < 0.70  # ≈ 55 % below processor sharing
+
+
+def test_pg_spill_pairs_each_granted_run_with_nones_of_its_repetition(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    from admission import ClassProfile, EtaModel
+    from benchmarks.pg_spill import report
+
+    def reps(spill: list[float], x: list[float]) -> list[dict[str, float]]:
+        return [
+            {
+                "repetition": i,
+                "spill_bytes": s * 2**20,
+                "throughput": t,
+                "mean_response": 0.2,
+                "p99_response": 0.5,
+                "errors": 0,
+            }
+            for i, (s, t) in enumerate(zip(spill, x, strict=True))
+        ]
+
+    result = {
+        "offered_load": 0.85,
+        "rate": 8.0,
+        "policies": {
+            "none": {"repetitions": reps([400, 200, 300], [8.0, 8.0, 8.0])},
+            "fcfs@2+grant": {"repetitions": reps([100, 50, 75], [8.0, 8.0, 8.0])},
+            "fcfs@4+grant": {"repetitions": reps([300, 150, 225], [8.0, 8.0, 8.0])},
+        },
+    }
+    model = EtaModel(
+        classes=(ClassProfile(fingerprint="a", name="Q9", D=0.1, f=1, work_mem_units=21.0),)
+    )
+    args = argparse.Namespace(
+        sf=0.1, work_mem="256kB", mix="9", repetitions=3, duration=30.0, grant="32MiB", load=0.85
+    )
+    report(result, args, model, 200, 256 * 1024)
+    out = capsys.readouterr().out
+    assert "200 × 21 units × work_mem 256 kB = 1050 MiB" in out
+    # each run is a quarter, or three quarters, of none's in the same repetition
+    assert "fcfs@2+grant: temp bytes 0.250 ± 0 of none's (paired by repetition: halved)" in out
+    assert "fcfs@4+grant: temp bytes 0.750 ± 0 of none's (paired by repetition: not halved)" in out
