@@ -276,7 +276,7 @@ _SWALLOW = _Swallow()
 # a client statement that sets work_mem (SET [SESSION|LOCAL] work_mem, RESET work_mem,
 # set_config('work_mem', …)): the client manages it, and the session's grants stop
 _WORK_MEM = re.compile(
-    rb"(?:\bset\s+(?:session\s+|local\s+)?|\breset\s+)work_mem\b"
+    rb"(?:\bset\s+(?:session\s+|local\s+)?|\breset\s+)\"?work_mem\b"
     rb"|set_config\s*\(\s*'work_mem'",
     re.IGNORECASE,
 )
@@ -286,6 +286,10 @@ _RESET_ALL = re.compile(rb"\b(?:reset|discard)\s+all\b", re.IGNORECASE)
 # simple Query would: drivers that Parse an unnamed statement in one Sync and Bind it in the
 # next, asyncpg without a statement cache, would lose it)
 _OWN_STATEMENT = b"_admission_grant"
+# what the server answers to it, cut from what the client hears: ParseComplete, BindComplete,
+# CommandComplete, CloseComplete, ReadyForQuery, an ErrorResponse (not a FATAL one). What else
+# comes in that stretch — a notification, a parameter status, a notice — is the client's.
+_OWN_REPLIES = frozenset(b"123CZE")
 
 
 class ProxySession:
@@ -338,6 +342,7 @@ class ProxySession:
         # look costs a few µs a statement)
         self.watch_settings = False
         self._setting: bytes | None = None  # the proxy's last setting on this session
+        self.grants_stopped = False  # the session copied (see client_data): no more settings
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -590,6 +595,9 @@ class ProxySession:
             return
         if kind in (pg.COPY_DATA, pg.COPY_DONE, pg.COPY_FAIL):
             # part of a COPY: it follows its statement, held with it while that one waits
+            # (a session that copies gets no more grants: an extended-protocol COPY's Syncs
+            # are not each answered, which the reply count does not follow)
+            self.grants_stopped = True
             if self._queue and not self._queue[-1].forwarded:
                 self._queue[-1].held.append(frame.raw)
             else:
@@ -605,7 +613,7 @@ class ProxySession:
         if self.watch_settings and (kind == pg.QUERY or kind == pg.PARSE):
             if _WORK_MEM.search(frame.raw):
                 self.own_work_mem = True
-            elif self._setting is not None and _RESET_ALL.search(frame.raw):
+            elif _RESET_ALL.search(frame.raw):
                 if batch.forwarded:
                     self._setting = None
                 else:
@@ -731,7 +739,15 @@ class ProxySession:
     def _forward(self, batch: _Batch, out: list[Action], setting: bytes | None = None) -> None:
         if not batch.forwarded:
             batch.forwarded = True
-            if setting is not None and setting != self._setting and not batch.continues:
+            if (
+                setting is not None
+                and setting != self._setting
+                and not self._replies
+                and self.transaction_status == b"I"
+                and not batch.continues
+                and not batch.mixed
+                and not self.grants_stopped
+            ):
                 # the proxy's statement goes first, its replies cut from what the client hears
                 self._setting = setting
                 self._replies.append(_SWALLOW)
@@ -761,9 +777,12 @@ class ProxySession:
         ALL came since), nor once the client set work_mem itself (``own_work_mem``). It runs
         as a named statement in a Sync of its own, ahead of the batch (outside a transaction
         block: statements inside one bypass admission), so whatever it does, the client's
-        statements, unnamed ones too, are as they were. A batch that continues extended
-        messages forwarded without a Sync (``continues``) gets none — a Sync there would end
-        their implicit transaction and portal — and runs with the session's last grant."""
+        statements, unnamed ones too, are as they were. It is sent only when the server owes
+        the session nothing (no reply outstanding, outside a transaction block by its last
+        ReadyForQuery): a batch pipelined behind others, one that continues extended messages
+        forwarded without a Sync (``continues``: a Sync there would end their implicit
+        transaction and portal), a mixed batch, and every batch of a session that has copied
+        run with the session's last grant."""
         self._leave_fast()
         out: list[Action] = []
         batch = self._jobs.get(job)
@@ -862,7 +881,11 @@ class ProxySession:
             if nxt > end:
                 need = nxt - pos
                 break
-            if swallow and not (kind == pg.ERROR_RESPONSE and _fatal(data, pos + 5, nxt)):
+            if (
+                swallow
+                and kind in _OWN_REPLIES
+                and not (kind == pg.ERROR_RESPONSE and _fatal(data, pos + 5, nxt))
+            ):
                 if pieces is None:
                     pieces = []
                 pieces.append(data[start:pos])  # (a FATAL goes on: the session ends on it)

@@ -146,6 +146,7 @@ def test_the_same_setting_is_sent_once_and_a_reset_all_sends_it_again() -> None:
         "set session work_mem to 65536",
         "RESET work_mem",
         "select set_config('work_mem', '1GB', false)",
+        'SET "work_mem" = 1024',
     ],
 )
 def test_a_session_that_sets_work_mem_itself_keeps_it(statement: str) -> None:
@@ -234,3 +235,58 @@ def test_an_execute_that_continues_unsynced_messages_gets_no_grant() -> None:
     (again,) = s.client_data(run)
     assert isinstance(again, Submit)
     assert _granted_bytes(s.granted(again.job, SETTING)) != run
+
+
+def test_a_batch_pipelined_behind_others_gets_no_grant() -> None:
+    # BEGIN and a statement sent together: when the statement is granted the server still
+    # owes BEGIN's reply, and will be inside a transaction block — a setting there would be
+    # rolled back with it (and a Sync of the proxy's would end the client's extended batch)
+    s = _session()
+    begin, select = m("Q", cstr("BEGIN")), m("Q", cstr("select 1"))
+    (first,) = s.client_data(begin + select)
+    assert isinstance(first, Submit) and first.bypass  # (so the server gives it no setting)
+    actions = s.granted(first.job)
+    assert _granted_bytes(actions) == begin
+    (second,) = [a for a in actions if isinstance(a, Submit)]
+    assert _granted_bytes(s.granted(second.job, SETTING)) == select
+
+
+def test_a_discard_all_queued_before_the_first_grant_still_resets_it() -> None:
+    s = _session()
+    select, discard = m("Q", cstr("select 1")), m("Q", cstr("discard all"))
+    (first,) = s.client_data(select + discard)
+    assert isinstance(first, Submit)
+    actions = s.granted(first.job, SETTING)
+    assert _granted_bytes(actions) != select  # granted: the session had nothing to wait for
+    (second,) = [a for a in actions if isinstance(a, Submit)]
+    assert _granted_bytes(s.granted(second.job)) == discard
+    s.server_data(OWN_REPLY + m("C", cstr("SELECT 1")) + RFQ + m("C", cstr("DISCARD ALL")) + RFQ)
+    (third,) = s.client_data(select)
+    assert isinstance(third, Submit)
+    assert _granted_bytes(s.granted(third.job, SETTING)) != select  # sent again
+
+
+def test_what_else_the_server_sends_during_the_grant_reaches_the_client() -> None:
+    s = _session()
+    (submit,) = s.client_data(m("Q", cstr("select 1")))
+    assert isinstance(submit, Submit)
+    s.granted(submit.job, SETTING)
+    notify = m("A", b"\0\0\0\x07" + cstr("chan") + cstr("hi"))
+    status = m("S", cstr("TimeZone") + cstr("UTC"))
+    own = m("1") + m("2") + notify + m("C", cstr("SET")) + status + m("3") + RFQ
+    actions = s.server_data(own + SELECT_REPLY)
+    heard = b"".join(a.data for a in actions if isinstance(a, SendToClient))
+    assert heard == notify + status + SELECT_REPLY
+
+
+def test_a_session_that_copies_gets_no_more_grants() -> None:
+    s = _session()
+    copy = m("Q", cstr("copy t from stdin")) + m("d", b"1\n") + m("c")
+    (submit,) = s.client_data(copy)
+    assert isinstance(submit, Submit)
+    assert _granted_bytes(s.granted(submit.job)) == copy
+    s.server_data(m("G", b"\0\0\0") + m("C", cstr("COPY 1")) + RFQ)
+    select = m("Q", cstr("select 1"))
+    (after,) = s.client_data(select)
+    assert isinstance(after, Submit)
+    assert _granted_bytes(s.granted(after.job, SETTING)) == select
