@@ -6,7 +6,8 @@ files. A server's work_mem is set for the worst case — every connection runnin
 plan at once — so it is small, and analytical statements spill. Admission bounds what runs at
 once, which makes a larger work_mem safe: with at most MPL statements running, each may take
 ``budget / MPL`` (with a thread budget T instead, ``budget · threads held / T``); the statement's
-plan spreads that over its work_mem units W (``training.pgmemory``), so it runs with
+plan spreads that over its work_mem units W (``work_mem_units``, counted from EXPLAIN by
+training and by the live planner), so it runs with
 ``work_mem = budget / MPL / W``. The statements running then hold at most the budget between
 them, whatever their classes — the way a workload manager gives each query slot its memory
 (Amazon Redshift's WLM: a queue's memory divided among its slots).
@@ -30,6 +31,7 @@ __all__ = [
     "MIN_WORK_MEM",
     "default_units",
     "grant_setting",
+    "top_plan",
     "work_mem_grant",
     "work_mem_units",
 ]
@@ -105,7 +107,13 @@ def work_mem_units(explained: Any, hash_mem_multiplier: float = 2.0) -> float:
     operation, memoize) ``hash_mem_multiplier`` times, each of them once per process that runs
     it (a parallel section's launched workers, or planned ones, and its leader) — from the
     output of PostgreSQL's ``EXPLAIN (FORMAT JSON)``, with or without ANALYZE."""
+    return _units(top_plan(explained), 1, hash_mem_multiplier)
+
+
+def top_plan(explained: Any) -> Mapping[str, Any]:
+    """The top plan node of PostgreSQL's ``EXPLAIN (FORMAT JSON)`` output (the list it
+    returns, or its one element); ValueError for anything else."""
     top = explained[0] if isinstance(explained, list) and explained else explained
     if not isinstance(top, Mapping) or not isinstance(top.get("Plan"), Mapping):
         raise ValueError("not the output of EXPLAIN (FORMAT JSON)")
-    return _units(top["Plan"], 1, hash_mem_multiplier)
+    return top["Plan"]  # type: ignore[no-any-return]

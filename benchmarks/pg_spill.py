@@ -14,7 +14,7 @@ with 95 % intervals, and the temp bytes and throughput of each granted run again
 paired by repetition.
 
     python -m benchmarks.pg_spill [--sf 0.1] [--mix 6,9,13,18,21] [--work-mem 256kB]
-        [--grant 512MiB] [--load 0.85] [--duration 30] [--repetitions 3]
+        [--grant 512MiB] [--load 0.85 | --closed CLIENTS] [--duration 30] [--repetitions 3]
         [--policies none,fcfs@2,fcfs@2+grant,latency@2+grant] [--model FILE] [--out FILE]
 """
 
@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-mem", default="256kB", help="the server's work_mem")
     parser.add_argument("--grant", default="512MiB", help="--grant-work-mem of the +grant runs")
     parser.add_argument("--load", type=float, default=0.85)
+    parser.add_argument(
+        "--closed", type=int, metavar="CLIENTS", help="a closed loop of CLIENTS, not arrivals"
+    )
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--policies", default="none,fcfs@2,fcfs@2+grant,latency@2+grant")
@@ -106,10 +109,11 @@ def main(argv: list[str] | None = None) -> int:
             args.mix,
             "--model",
             str(model),
-            "--arrivals",
-            "poisson",
-            "--load",
-            str(args.load),
+            *(
+                ["--clients", str(args.closed)]
+                if args.closed
+                else ["--arrivals", "poisson", "--load", str(args.load)]
+            ),
             "--duration",
             str(args.duration),
             "--repetitions",
@@ -158,8 +162,13 @@ def report(
         )
     print(
         f"\nPostgreSQL, TPC-H SF {args.sf}, work_mem {args.work_mem}, mix {args.mix}, "
-        f"Poisson at ρ {result.get('offered_load') or args.load:.2f} "
-        f"({result.get('rate') or 0:.2f}/s), {args.repetitions} × {args.duration:.0f} s; "
+        + (
+            f"closed loop of {args.closed} clients"
+            if args.closed
+            else f"Poisson at ρ {result.get('offered_load') or args.load:.2f} "
+            f"({result.get('rate') or 0:.2f}/s)"
+        )
+        + f", {args.repetitions} × {args.duration:.0f} s; "
         f"grants: {args.grant} in total\n"
     )
     print(

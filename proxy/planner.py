@@ -5,7 +5,7 @@ The embedded DuckDB answers from EXPLAIN's estimated cardinalities
 — clients authenticate with the server themselves — so ``PostgresPlanner`` needs one given
 (``serve --explain-dsn``): it runs ``EXPLAIN (FORMAT JSON)`` there (the plan's Total Cost,
 nothing executed), one statement at a time, with a short statement timeout. From the same plan
-it counts the statement's work_mem units (``training.pgmemory.work_mem_units``, the planned
+it counts the statement's work_mem units (``admission.grants.work_mem_units``, the planned
 workers in place of the launched ones), what a work-memory grant is divided by, so a class
 learned live gets a grant sized by its own plan.
 

@@ -7,10 +7,11 @@ out here. Flow control is end to end: when one side's write buffer fills, the ot
 reading pauses, so a 100 MB result streams through a bounded buffer.
 
 **Work-memory grants** (``work_mem_grant``, ``serve --grant-work-mem SIZE``): each statement
-the gate admits runs after a ``SET work_mem`` of the proxy's, its share of SIZE
-(``admission.grants``), sent in the same write and its reply cut from what the client hears; a
-session that sets work_mem itself is left alone. With grants on, every statement takes the
-general path (the fast path forwards before it is admitted).
+the gate admits runs with its share of SIZE (``admission.grants``) as its work_mem: the
+session (``ProxySession.granted``) sends the proxy's ``SET work_mem`` ahead of it in the same
+write when the share changed and the server owes the session nothing, and cuts its replies from
+what the client hears; a session that sets work_mem itself is left alone. With grants on, every
+statement takes the general path (the fast path forwards before it is admitted).
 
 A CancelRequest arrives on a connection of its own with the backend key the client was given
 (the server's real key, relayed untouched): if the target's statement is still queued here it
@@ -286,7 +287,8 @@ class ProxyServer(Listener):
     @property
     def work_mem_grant(self) -> int | None:
         """Bytes of work memory granted to the statements admitted, in total (see the module
-        docstring); None: no grants. Set at any time: the sessions open then follow."""
+        docstring); None: no grants. Set at any time: the sessions open then follow (a
+        session keeps the last grant it had when grants are switched off)."""
         return self._work_mem_grant
 
     @work_mem_grant.setter
@@ -431,9 +433,8 @@ class ClientConnection(asyncio.Protocol):
             self._early.append(data)
             return
         session = self.session
-        submit = (
-            None if self.server.work_mem_grant is not None else self._fast_client(session, data)
-        )
+        # (grants on: the general path, see the module docstring)
+        submit = None if session.watch_settings else self._fast_client(session, data)
         if submit is None:
             self._apply(session.client_data(data))
             self._check_held()

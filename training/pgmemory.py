@@ -11,7 +11,8 @@ pipelined plan, so the sum bounds the peak from above); its spill is the tempora
 A statement's **work_mem units** W: how many times over ``work_mem`` its memory may grow, from
 its plan — each sort, materialization and window once, each hash table (hash join, hashed
 aggregate or set operation, memoize) ``hash_mem_multiplier`` times, and each of them once per
-process that runs it (a parallel section's launched workers and its leader). PostgreSQL keeps
+process that runs it (a parallel section's launched workers and its leader;
+``admission.grants.work_mem_units``). PostgreSQL keeps
 each within its limit and spills the rest, so a statement run with ``work_mem = w`` takes at most
 about W·w: what lets the proxy give a statement a share of a memory budget as its work_mem
 (``admission.grants``).
@@ -27,7 +28,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from admission.grants import work_mem_units
+from admission.grants import top_plan, work_mem_units
 
 __all__ = ["PlanMemory", "explain_memory", "plan_memory", "work_mem_units"]
 
@@ -64,17 +65,10 @@ def _nodes(plan: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
             yield from _nodes(child)
 
 
-def _top_plan(explained: Any) -> Mapping[str, Any]:
-    top = explained[0] if isinstance(explained, list) and explained else explained
-    if not isinstance(top, Mapping) or not isinstance(top.get("Plan"), Mapping):
-        raise ValueError("not the output of EXPLAIN (FORMAT JSON)")
-    return top["Plan"]  # type: ignore[no-any-return]
-
-
 def plan_memory(explained: Any, work_mem: float, block_size: int) -> tuple[float, float]:
     """(memory, spill) in bytes from the output of ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)``
     (the list PostgreSQL returns); ``work_mem`` in bytes, ``block_size`` the server's."""
-    plan = _top_plan(explained)
+    plan = top_plan(explained)
     memory = 0.0
     for node in _nodes(plan):
         memory += _own_memory(node, work_mem)

@@ -775,14 +775,13 @@ class ProxySession:
         statement's memory grant), its replies cut from what the client hears; not sent when
         the session already has it (the proxy's last setting, unless a RESET ALL or DISCARD
         ALL came since), nor once the client set work_mem itself (``own_work_mem``). It runs
-        as a named statement in a Sync of its own, ahead of the batch (outside a transaction
-        block: statements inside one bypass admission), so whatever it does, the client's
-        statements, unnamed ones too, are as they were. It is sent only when the server owes
-        the session nothing (no reply outstanding, outside a transaction block by its last
-        ReadyForQuery): a batch pipelined behind others, one that continues extended messages
-        forwarded without a Sync (``continues``: a Sync there would end their implicit
-        transaction and portal), a mixed batch, and every batch of a session that has copied
-        run with the session's last grant."""
+        as a named statement in a Sync of its own, ahead of the batch, so whatever it does,
+        the client's statements, unnamed ones too, are as they were. It is sent only when the
+        server owes the session nothing (no reply outstanding, outside a transaction block by
+        its last ReadyForQuery): a batch pipelined behind others, one that continues
+        extended messages forwarded without a Sync (``continues``: a Sync there would end
+        their implicit transaction and portal), a mixed batch, and every batch of a session
+        that has copied run with the session's last grant."""
         self._leave_fast()
         out: list[Action] = []
         batch = self._jobs.get(job)

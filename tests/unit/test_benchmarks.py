@@ -122,7 +122,14 @@ def test_pg_spill_pairs_each_granted_run_with_nones_of_its_repetition(
         classes=(ClassProfile(fingerprint="a", name="Q9", D=0.1, f=1, work_mem_units=21.0),)
     )
     args = argparse.Namespace(
-        sf=0.1, work_mem="256kB", mix="9", repetitions=3, duration=30.0, grant="32MiB", load=0.85
+        sf=0.1,
+        work_mem="256kB",
+        mix="9",
+        repetitions=3,
+        duration=30.0,
+        grant="32MiB",
+        load=0.85,
+        closed=None,
     )
     report(result, args, model, 200, 256 * 1024)
     out = capsys.readouterr().out
