@@ -94,8 +94,22 @@ class ClassProfile(Profile):
     D_runs: int = Field(default=0, ge=0, description="isolation runs D was measured from")
     Q_low: float | None = Field(default=None, ge=0, description="95 % interval of Q: low end")
     Q_high: float | None = Field(default=None, ge=0, description="95 % interval of Q: high end")
+    U_low: float | None = Field(default=None, ge=0, description="95 % interval of U: low end")
+    U_high: float | None = Field(default=None, ge=0, description="95 % interval of U: high end")
     f_runs: dict[int, int] = Field(
-        default_factory=dict, description="fork size → isolation runs that showed it"
+        default_factory=dict,
+        description="fork size → isolation runs whose /proc samples showed it",
+    )
+    f_engine: dict[int, int] = Field(
+        default_factory=dict,
+        description="fork size → runs the database itself reported it for (DuckDB's profiler: "
+        "CPU over wall time; PostgreSQL: 1 + parallel workers launched); where given, f is "
+        "taken from it and f_runs is the cross-check",
+    )
+    f_source: str = Field(
+        default="",
+        description="where f was taken from: 'duckdb profiler', 'postgresql workers', "
+        "'/proc samples' ('': not said, an older file)",
     )
     converged: bool | None = Field(
         default=None, description="whether D's interval got within ±5 % (None: not known)"
@@ -154,9 +168,16 @@ class ClassProfile(Profile):
             raise ValueError(f"Q_low {self.Q_low} is above Q {self.Q}")
         if self.Q_high is not None and self.Q_high < self.Q:
             raise ValueError(f"Q_high {self.Q_high} is below Q {self.Q}")
-        if any(size < 1 or runs < 1 for size, runs in self.f_runs.items()):
-            raise ValueError("f_runs maps fork sizes ≥ 1 to run counts ≥ 1")
-        if self.f_runs and self.f not in self.f_runs:
+        if self.U_low is not None and self.U_low > self.U:
+            raise ValueError(f"U_low {self.U_low} is above U {self.U}")
+        if self.U_high is not None and self.U_high < self.U:
+            raise ValueError(f"U_high {self.U_high} is below U {self.U}")
+        for name, runs in (("f_runs", self.f_runs), ("f_engine", self.f_engine)):
+            if any(size < 1 or n < 1 for size, n in runs.items()):
+                raise ValueError(f"{name} maps fork sizes ≥ 1 to run counts ≥ 1")
+        if self.f_engine and self.f not in self.f_engine:
+            raise ValueError(f"f is {self.f} but no run in f_engine showed it")
+        if not self.f_engine and self.f_runs and self.f not in self.f_runs:
             raise ValueError(f"f is {self.f} but no isolation run in f_runs showed it")
         if self.f_runs and self.D_runs and sum(self.f_runs.values()) != self.D_runs:
             raise ValueError(
@@ -166,8 +187,8 @@ class ClassProfile(Profile):
 
     @property
     def f_varies(self) -> bool:
-        """Whether the isolation runs showed more than one fork size."""
-        return len(self.f_runs) > 1
+        """Whether the runs f was taken from showed more than one fork size."""
+        return len(self.f_engine or self.f_runs) > 1
 
 
 class Speed(_Frozen):
@@ -199,7 +220,14 @@ class EtaModel(_Frozen):
     default: Profile | None = None
     classes: tuple[ClassProfile, ...] = ()
     A_matrix: tuple[tuple[float, ...], ...] = ()
+    # 95 % intervals of A_matrix, entry by entry (empty: not measured)
+    A_low: tuple[tuple[float, ...], ...] = ()
+    A_high: tuple[tuple[float, ...], ...] = ()
     eta: dict[str, tuple[tuple[float, ...], ...]] = Field(default_factory=dict)
+    # what each policy's η says, for people to read: the order it admits the classes in,
+    # classes the measurements do not tell apart tied (``policies.base.priority_orders``);
+    # recomputed on save, not read
+    orders: dict[str, list[list[str]] | dict[str, list[list[str]]]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> EtaModel:
@@ -217,6 +245,20 @@ class EtaModel(_Frozen):
                 raise ValueError(f"classes[{i}].fingerprint {c.fingerprint!r} appears twice")
             seen.add(c.fingerprint)
         _check_square("A_matrix", self.A_matrix, k, allow_empty=True)
+        for name, bound, sign in (("A_low", self.A_low, 1), ("A_high", self.A_high, -1)):
+            if not bound:
+                continue
+            if not self.A_matrix:
+                raise ValueError(f"{name} is given but A_matrix is not")
+            _check_square(name, bound, k, allow_empty=False)
+            for r, row in enumerate(bound):
+                for col, v in enumerate(row):
+                    a = self.A_matrix[r][col]
+                    if v < 0:
+                        raise ValueError(f"{name}[{r}][{col}] is negative")
+                    if sign * (v - a) > 1e-9 * max(1.0, a):
+                        side = "above" if sign > 0 else "below"
+                        raise ValueError(f"{name}[{r}][{col}] is {v}, {side} A_matrix's {a}")
         for name, matrix in self.eta.items():
             _check_square(f"eta.{name}", matrix, k, allow_empty=False)
         return self
@@ -235,6 +277,14 @@ class EtaModel(_Frozen):
         if self.A_matrix:
             return self.A_matrix
         return tuple(tuple(c.Q for _ in self.classes) for c in self.classes)
+
+    def a_bounds(
+        self,
+    ) -> tuple[tuple[tuple[float, ...], ...] | None, tuple[tuple[float, ...], ...] | None]:
+        """The low and high ends of A^c_r's 95 % intervals (None: not measured)."""
+        k = len(self.classes)
+        ok = self.A_matrix and len(self.A_low) == k and len(self.A_high) == k
+        return (self.A_low, self.A_high) if ok else (None, None)
 
     def default_profile(self) -> Profile:
         """The profile an unseen class starts with."""
@@ -268,17 +318,37 @@ class EtaModel(_Frozen):
         a = self.a_matrix()
         rows = [(*row, self.classes[r].Q) for r, row in enumerate(a)]
         rows.append(tuple(d.Q for _ in range(len(self.classes) + 1)))
-        return self.model_copy(
-            update={"classes": (*self.classes, new), "A_matrix": tuple(rows), "eta": {}}
-        )
+        update: dict[str, object] = {
+            "classes": (*self.classes, new),
+            "A_matrix": tuple(rows),
+            "eta": {},
+            "orders": {},
+        }
+        low, high = self.a_bounds()
+        if low is not None and high is not None:  # the new row and column: points, no interval
+            update["A_low"] = tuple(
+                (*low[r], rows[r][-1]) if r < len(low) else rows[r] for r in range(len(rows))
+            )
+            update["A_high"] = tuple(
+                (*high[r], rows[r][-1]) if r < len(high) else rows[r] for r in range(len(rows))
+            )
+        return self.model_copy(update=update)
 
     # -- files -----------------------------------------------------------------------------
 
     def with_eta(self) -> EtaModel:
         """A copy whose ``eta`` holds every registered policy's matrix (what ``save`` writes)."""
         from admission.policies import POLICIES
+        from admission.policies.base import priority_orders
 
-        return self.model_copy(update={"eta": {n: p.build(self).eta for n, p in POLICIES.items()}})
+        names = [c.name for c in self.classes]
+        built = {n: p.build(self) for n, p in POLICIES.items()}
+        return self.model_copy(
+            update={
+                "eta": {n: b.eta for n, b in built.items()},
+                "orders": {n: priority_orders(names, b) for n, b in built.items()},
+            }
+        )
 
     def to_json(self) -> str:
         current = self.with_eta().model_copy(update={"version": FORMAT_VERSION})

@@ -307,6 +307,8 @@ def merge_profile(
                 "A": blend(c.A, w.A, fresh[fp]),
                 "Q_low": None,
                 "Q_high": None,
+                "U_low": None,
+                "U_high": None,
                 "profiled": c.profiled + 1,
             }
         )
@@ -322,7 +324,11 @@ def merge_profile(
         update={
             "classes": tuple(classes),
             "A_matrix": tuple(tuple(row) for row in rows),
+            # the blend moved A: training's intervals no longer bound it
+            "A_low": (),
+            "A_high": (),
             "eta": {},
+            "orders": {},
         }
     )
 

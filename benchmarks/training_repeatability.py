@@ -4,8 +4,9 @@
 Per class: D_r of every run as "estimate [95 % interval] (isolation runs)", the smallest and
 largest D_r and their ratio, f_r of every run (with the runs per fork size when they varied),
 Q_r [95 % interval] and A_r of every run. Then the order each policy's key gives the classes
-in every run — SEPT by D_r, MIN-Q by Q_r, MIN-A by A_r, and SEPT and MIN-Q as the scheduler
-admits (classes whose D_r, resp. Q_r, intervals overlap tied, "≈") — and whether the runs
+in every run — SEPT by D_r, MIN-Q by Q_r, MIN-A by A_r, and every policy's order as the
+scheduler admits (classes whose intervals overlap tied, "≈"; for −A^c_r and P_{r,c}, with
+each class in service) — and whether the runs
 agree (or are compatible: no pair in opposite strict orders); and each run's training
 time (the target opened, TPC-H loaded, both phases).
 
@@ -21,8 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from admission.model import ClassProfile, EtaModel
-from admission.policies.queue_length import backlog_order
-from admission.policies.sept import demand_order
+from admission.policies import POLICIES
+from admission.policies.base import order_text, priority_orders
 
 __all__ = ["main", "report"]
 
@@ -121,14 +122,21 @@ def report(models: Sequence[EtaModel], seconds: Sequence[float]) -> str:
     for policy, key in ORDERS.items():
         orders = [" < ".join(c.name for c in sorted(m.classes, key=key)) for m in models]
         rows.append([policy, *orders, "yes" if len(set(orders)) == 1 else "NO"])
-    for label, admitted in (
-        ("SEPT as admitted", demand_order),
-        ("MIN-Q as admitted", backlog_order),
-    ):
-        tied = [admitted(m.classes) for m in models]
-        texts = [" < ".join(" ≈ ".join(g) for g in order) for order in tied]
-        agree = "yes" if len(set(texts)) == 1 else "compatible" if _compatible(tied) else "NO"
-        rows.append([label, *texts, agree])
+    for name, rule in POLICIES.items():
+        if name == "fcfs":
+            continue
+        found = [priority_orders([c.name for c in m.classes], rule.build(m)) for m in models]
+        columns = sorted({c for o in found if isinstance(o, dict) for c in o})
+        views = [("", [o if isinstance(o, list) else o.get("", []) for o in found])]
+        if columns:  # mix-dependent: compare the order with each class in service
+            views = [
+                (f" ({c} in service)", [o if isinstance(o, list) else o[c] for o in found])
+                for c in columns
+            ]
+        for suffix, tied in views:
+            texts = [order_text(order) for order in tied]
+            agree = "yes" if len(set(texts)) == 1 else "compatible" if _compatible(tied) else "NO"
+            rows.append([f"{name.upper()} as admitted{suffix}", *texts, agree])
     out += _table(["order", *(f"run {i}" for i in runs), "agree"], rows)
     unconverged = [
         f"run {i}: {', '.join(c.name for c in m.classes if c.converged is False)}"

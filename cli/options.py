@@ -18,11 +18,10 @@ from rich.table import Table
 
 from admission.model import ClassProfile, EtaModel, ModelError
 from admission.policies import POLICIES
-from admission.policies.latency import latency_order
-from admission.policies.queue_length import backlog_order
-from admission.policies.sept import demand_order
+from admission.policies.base import order_text
 from admission.scheduler import DUE_FACTOR, Limits
 from admission.units import size_bytes
+from training.estimate import fork_quantile
 
 # Piped output (files, CI logs) gets wide tables rather than rich's 80-column default.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -250,26 +249,28 @@ def check_backend(backend: str) -> None:
 def class_table(m: EtaModel, title: str) -> Table:
     """A model's class profiles, as ``admission train`` and ``admission model show`` print them:
     D_r as "estimate [95 % interval] (runs)", f_r with its runs per fork size when it varied,
-    Q_r with its 95 % interval (batch means of the concurrent run) when training gave one."""
+    U_r and Q_r with their 95 % intervals (batch means of the concurrent run) when training
+    gave them. The numbers never wrap; the fork-size runs and the fingerprint give way first
+    on a narrow terminal."""
     table = Table(title=title)
     for col in (
         "class",
         "D_r [95%] (runs)",
         "f_r",
-        "U_r",
+        "U_r [95%]",
         "Q_r [95%]",
         "A_r",
         "M_r (spill)",
         "count",
         "fingerprint",
     ):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", no_wrap=col not in ("f_r", "fingerprint"))
     for c in m.classes:
         table.add_row(
             c.name,
             d_text(c),
             f_text(c),
-            f"{c.U:.3g}",
+            u_text(c),
             q_text(c),
             f"{c.A:.3g}",
             m_text(c),
@@ -279,15 +280,11 @@ def class_table(m: EtaModel, title: str) -> Table:
     caption = []
     if any(c.converged is False for c in m.classes):
         caption.append("~: D_r's 95% interval did not get within ±5%")
-    if any(c.D_low is not None for c in m.classes):
-        groups = demand_order(m.classes)
-        caption.append("SEPT admits " + " < ".join(" ≈ ".join(g) for g in groups) + " (≈: tied)")
-    if m.classes:
-        groups = latency_order(m.classes)
-        caption.append("LATENCY admits " + " < ".join(" ≈ ".join(g) for g in groups) + " (≈: tied)")
-    if any(c.Q_low is not None for c in m.classes):
-        groups = backlog_order(m.classes)
-        caption.append("MIN-Q admits " + " < ".join(" ≈ ".join(g) for g in groups) + " (≈: tied)")
+    caption += order_captions(m)
+    if any(c.f_engine and c.f_runs and fork_quantile(c.f_runs) != c.f for c in m.classes):
+        caption.append(
+            "*: f_r is the database's own report; the /proc samples of the runs gave another"
+        )
     if m.speed is not None:
         caption.append(
             f"machine speed {m.speed.before:,.0f} before, {m.speed.after:,.0f} after "
@@ -327,6 +324,37 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.3g} MiB" if n >= 2**20 / 10 else f"{n / 2**10:.3g} KiB"
 
 
+def order_captions(m: EtaModel, most: int = 6) -> list[str]:
+    """One line per learned policy: the order it admits the classes in, classes whose 95 %
+    intervals overlap tied ("SEPT admits Q6 ≈ Q14 before Q9 before Q18 (≈: tied)"). A
+    mix-dependent
+    policy (−A^c_r, P_{r,c}) gives the order with one class in service, for each class —
+    for at most ``most`` classes; past that, where the model file keeps them."""
+    if not m.classes:
+        return []
+    lines = []
+    for name, orders in m.with_eta().orders.items():
+        if name == "fcfs":
+            continue
+        label = name.upper()
+        if isinstance(orders, list):
+            lines.append(f"{label} admits {order_text(orders, ' before ')} (≈: tied)")
+        elif len(orders) <= most:
+            parts = [f"with {c} in service {order_text(o, ' before ')}" for c, o in orders.items()]
+            lines.append(f"{label} admits, " + "; ".join(parts) + " (≈: tied)")
+        else:
+            lines.append(f"{label}: its order depends on the mix (per class: orders.{name})")
+    return lines
+
+
+def u_text(c: ClassProfile) -> str:
+    """U_r as "0.412 [0.391, 0.433]" (the interval only when training gave one)."""
+    text = f"{c.U:.3g}"
+    if c.U_low is not None and c.U_high is not None:
+        text += f" [{c.U_low:.3g}, {c.U_high:.3g}]"
+    return text
+
+
 def q_text(c: ClassProfile) -> str:
     """Q_r as "1.42 [1.31, 1.53]" (the interval only when training gave one)."""
     text = f"{c.Q:.3g}"
@@ -336,11 +364,16 @@ def q_text(c: ClassProfile) -> str:
 
 
 def f_text(c: ClassProfile) -> str:
-    """f_r, and when the runs disagreed its distribution: "2 (2: 9, 1: 3)"."""
-    if not c.f_varies:
-        return str(c.f)
-    runs = sorted(c.f_runs.items(), key=lambda kv: (-kv[1], -kv[0]))
-    return f"{c.f} (" + ", ".join(f"{size}: {n}" for size, n in runs) + ")"
+    """f_r, and when the runs it was taken from disagreed their distribution: "2 (2: 9, 1:
+    3)"; a "*" when the /proc samples' cross-check gives another f_r than the database's
+    own report (where f_r was taken from)."""
+    text = str(c.f)
+    if c.f_varies:
+        runs = sorted((c.f_engine or c.f_runs).items(), key=lambda kv: (-kv[1], -kv[0]))
+        text += " (" + ", ".join(f"{size}: {n}" for size, n in runs) + ")"
+    if c.f_engine and c.f_runs and fork_quantile(c.f_runs) != c.f:
+        text += " *"
+    return text
 
 
 class OutputFormat(StrEnum):

@@ -46,6 +46,7 @@ from pydantic import BaseModel, Field
 from admission.model import ClassProfile, EtaModel, ModelError
 from admission.online import forget_learned
 from admission.policies import POLICIES
+from admission.policies.base import priority_orders
 from admission.scheduler import Job, JobState, Limits, Scheduler
 from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
@@ -412,6 +413,8 @@ def _class_view(
             "D_runs": profile.D_runs,
             "Q_low": profile.Q_low,
             "Q_high": profile.Q_high,
+            "U_low": profile.U_low,
+            "U_high": profile.U_high,
             "f_runs": {str(size): runs for size, runs in profile.f_runs.items()},
             "converged": profile.converged,
             "live": profile.live,
@@ -475,11 +478,15 @@ def _add_views(
                 422, f"unknown policy {chosen!r}; choose from {', '.join(POLICIES)}"
             )
         prio = POLICIES[chosen].build(scheduler.model)
+        names = [c.name for c in scheduler.model.classes]
         return {
             "policy": chosen,
-            "classes": [c.name for c in scheduler.model.classes],
+            "classes": names,
             "eta": [list(row) for row in prio.eta],
             "bias": list(prio.bias),
+            # the order it admits in, classes whose intervals overlap tied (per class in
+            # service for a mix-dependent policy)
+            "order": priority_orders(names, prio),
         }
 
 

@@ -10,7 +10,8 @@ holds until the next one (sample and hold), so over a window of length T:
   own nominal fork size when r = c; A_r = the same over admissions of any class;
 * each job's thread-seconds in execution, Σ_k n_j(t_k) · (t_{k+1} − t_k), so that Little's law
   Q_r = X_r · E[thread-seconds of a class-r job] can be checked;
-* a 95 % interval of Q_r by batch means (``Estimator.q_intervals``).
+* 95 % intervals of Q_r, U_r and A^c_r by batch means (``Estimator.q_intervals``,
+  ``u_intervals``, ``a_intervals``).
 
 For isolation runs the per-job series of task counts becomes the fork profile: ``phases``.
 """
@@ -29,6 +30,7 @@ __all__ = [
     "Estimator",
     "attribute",
     "batch_means_interval",
+    "engine_fork",
     "fork_quantile",
     "interquartile_range",
     "median_interval",
@@ -101,6 +103,8 @@ class Estimator:
         self._classes: list[str] = []
         # (from, to, class-r tasks in execution) held over [from, to): for batch means
         self._segments: list[tuple[float, float, dict[str, float]]] = []
+        # (when, class admitted, class-r tasks it saw): for A^c_r's batch means
+        self._admission_log: list[tuple[float, str, dict[str, float]]] = []
         self._samples = 0
 
     def _known(self, klass: str) -> None:
@@ -126,11 +130,13 @@ class Estimator:
     def admit(self, job: Hashable, klass: str, now: float) -> None:
         self._known(klass)
         row = self._a_sum[klass]
-        for r, n in self._held.items():  # the tasks in execution of the jobs in flight
-            if n:
-                row[r] = row.get(r, 0.0) + n
-        row[klass] = row.get(klass, 0.0) + self.fork.get(klass, 1)
+        seen = {r: n for r, n in self._held.items() if n}  # tasks of the jobs in flight
+        seen[klass] = seen.get(klass, 0.0) + self.fork.get(klass, 1)
+        for r, n in seen.items():
+            row[r] = row.get(r, 0.0) + n
         self._admissions[klass] += 1
+        if self.keep_jobs:
+            self._admission_log.append((now, klass, seen))
         self.jobs[job] = _Job(klass, now)
 
     def sample(
@@ -242,6 +248,18 @@ class Estimator:
                         sums[r][i] += n * overlap
         return {r: [x / width for x in row] for r, row in sums.items()}
 
+    def _batches(self, end: float | None, min_samples: int, batches: int) -> int:
+        """How many batches the window is cut into for batch means: up to ``batches``, each
+        spanning at least ``min_samples`` samples and the mean response time (the scale of
+        the samples' correlation); below MIN_BATCHES there is no interval."""
+        t = self.window(end)
+        if self.first is None or self._samples < 2:
+            return 0
+        delta = t / self._samples
+        responses = [c.completed - c.admitted for c in self.completed]
+        span = max(min_samples * delta, statistics.fmean(responses) if responses else 0.0)
+        return min(batches, int(t / span) if span > 0 else batches)
+
     def q_intervals(
         self, end: float | None = None, batches: int = 10, min_samples: int = 10
     ) -> dict[str, tuple[float, float] | None]:
@@ -254,16 +272,81 @@ class Estimator:
         batch spans at least ``min_samples`` samples and the mean response time, the scale of
         the correlation) and a t-interval is taken of their mean. Fewer than 4 batches give
         no interval."""
-        t = self.window(end)
-        if self.first is None or self._samples < 2:
-            return {r: None for r in self._classes}
-        delta = t / self._samples
-        responses = [c.completed - c.admitted for c in self.completed]
-        span = max(min_samples * delta, statistics.fmean(responses) if responses else 0.0)
-        b = min(batches, int(t / span) if span > 0 else batches)
+        b = self._batches(end, min_samples, batches)
         if b < MIN_BATCHES:
             return {r: None for r in self._classes}
         return {r: batch_means_interval(v) for r, v in self.batch_means(b, end).items()}
+
+    def u_intervals(
+        self, end: float | None = None, batches: int = 10, min_samples: int = 10
+    ) -> dict[str, tuple[float, float] | None]:
+        """Per class, a 95 % interval of U_r by batch means: the CPU of the class's statements
+        that completed in each batch, over the batch's length and the cores (a statement's
+        CPU is known when it completes; batches span at least the mean response time, so
+        most of a statement falls in the batch it completes in). The interval is the batch
+        means' relative half-width around U_r itself, which also counts CPU no statement
+        could be charged with (``add_cpu``). None when the run is too short, or the class
+        had no measured CPU."""
+        b = self._batches(end, min_samples, batches)
+        out: dict[str, tuple[float, float] | None] = {r: None for r in self._classes}
+        if b < MIN_BATCHES or self.first is None:
+            return out
+        t = self.window(end)
+        width = t / b
+        sums = {r: [0.0] * b for r in self._classes}
+        for c in self.completed:
+            if c.cpu is None:
+                continue
+            i = max(0, min(int((c.completed - self.first) / width), b - 1))
+            sums[c.klass][i] += c.cpu / (width * self.cores)
+        point = self.estimates(end)
+        for r, row in sums.items():
+            interval = batch_means_interval(row)
+            mean = statistics.fmean(row)
+            if interval is None or mean <= 0:
+                continue
+            u = point[r].U
+            out[r] = (max(0.0, u * interval[0] / mean), u * interval[1] / mean)
+        return out
+
+    def a_intervals(
+        self,
+        order: Sequence[str],
+        end: float | None = None,
+        batches: int = 10,
+        min_samples: int = 10,
+    ) -> tuple[list[list[float]], list[list[float]]] | None:
+        """95 % intervals of A^c_r (in ``order``, as ``a_matrix``) by batch means: the mean
+        class-r tasks seen at the class-c admissions of each batch, a t-interval over the
+        batches that admitted class c (neighbouring admissions see the same jobs in flight,
+        so they are correlated as the samples are), widened to hold the estimate itself. An
+        entry without 4 such batches is the point itself (as a class without an interval is
+        elsewhere). None when the run is too short."""
+        b = self._batches(end, min_samples, batches)
+        if b < MIN_BATCHES or self.first is None:
+            return None
+        width = self.window(end) / b
+        # per column c, per batch: [admissions, Σ N_r per r]
+        per: dict[str, list[tuple[int, dict[str, float]]]] = {}
+        for when, c, seen in self._admission_log:
+            i = max(0, min(int((when - self.first) / width), b - 1))
+            cells = per.setdefault(c, [(0, {}) for _ in range(b)])
+            count, sums = cells[i]
+            for r, n in seen.items():
+                sums[r] = sums.get(r, 0.0) + n
+            cells[i] = (count + 1, sums)
+        point = self.a_matrix(order)
+        low = [list(row) for row in point]
+        high = [list(row) for row in point]
+        for ci, c in enumerate(order):
+            cells = [(n, sums) for n, sums in per.get(c, []) if n]
+            for ri, r in enumerate(order):
+                interval = batch_means_interval([sums.get(r, 0.0) / n for n, sums in cells])
+                a = point[ri][ci]
+                if interval is not None:
+                    low[ri][ci] = max(0.0, min(interval[0], a))
+                    high[ri][ci] = max(interval[1], a)
+        return low, high
 
     def a_matrix(self, order: Sequence[str]) -> list[list[float]]:
         """A[r][c] = A^c_r in ``order`` (0 where class c was never admitted)."""
@@ -401,3 +484,15 @@ def fork_quantile(counts: Mapping[int, int], share: float = SAFE_FORK) -> int:
         if seen >= share * total:
             return value
     return max(counts)
+
+
+ENGINE_BUSY = 0.25  # a thread busy for less than this share of a run does not count
+
+
+def engine_fork(parallelism: float, threads: int) -> int:
+    """One run's fork size from what the database reports of it: its CPU time over its wall
+    time (DuckDB's profiler) is the mean number of its threads busy, p; the run forked at
+    least ⌈p⌉ threads, and counting a thread only when it was busy for more than a quarter
+    of the run, ⌈p − 0.25⌉ (1.2 → 1: a short parallel stretch; 1.3 → 2), at most the
+    database's ``threads``. Exact where the /proc samples of a 30 ms run are one or two."""
+    return max(1, min(threads, math.ceil(parallelism - ENGINE_BUSY)))

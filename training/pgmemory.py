@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from admission.grants import top_plan, work_mem_units
 
-__all__ = ["PlanMemory", "explain_memory", "plan_memory", "work_mem_units"]
+__all__ = ["PlanMemory", "explain_memory", "plan_memory", "plan_processes", "work_mem_units"]
 
 KIB = 1024
 # operator fields that give memory in kB (each a node's own, or a worker's within "Workers")
@@ -84,6 +84,18 @@ class PlanMemory(NamedTuple):
     memory: float  # bytes, the operators' peaks summed
     spill: float  # bytes written to temporary files
     units: float  # work_mem units (see the module docstring)
+    processes: int = 1  # the leader and the most parallel workers launched at one Gather
+
+
+def plan_processes(explained: Any) -> int:
+    """The processes a statement ran in: its leader and, at the Gather (Merge) that launched
+    the most, its parallel workers (one Gather runs at a time in the plans PostgreSQL makes)."""
+    launched = [
+        node.get("Workers Launched", 0)
+        for node in _nodes(top_plan(explained))
+        if isinstance(node.get("Workers Launched", 0), int)
+    ]
+    return 1 + max(launched, default=0)
 
 
 def explain_memory(conn: Any, sql: str) -> PlanMemory:
@@ -101,4 +113,4 @@ def explain_memory(conn: Any, sql: str) -> PlanMemory:
     if isinstance(explained, str):
         explained = json.loads(explained)
     memory, spill = plan_memory(explained, work_mem, block_size)
-    return PlanMemory(memory, spill, work_mem_units(explained, hash_mem))
+    return PlanMemory(memory, spill, work_mem_units(explained, hash_mem), plan_processes(explained))

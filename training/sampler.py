@@ -223,6 +223,7 @@ class DuckDBJobs:
         self.profiled: dict[Hashable, float] = {}
         self.memory: dict[Hashable, float] = {}  # the profiler's bytes allocated, per job
         self.spilled: dict[Hashable, float] = {}
+        self.latency: dict[Hashable, float] = {}  # DuckDB's own wall time, per job
         self.last_cpu: float | None = None
 
     def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
@@ -235,9 +236,12 @@ class DuckDBJobs:
         cpu: float | None,
         memory: float | None = None,
         spilled: float | None = None,
+        latency: float | None = None,
     ) -> None:
         if cpu is not None:
             self.profiled[job] = self.profiled.get(job, 0.0) + cpu
+            if latency is not None:
+                self.latency[job] = self.latency.get(job, 0.0) + latency
         if memory is not None:  # several statements in one job: the largest
             self.memory[job] = max(self.memory.get(job, 0.0), memory)
         if spilled is not None:

@@ -18,9 +18,10 @@
    (``training.pgmemory``).
 2. **Concurrent** — ``concurrency`` closed-loop clients with no think time, FCFS through the proxy,
    for ``duration`` seconds, sampled every Δ: U_r, Q_r, A^c_r and A_r. The run drains (every
-   statement started finishes), so nothing straddles the window's ends. Q_r gets a 95 %
-   interval by batch means (the window cut into up to 10 equal batches; the samples are
-   autocorrelated, the batch means nearly not), none when the run is too short for 4 batches.
+   statement started finishes), so nothing straddles the window's ends. Q_r, U_r and every
+   A^c_r get a 95 % interval by batch means (the window cut into up to 10 equal batches; the
+   samples are autocorrelated, the batch means nearly not), none when the run is too short
+   for 4 batches; the policies tie classes whose intervals overlap.
 3. A fixed CPU probe (``training.speed``) before and after: the machine's speed, stored in
    the model, with a warning when it changed by more than 10 %.
 4. The model file is written atomically, with a per-class table and an η heat map.
@@ -55,6 +56,7 @@ from training import speed
 from training.estimate import (
     Completed,
     Estimator,
+    engine_fork,
     fork_quantile,
     interquartile_range,
     median_interval,
@@ -157,7 +159,7 @@ class _Probes:
             self._stop_profiling()
             if profile:
                 self._stop_profiling = self.embedded.observe(
-                    lambda m: jobs.measured(m.job, m.cpu_time, m.memory, m.spilled)
+                    lambda m: jobs.measured(m.job, m.cpu_time, m.memory, m.spilled, m.latency)
                 )
             return jobs
         if self.postmaster is not None:
@@ -327,20 +329,19 @@ def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
             recorder.stop()
     seconds = time.monotonic() - started
     if isinstance(iso_jobs, DuckDBJobs):
-        measured = iso_jobs.profiled, iso_jobs.memory, iso_jobs.spilled
+        measured = iso_jobs.profiled, iso_jobs.memory, iso_jobs.spilled, iso_jobs.latency
     else:
-        measured = {}, {}, {}
-    profiles = _isolation_profiles(iso, run.query_of, *measured)
+        measured = {}, {}, {}, {}
+    profiles = _isolation_profiles(iso, run.query_of, *measured, threads=config.cores)
     if not config.is_duckdb:
         _explained_memory(run, profiles)
     run.isolation = _IsolationSummary(rounds, seconds, _unconverged(run, profiles))
     for f, p in profiles.items():
         low, high = p["D_low"], p["D_high"]
         interval = f"[{low:.4g}, {high:.4g}]" if low is not None else "[no 95 % interval]"
-        forks = ", ".join(f"{size}: {n}" for size, n in sorted(p["f_runs"].items()))
         run.progress(
             f"  Q{run.query_of[f]}: D_r {p['D']:.4g} s {interval} IQR {p['D_iqr']:.3g} s, "
-            f"{p['D_runs']} runs, f_r {p['f']} (runs by fork size {forks})"
+            f"{p['D_runs']} runs, f_r {p['f']} ({_fork_text(p)})"
             + (f", M_r {p['M'] / 2**20:.3g} MB" if p["M"] is not None else "")
             + (f", spills {p['spill'] / 2**20:.3g} MB" if p["spill"] else "")
             + (
@@ -350,12 +351,44 @@ def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
             )
             + ("" if p["converged"] else " — not converged")
         )
+    for f, p in profiles.items():
+        disagree = _fork_disagreement(p)
+        if disagree:
+            run.progress(f"  note: Q{run.query_of[f]}: {disagree}")
     if run.isolation.unconverged:
         run.progress(
             f"isolation: D_r did not converge within ±{CONVERGED:.0%} in "
             f"{seconds:.0f} s for {', '.join(run.isolation.unconverged)}"
         )
     return profiles
+
+
+def _fork_text(p: dict[str, Any]) -> str:
+    """Where f_r came from and the runs by fork size: "DuckDB's profiler 2: 40; /proc 1: 3,
+    2: 37"."""
+
+    def runs(counts: dict[int, int]) -> str:
+        return ", ".join(f"{size}: {n}" for size, n in sorted(counts.items()))
+
+    text = f"runs by fork size, /proc {runs(p['f_runs'])}"
+    if p["f_engine"]:
+        text = (
+            f"runs by fork size, {p['f_source']} {runs(p['f_engine'])}; /proc {runs(p['f_runs'])}"
+        )
+    return text
+
+
+def _fork_disagreement(p: dict[str, Any]) -> str:
+    """A note when the /proc samples give another f_r than the database's own report."""
+    if not p["f_engine"] or not p["f_runs"]:
+        return ""
+    sampled = fork_quantile(p["f_runs"])
+    if sampled == p["f"]:
+        return ""
+    return (
+        f"the /proc samples give f_r {sampled}, the {p['f_source']} {p['f']}; f_r is the "
+        "database's (the samples of a short run are few)"
+    )
 
 
 MEMORY_RUNS = 3  # PostgreSQL: statements of each class run under EXPLAIN ANALYZE for M_r
@@ -461,11 +494,14 @@ def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent
     config = run.config
     estimates = measured.estimator.estimates()
     q_intervals = measured.estimator.q_intervals()
+    u_intervals = measured.estimator.u_intervals()
+    a_intervals = measured.estimator.a_intervals(list(profiles))
     classes = []
     for f, p in profiles.items():
         e = estimates[f]
         q = run.query_of[f]
         qi = q_intervals.get(f)
+        ui = u_intervals.get(f)
         classes.append(
             ClassProfile(
                 fingerprint=f,
@@ -477,9 +513,13 @@ def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent
                 D_runs=p["D_runs"],
                 f=int(p["f"]),
                 f_runs=p["f_runs"],
+                f_engine=p["f_engine"],
+                f_source=p["f_source"],
                 converged=p["converged"],
                 phases=tuple(Phase(threads=n, duration=d) for n, d in p["phases"]),
                 U=e.U,
+                U_low=None if ui is None else min(ui[0], e.U),
+                U_high=None if ui is None else max(ui[1], e.U),
                 Q=e.Q,
                 # the batch means average to Q but for rounding: keep Q inside, and ≥ 0
                 Q_low=None if qi is None else max(0.0, min(qi[0], e.Q)),
@@ -501,6 +541,8 @@ def _model(run: _Run, profiles: dict[str, dict[str, Any]], measured: _Concurrent
         speed=run.speed,
         classes=tuple(classes),
         A_matrix=tuple(tuple(row) for row in measured.estimator.a_matrix(list(profiles))),
+        A_low=() if a_intervals is None else tuple(map(tuple, a_intervals[0])),
+        A_high=() if a_intervals is None else tuple(map(tuple, a_intervals[1])),
     ).with_eta()
 
 
@@ -577,6 +619,8 @@ def _isolation_profiles(
     profiled: dict[Hashable, float],
     memory: dict[Hashable, float] | None = None,
     spilled: dict[Hashable, float] | None = None,
+    latency: dict[Hashable, float] | None = None,
+    threads: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """D_r, phases, f_r and the parallelism of each class from its isolation runs. Where the
     backend's profiler measured a run's CPU (DuckDB), parallelism is CPU over wall time; else
@@ -597,8 +641,15 @@ def _isolation_profiles(
         interval = median_interval(durations)
         forks = [fork_size(c) for c in runs]
         f_runs = dict(sorted(Counter(forks).items()))
-        nominal = fork_quantile(f_runs)
-        typical = [c for c, n in zip(runs, forks, strict=True) if n == nominal]
+        # DuckDB: each run's fork size from its profiler (CPU over DuckDB's own wall time)
+        reported = [
+            engine_fork(profiled[c.job] / latency[c.job], threads)
+            for c in runs
+            if latency and c.job in profiled and latency.get(c.job, 0) > 0
+        ]
+        f_engine = dict(sorted(Counter(reported).items()))
+        nominal = fork_quantile(f_engine or f_runs)
+        typical = [c for c, n in zip(runs, forks, strict=True) if n == nominal] or runs
         phases = _scaled(pooled_phases(typical) or [(nominal, d)], nominal, d)
         busy = statistics.fmean(
             profiled.get(c.job, c.thread_seconds) / max(c.completed - c.admitted, 1e-9)
@@ -617,6 +668,8 @@ def _isolation_profiles(
             "converged": _converged(durations),
             "f": nominal,
             "f_runs": f_runs,
+            "f_engine": f_engine,
+            "f_source": "DuckDB's profiler" if f_engine else "/proc samples",
             "phases": phases,
             "parallelism": busy or 1.0,
         }
@@ -627,16 +680,23 @@ def _explained_memory(run: _Run, profiles: dict[str, dict[str, Any]]) -> None:
     """PostgreSQL: each class's M_r, spill and work_mem units from what EXPLAIN (ANALYZE,
     BUFFERS) reports of its operators (``training.pgmemory``), over MEMORY_RUNS statements of
     the class (one for a class that takes a second or more), run straight on the server after
-    the isolation runs: the largest memory, the mean spill, the most units."""
+    the isolation runs: the largest memory, the mean spill, the most units. The same reports
+    give each statement's processes (1 + the parallel workers launched): f_r is taken from
+    them, the /proc samples of the isolation runs its cross-check."""
     rng = random.Random(run.config.seed + 1)  # (the concurrent run's draws stay as they were)
     try:
         with psycopg.connect(run.config.backend, autocommit=True) as conn:
             for f, q in run.query_of.items():
                 runs = MEMORY_RUNS if profiles[f]["D"] < 1.0 else 1
                 found = [explain_memory(conn, run.query(q, rng)) for _ in range(runs)]
-                profiles[f]["M"] = max(e.memory for e in found)
-                profiles[f]["spill"] = statistics.fmean(e.spill for e in found)
-                profiles[f]["work_mem_units"] = max(e.units for e in found)
+                p = profiles[f]
+                p["M"] = max(e.memory for e in found)
+                p["spill"] = statistics.fmean(e.spill for e in found)
+                p["work_mem_units"] = max(e.units for e in found)
+                p["f_engine"] = dict(sorted(Counter(e.processes for e in found).items()))
+                p["f_source"] = "PostgreSQL's workers launched"
+                p["f"] = fork_quantile(p["f_engine"])
+                p["phases"] = _scaled(p["phases"], p["f"], p["D"])
     except (psycopg.Error, ValueError) as e:
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         run.progress(f"warning: no memory measured ({why}): M_r stays unknown")

@@ -109,3 +109,59 @@ def ordered_names(
     for i in sorted(range(len(values)), key=lambda i: values[i]):
         out[groups[i]].append(names[i])
     return out
+
+
+def column_floor(
+    matrix: Sequence[Sequence[float]],
+    lows: Sequence[Sequence[float]] | None,
+    highs: Sequence[Sequence[float]] | None,
+) -> Matrix:
+    """``matrix`` with each column's entries tied as ``overlap_groups`` ties values: within a
+    column c, the rows r whose intervals [lows[r][c], highs[r][c]] chain into one group all
+    take the group's smallest entry. For the mix-dependent policies (−A^c_r, P_{r,c}) the
+    score of class r is a sum over the classes c in service of a column-c entry, so rows tied
+    in every column of the mix get one score and arrival order decides between them. Groups
+    keep their order (a later group's entries all exceed an earlier one's), so the floor
+    serves a policy that prefers large entries as well as one that prefers small. Without
+    intervals only equal entries tie."""
+    k = len(matrix)
+    columns = []
+    for c in range(k):
+        values = [matrix[r][c] for r in range(k)]
+        lo = [None if lows is None else lows[r][c] for r in range(k)]
+        hi = [None if highs is None else highs[r][c] for r in range(k)]
+        columns.append(group_floor(values, overlap_groups(values, lo, hi)))
+    return tuple(tuple(columns[c][r] for c in range(k)) for r in range(k))
+
+
+def priority_orders(
+    names: Sequence[str], priority: Priority
+) -> list[list[str]] | dict[str, list[list[str]]]:
+    """The order a priority admits the classes in, tied classes together, read from the
+    scores themselves: with one task of class c in service class r scores
+    ``bias[r] + eta[r][c]``, the highest first, equal scores tied (arrival order decides).
+    One list when every class in service gives the same order (SEPT, −Q_r, U_r); else, for
+    the mix-dependent policies, the order with each class in service (``{"Q9": [...]}``).
+    Aging (the latency policy's due jobs) is not part of it."""
+    k = len(names)
+    per_column: dict[str, list[list[str]]] = {}
+    for c in range(k):
+        scores = [priority.bias[r] + priority.eta[r][c] for r in range(k)]
+        distinct = sorted(set(scores), reverse=True)
+        rank = {s: i for i, s in enumerate(distinct)}
+        groups: list[list[str]] = [[] for _ in distinct]
+        for r in sorted(range(k), key=lambda r: (rank[scores[r]], r)):
+            groups[rank[scores[r]]].append(names[r])
+        per_column[names[c]] = groups
+    orders = list(per_column.values())
+    if not orders:
+        return []
+    if all(o == orders[0] for o in orders):
+        return orders[0]
+    return per_column
+
+
+def order_text(groups: Sequence[Sequence[str]], before: str = " < ") -> str:
+    """``[["Q6", "Q14"], ["Q18"]]`` as "Q6 ≈ Q14 < Q18" (first admitted first; ``before``
+    between the groups)."""
+    return before.join(" ≈ ".join(g) for g in groups)

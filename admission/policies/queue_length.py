@@ -8,6 +8,11 @@ Q_r (training writes them, by batch means), −Q_r ties classes whose intervals 
 in Q order, as SEPT does for D_r (``base.overlap_groups``): every class of a group gets the
 group's smallest Q_r, so arrival order decides between them and noise cannot starve one of
 them. A model without intervals orders by Q_r alone.
+
+−A^c_r is tied the same way, column by column (``base.column_floor``): where the model carries
+95 % intervals of the A matrix (batch means of the admissions of the concurrent run), the
+classes r whose A^c_r intervals overlap within column c share the column's smallest entry, so
+with class-c work in service they score alike.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING
 from admission.policies.base import (
     Policy,
     Priority,
+    column_floor,
     group_floor,
     ordered_names,
     overlap_groups,
@@ -49,7 +55,8 @@ def _min_q(model: EtaModel) -> Priority:
 
 
 def _min_a(model: EtaModel) -> Priority:
-    a = model.a_matrix()
+    low, high = model.a_bounds()
+    a = column_floor(model.a_matrix(), low, high)
     return Priority.from_rows(len(model.classes), lambda r: tuple(-x for x in a[r]))
 
 
@@ -59,4 +66,9 @@ MIN_Q = Policy(
     "least time-averaged backlog Q_r first (classes whose Q_r intervals overlap tie)",
     _min_q,
 )
-MIN_A = Policy("min-a", "−A^c_r", "least backlog seen at admission, given the mix", _min_a)
+MIN_A = Policy(
+    "min-a",
+    "−A^c_r",
+    "least backlog seen at admission, given the mix (classes whose A^c_r intervals overlap tie)",
+    _min_a,
+)

@@ -141,6 +141,7 @@ def test_eta_and_model_reload(make_proxy: MakeProxy, tmp_path: Path) -> None:
     assert (b["M"], b["spill"], a["M"], a["spill"]) == (48_000_000, 0, None, None)
     eta = httpx.get(f"{proxy.admin_url}/eta").json()
     assert eta["classes"] == ["a", "b"] and eta["eta"] == [[-2.0, -2.0], [-5.0, -5.0]]
+    assert eta["order"] == [["a"], ["b"]]  # −Q_r: the least backlog first
     assert httpx.get(f"{proxy.admin_url}/eta", params={"policy": "sept"}).json()["bias"] == [-1, -3]
     second = first.model_copy(
         update={

@@ -103,7 +103,14 @@ def _check_isolation(model: EtaModel, least: int) -> None:
     assert runs.pop() >= least
     for c in model.classes:
         assert c.converged is not None, c
-        assert sum(c.f_runs.values()) == c.D_runs and c.f == fork_quantile(c.f_runs)
+        assert sum(c.f_runs.values()) == c.D_runs  # the /proc samples' fork size per run
+        # f_r from the database's own report where it gave one (DuckDB: every run's profile)
+        assert c.f == fork_quantile(c.f_engine or c.f_runs), c
+        if model.backend == "duckdb":
+            assert sum(c.f_engine.values()) == c.D_runs and c.f_source == "DuckDB's profiler"
+            assert max(c.f_engine) <= model.cores
+        else:
+            assert c.f_source == "PostgreSQL's workers launched" and c.f_engine, c
         if c.D_runs >= 6:  # from 6 runs on there is a distribution-free 95 % interval
             assert c.D_low is not None and c.D_high is not None, c
             assert c.D_low <= c.D <= c.D_high, c
@@ -293,6 +300,8 @@ def test_train_on_postgresql_with_parallel_workers(pg: Cluster, tmp_path: Path) 
         fork = max(p.threads for p in by_name[f"Q{q}"].phases)
         assert fork > 1, (q, by_name[f"Q{q}"].phases)
     assert any(by_name[f"Q{q}"].f > 1 for q in parallel)
+    for name, c in by_name.items():  # the leader and at most 2 workers per Gather
+        assert 1 <= min(c.f_engine) and max(c.f_engine) <= 3, (name, c.f_engine)
     # memory: what PostgreSQL reports of each class's operators (and workers); Q18 (its hash
     # aggregate holds every order whatever the parameters) run alone again reports within 20 %
     assert all(c.M is not None and c.spill is not None for c in model.classes)

@@ -156,6 +156,66 @@ def test_q_interval_needs_four_batches_of_enough_samples() -> None:
     assert Estimator(cores=1).q_intervals() == {}
 
 
+def _admissions_run(n: int, rng: random.Random) -> Estimator:
+    """Class a's tasks in execution follow the AR(1) series of ``_ar1_run`` (mean 5); short
+    class-b statements (fork size 1, never sampled in execution) are admitted at random
+    instants, independent of it, so A^b_a, the mean of a's tasks at b's admissions, is 5."""
+    est = Estimator(cores=4, fork={"b": 1})
+    est.admit("j", "a", 0.0)
+    x, b = 5.0, 0
+    for t in range(n):
+        est.sample(float(t), {"j": max(0.0, x)})
+        for _ in range(rng.randrange(3)):
+            at = t + rng.random() * 0.9
+            est.admit(("b", b), "b", at)
+            est.complete(("b", b), at + 0.05, cpu=0.05)
+            b += 1
+        x = 5.0 + 0.9 * (x - 5.0) + rng.gauss(0, 0.5)
+    return est
+
+
+def test_a_interval_covers_a_of_an_autocorrelated_series() -> None:
+    """A^b_a's batch-means interval holds the true mean about 95 % of the time; A^b_b, the
+    admitted statement's own fork size every time, is the point 1."""
+    rng = random.Random(17)
+    covered, trials = 0, 150
+    for _ in range(trials):
+        est = _admissions_run(1000, rng)
+        bounds = est.a_intervals(["a", "b"])
+        assert bounds is not None
+        (low, high) = bounds
+        a = est.a_matrix(["a", "b"])
+        assert low[0][1] <= a[0][1] <= high[0][1]
+        covered += low[0][1] <= 5.0 <= high[0][1]
+        assert low[1][1] == high[1][1] == a[1][1] == 1.0
+        assert low[0][0] == high[0][0] == a[0][0]  # one admission of a: no interval, the point
+    assert 0.88 <= covered / trials <= 0.99
+
+
+def test_u_interval_covers_the_cpu_rate_and_needs_batches() -> None:
+    """Statements of CPU ~ Exp(mean 0.4 s) completing as a Poisson stream of 2/s on 4 cores:
+    U = 2 × 0.4 / 4 = 0.2; the interval holds it about 95 % of the time, and holds U_r."""
+    rng = random.Random(5)
+    covered, trials = 0, 150
+    for _ in range(trials):
+        est = Estimator(cores=4)
+        t, i = 0.0, 0
+        while t < 500:
+            est.sample(t, {})
+            est.admit(i, "a", t)
+            t += rng.expovariate(2.0)
+            est.complete(i, t, cpu=rng.expovariate(1 / 0.4))
+            i += 1
+        est.sample(t, {})
+        low, high = est.u_intervals()["a"]  # type: ignore[misc]
+        u = est.estimates()["a"].U
+        assert low <= u <= high
+        covered += low <= 0.2 <= high
+    assert 0.88 <= covered / trials <= 0.99
+    assert _ar1_run(30, rng).u_intervals() == {"a": None}  # too short: 3 batches
+    assert Estimator(cores=1).u_intervals() == {} and Estimator(cores=1).a_intervals([]) is None
+
+
 def test_the_t_quantile_table_is_students() -> None:
     from scipy.stats import t
 

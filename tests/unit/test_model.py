@@ -104,6 +104,12 @@ def test_interference_matrix_by_hand() -> None:
         (lambda m: m["classes"][0].update(f_runs={"2": 9}), "f_runs counts 9 runs but D_runs"),
         (lambda m: m["classes"][0].update(f_runs={"0": 3, "2": 9}), "fork sizes ≥ 1"),
         (lambda m: m["speed"].update(after=0), "speed.after"),
+        (lambda m: m["classes"][0].update(U_low=0.5), "U_low 0.5 is above U 0.4"),
+        (lambda m: m["classes"][0].update(U_high=0.3), "U_high 0.3 is below U 0.4"),
+        (lambda m: m.update(A_low=[[2.5, 1.0], [0.5, 1.0]]), "A_low[0][0] is 2.5, above"),
+        (lambda m: m.update(A_high=[[2.5, 1.0], [0.5, 1.0]]), "A_high[0][1] is 1.0, below"),
+        (lambda m: m.update(A_low=[[1.0]]), "A_low must be 2×2"),
+        (lambda m: m.update(A_low=[[-1.0, 1.0], [0.5, 1.0]]), "A_low[0][0] is negative"),
     ],
 )
 def test_broken_file_names_file_and_field(tmp_path: Path, mutate, field: str) -> None:  # type: ignore[no-untyped-def]
@@ -316,3 +322,113 @@ def test_a_negative_or_absurd_memory_is_refused_naming_the_class(
     path.write_text(json.dumps(raw))
     with pytest.raises(ModelError, match=rf"classes\.1\.M \(class q9\): Input should be {why}"):
         EtaModel.load(path)
+
+
+def _mix_model(
+    u: list[tuple[float, float | None, float | None]],
+    a: list[list[float]],
+    a_low: list[list[float]] | None = None,
+    a_high: list[list[float]] | None = None,
+) -> EtaModel:
+    classes = tuple(
+        ClassProfile(fingerprint=f"fp:{n}", name=n, D=0.1, f=1, U=x, U_low=lo, U_high=hi)
+        for n, (x, lo, hi) in zip("abc", u, strict=False)
+    )
+    bounds = {} if a_low is None else {"A_low": a_low, "A_high": a_high}
+    return EtaModel.model_validate({"classes": classes, "A_matrix": a, **bounds})
+
+
+def test_min_a_ties_rows_whose_intervals_overlap_column_by_column() -> None:
+    """Column c (class c in service): a and b overlap, c stands apart → a and b take the
+    column's smallest; without intervals the three stay apart."""
+    a = [[1.0, 2.0, 0.5], [1.2, 1.0, 3.0], [4.0, 4.0, 1.0]]
+    low = [[0.8, 1.5, 0.4], [1.1, 0.9, 2.0], [3.5, 3.5, 0.9]]
+    high = [[1.3, 2.5, 0.6], [1.5, 1.1, 3.5], [4.5, 4.5, 1.1]]
+    u = [(0.2, None, None)] * 3
+    eta = POLICIES["min-a"].build(_mix_model(u, a, low, high)).eta
+    assert eta[0][0] == eta[1][0] == -1.0 and eta[2][0] == -4.0  # a ≈ b with a in service
+    assert eta[0][1] == -2.0 and eta[1][1] == -1.0  # column b: apart
+    assert eta[2][2] == -1.0 and eta[0][2] == -0.5 and eta[1][2] == -3.0
+    plain = POLICIES["min-a"].build(_mix_model(u, a)).eta
+    assert plain[0][0] == -1.0 and plain[1][0] == -1.2
+    orders = _mix_model(u, a, low, high).with_eta().orders["min-a"]
+    assert orders == {  # the order depends on what is in service: one per class
+        "a": [["a", "b"], ["c"]],
+        "b": [["b"], ["a"], ["c"]],
+        "c": [["a"], ["c"], ["b"]],
+    }
+
+
+def test_min_a_with_tied_classes_admits_in_arrival_order() -> None:
+    from admission import Limits, Scheduler
+
+    a = [[1.0, 1.0], [1.2, 1.2]]
+    u = [(0.2, None, None)] * 2
+
+    def run(model: EtaModel) -> list[str]:  # decided with one class-a statement in service
+        s = Scheduler(model, "min-a", Limits(mpl=2))
+        s.submit("running-1", "fp:a", 0.0)
+        s.submit("running-2", "fp:a", 0.5)
+        s.submit("b-1", "fp:b", 1.0)
+        s.submit("a-1", "fp:a", 2.0)
+        return [j.id for j in s.complete("running-1", 3.0)]
+
+    tied = _mix_model(u, a, [[0.8, 0.8], [1.0, 1.0]], [[1.3, 1.3], [1.5, 1.5]])
+    assert run(tied) == ["b-1"]  # tied: the earlier arrival
+    assert run(_mix_model(u, a)) == ["a-1"]  # apart: the least backlog
+
+
+def test_max_u_ties_overlapping_utilizations() -> None:
+    u = [(0.30, 0.25, 0.36), (0.34, 0.31, 0.40), (0.10, 0.08, 0.12)]
+    a = [[1.0] * 3] * 3
+    eta = POLICIES["max-u"].build(_mix_model(u, a)).eta
+    assert eta[0] == eta[1] == (0.30,) * 3 and eta[2] == (0.10,) * 3
+    assert _mix_model(u, a).with_eta().orders["max-u"] == [["a", "b"], ["c"]]
+    plain = [(x, None, None) for x, _, _ in u]
+    assert _mix_model(plain, a).with_eta().orders["max-u"] == [["b"], ["a"], ["c"]]
+
+
+def test_max_p_ties_entries_whose_interval_arithmetic_overlaps() -> None:
+    """P[b][a] = U_b/U_a − A[b][a]/A[a][b]; with wide U intervals the P entries of column a
+    reach P[a][a] = 0 and tie, with narrow ones they stay apart."""
+    a = [[1.0, 2.0], [3.0, 1.0]]
+    wide = [(0.3, 0.1, 0.5), (0.35, 0.1, 0.6)]
+    narrow = [(0.3, 0.299, 0.301), (0.35, 0.349, 0.351)]
+    p_wide = POLICIES["max-p"].build(_mix_model(wide, a, a, a)).eta
+    p_narrow = POLICIES["max-p"].build(_mix_model(narrow, a, a, a)).eta
+    exact = interference_matrix(_mix_model(narrow, a))
+    assert p_narrow == exact and exact[1][0] == pytest.approx(0.35 / 0.3 - 1.5)
+    assert p_wide[0][0] == p_wide[1][0] == pytest.approx(exact[1][0])  # tied at the floor
+
+
+def test_a_intervals_round_trip_extend_for_new_classes_and_drop_when_learned(
+    tmp_path: Path,
+) -> None:
+    from admission.online import WindowProfile, merge_profile
+
+    low, high = [[1.5, 1.0], [0.5, 0.9]], [[2.5, 2.0], [0.9, 1.3]]
+    m = EtaModel.model_validate({**_model().model_dump(), "A_low": low, "A_high": high})
+    path = tmp_path / "m.json"
+    m.save(path)
+    back = EtaModel.load(path)
+    assert back.a_bounds() == (((1.5, 1.0), (0.5, 0.9)), ((2.5, 2.0), (0.9, 1.3)))
+    assert json.loads(path.read_text())["orders"]["sept"] == [["q1"], ["q9"]]
+    grown = back.with_class("pg:new", "new")
+    g_low, g_high = grown.a_bounds()
+    assert g_low is not None and g_high is not None and len(g_low) == 3
+    assert g_low[2] == g_high[2] == grown.A_matrix[2]  # the new class: points
+    assert EtaModel.model_validate(grown.model_dump()).a_bounds()[0] == g_low
+    window = {"pg:a": WindowProfile(U=0.5, Q=2.0, A=2.0, completed=20)}
+    learned = merge_profile(back, window, {"pg:a": {"pg:a": 3.0}})
+    assert learned is not None and learned.a_bounds() == (None, None)
+    assert learned.classes[0].U_low is None
+
+
+def test_orders_are_written_for_people_and_not_read(tmp_path: Path) -> None:
+    path = tmp_path / "m.json"
+    _model().save(path)
+    raw = json.loads(path.read_text())
+    assert set(raw["orders"]) == set(POLICIES) and raw["orders"]["fcfs"] == [["q1", "q9"]]
+    raw["orders"]["sept"] = [["q9"], ["q1"]]  # edited: recomputed on the next save
+    model = EtaModel.from_json(json.dumps(raw))
+    assert json.loads(model.to_json())["orders"]["sept"] == [["q1"], ["q9"]]
