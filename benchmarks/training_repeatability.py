@@ -102,6 +102,23 @@ def report(models: Sequence[EtaModel], seconds: Sequence[float]) -> str:
             ]
         )
     out += _table(header, rows)
+    speeds = [m.speed for m in models]
+    if all(sp is not None for sp in speeds) and len({sp.unit for sp in speeds if sp}) == 1:
+        # D_r put on one machine speed (``training.speed.rescale``): what is left of the
+        # spread once the machine's own drift between trainings, as the probe saw it, is out
+        mean_speed = [(sp.before + sp.after) / 2 for sp in speeds if sp]
+        out.append("")
+        out.append(
+            "D_r × this run's speed / run 1's (the probe's mean of before and after): "
+            + ", ".join(
+                f"run {i} {v / mean_speed[0]:.3f}" for i, v in zip(runs, mean_speed, strict=True)
+            )
+        )
+        rows = []
+        for name in names:
+            ds = [b[name].D * v / mean_speed[0] for b, v in zip(by_name, mean_speed, strict=True)]
+            rows.append([name, *(f"{d:.4g}" for d in ds), f"{max(ds) / min(ds):.3f}"])
+        out += _table(["class", *(f"D_r run {i} rescaled" for i in runs), "max/min"], rows)
     out.append("")
     header = ["class"]
     header += [f"f_r run {i}" for i in runs]

@@ -1,5 +1,6 @@
-"""``admission model check|show``: is a model file one the proxy and the simulator can load,
-and what does it say (class profiles, one policy's η matrix)."""
+"""``admission model check|show|rescale``: is a model file one the proxy and the simulator can
+load, what does it say (class profiles, one policy's η matrix), and the model put on another
+machine's speed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rich.table import Table
 from admission.policies import POLICIES
 from cli.options import class_table, fail, load_model, out
 
-model_app = typer.Typer(help="Inspect and check η model files.", no_args_is_help=True)
+model_app = typer.Typer(help="Inspect, check and rescale η model files.", no_args_is_help=True)
 
 
 @model_app.command("check")
@@ -40,3 +41,49 @@ def model_show(
     for c, row in zip(m.classes, eta.eta, strict=True):
         grid.add_row(c.name, *(f"{v:.3g}" for v in row))
     out.print(grid)
+
+
+@model_app.command("rescale")
+def model_rescale(
+    path: Path,
+    out_path: Annotated[
+        Path, typer.Option("--out", help="Where to write the rescaled model (atomically).")
+    ],
+    speed: Annotated[
+        float | None,
+        typer.Option(
+            help="The target machine's speed in the probe's rows/s (what `admission train` "
+            "printed there). Default: measure this machine now (about a second).",
+            min=1.0,
+        ),
+    ] = None,
+) -> None:
+    """Put a model trained on another machine (or on this one at another time) on this
+    machine's speed: D_r, its interval and the fork profile × the model's speed / this one's.
+
+    The speed is a fixed parallel DuckDB probe stored in the model by training. The time
+    quantities scale; f_r, U_r, Q_r and A^c_r (ratios of the machine to itself) are kept.
+    This assumes CPU-bound statements and machines alike in cores and memory.
+    """
+    from training import speed as probe
+
+    m = load_model(path)
+    try:
+        probe.rescale(m, 1.0)  # can it be rescaled at all (before a second of measuring)
+    except ValueError as e:
+        raise fail(f"{path}: {e}") from None
+    if speed is None:
+        reading = probe.measure()
+        speed = reading.speed
+        out.print(f"this machine: {speed:,.0f} {probe.UNIT}")
+    try:
+        rescaled = probe.rescale(m, speed)
+    except ValueError as e:
+        raise fail(f"{path}: {e}") from None
+    rescaled.save(out_path)
+    assert m.speed is not None
+    there = (m.speed.before + m.speed.after) / 2
+    out.print(
+        f"wrote {out_path}: trained at {there:,.0f}, rescaled to {speed:,.0f} "
+        f"(D_r × {there / speed:.3g})"
+    )

@@ -266,3 +266,26 @@ def test_serve_bad_arguments_are_clear(args: list[str], message: str) -> None:
     assert result.returncode == 2, result.stderr
     assert message in result.stderr.replace("\n", " ")
     assert "Traceback" not in result.stderr
+
+
+def test_model_rescale_to_a_given_speed_and_to_this_machine(tmp_path: Path) -> None:
+    from admission.model import Speed
+    from training.speed import UNIT
+
+    path, out = tmp_path / "model.json", tmp_path / "here.json"
+    _trained_model(path)
+    unmeasured = run("model", "rescale", str(path), "--out", str(out))
+    assert unmeasured.returncode == 2 and "no machine speed" in unmeasured.stderr
+    assert not out.exists()
+    m = EtaModel.load(path)
+    m.model_copy(update={"speed": Speed(before=2e8, after=2e8, unit=UNIT)}).save(path)
+    done = run("model", "rescale", str(path), "--out", str(out), "--speed", "1e8")
+    assert done.returncode == 0, done.stderr
+    here = EtaModel.load(out)
+    assert [c.D for c in here.classes] == [0.1, 0.8] and here.speed is not None
+    assert "D_r × 2" in done.stdout.replace("\n", " ")
+    measured = run("model", "rescale", str(path), "--out", str(out))  # this machine's probe
+    assert measured.returncode == 0 and "this machine:" in measured.stdout, measured.stderr
+    speed = EtaModel.load(out).speed
+    assert speed is not None and speed.before > 1e6
+    assert EtaModel.load(out).classes[0].D == pytest.approx(0.05 * 2e8 / speed.before)
