@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from admission.model import EtaModel, ModelError
 from cli.options import check_backend, class_table, env, err, fail, out, progress_printer
 
 if TYPE_CHECKING:
@@ -143,10 +144,34 @@ def _run(config: TrainConfig) -> TrainResult:
             raise fail(f"training failed: {e}") from None
 
 
+def _speed_against_earlier(model: EtaModel, path: Path) -> str:
+    """When ``path`` holds a model trained earlier with the same speed probe and the machine's
+    speed has since moved by more than 10 %, a line saying so: the two models' D_r differ by
+    about that much for no reason of the workload's (``admission model rescale``)."""
+    try:
+        before = EtaModel.load(path) if path.exists() else None
+    except ModelError:
+        return ""
+    if before is None or before.speed is None or model.speed is None:
+        return ""
+    if before.speed.unit != model.speed.unit:
+        return ""
+    then = (before.speed.before + before.speed.after) / 2
+    now = (model.speed.before + model.speed.after) / 2
+    if abs(now / then - 1) <= 0.10:
+        return ""
+    return (
+        f"note: the machine ran at {now / then:.0%} of the speed it had when the model this "
+        f"replaces was trained ({now:,.0f} vs {then:,.0f} {model.speed.unit}): expect its "
+        f"D_r about {then / now:.2g}× those (another load on the machine?)"
+    )
+
+
 def _report(result: TrainResult, out_path: Path, picture: Path, interval: float) -> None:
     """Write the model and its heat map; print the class table and the checks."""
     from lab.figures import eta_heatmap
 
+    earlier = _speed_against_earlier(result.model, out_path)
     result.model.save(out_path)
     written = eta_heatmap(result.model, picture)
     out.print(class_table(result.model, f"{out_path} — {result.model.notes}"))
@@ -164,3 +189,5 @@ def _report(result: TrainResult, out_path: Path, picture: Path, interval: float)
         f"wrote {out_path} and {written}"
         + (" (interrupted: partial run)" if result.interrupted else "")
     )
+    if earlier:
+        out.print(earlier)

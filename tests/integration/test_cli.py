@@ -289,3 +289,21 @@ def test_model_rescale_to_a_given_speed_and_to_this_machine(tmp_path: Path) -> N
     speed = EtaModel.load(out).speed
     assert speed is not None and speed.before > 1e6
     assert EtaModel.load(out).classes[0].D == pytest.approx(0.05 * 2e8 / speed.before)
+
+
+def test_train_notes_a_machine_slower_than_for_the_model_it_replaces(tmp_path: Path) -> None:
+    from admission.model import Speed
+    from cli.train import _speed_against_earlier
+    from training.speed import UNIT
+
+    path = tmp_path / "model.json"
+    _trained_model(path)
+    m = EtaModel.load(path)
+    assert _speed_against_earlier(m, path) == ""  # no speed in the earlier file
+    m.model_copy(update={"speed": Speed(before=3e8, after=3e8, unit=UNIT)}).save(path)
+    slow = m.model_copy(update={"speed": Speed(before=2.0e8, after=2.2e8, unit=UNIT)})
+    note = _speed_against_earlier(slow, path)
+    assert "70%" in note and "1.4×" in note
+    same = m.model_copy(update={"speed": Speed(before=2.8e8, after=2.9e8, unit=UNIT)})
+    assert _speed_against_earlier(same, path) == ""  # within 10 %
+    assert _speed_against_earlier(slow, tmp_path / "absent.json") == ""
