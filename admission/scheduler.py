@@ -113,7 +113,9 @@ class Limits:
     def __post_init__(self) -> None:
         for name in ("mpl", "threads", "memory"):
             value = getattr(self, name)
-            if value is not None and value < 1:
+            # an MPL of 0 admits nothing (but bypass jobs): a proxy that holds no share of a
+            # global budget (proxy.coordinator)
+            if value is not None and value < (0 if name == "mpl" else 1):
                 raise ValueError(f"{name} must be at least 1 (or unlimited), not {value}")
         for name in ("max_wait", "queue_timeout", "due_factor", "lifo_after"):
             value = getattr(self, name)

@@ -125,6 +125,37 @@ def serve(
             envvar=env("explain_dsn"),
         ),
     ] = None,
+    coordinator: Annotated[
+        str | None,
+        typer.Option(
+            help="Share --mpl as one global budget with every proxy started with the same "
+            "coordinator: a PostgreSQL connection string (usually the server the proxies "
+            "front) where leases on the budget are kept (tables admission_leases and "
+            "admission_budget, created on first use). Default: the MPL is this proxy's alone.",
+            envvar=env("coordinator"),
+            metavar="POSTGRESQL-URL",
+        ),
+    ] = None,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            help="With --coordinator: seconds a proxy's lease lives without a heartbeat (a "
+            "proxy that dies gives its share back after this long; heartbeats come every "
+            "fifth of it).",
+            envvar=env("lease_ttl"),
+            min=0.2,
+        ),
+    ] = 2.0,
+    coordinator_fallback: Annotated[
+        int | None,
+        typer.Option(
+            help="With --coordinator: the MPL a proxy runs on once the coordinator has been "
+            "out of reach for a lease's life. Default: the global MPL divided by the proxies "
+            "it last saw.",
+            envvar=env("coordinator_fallback"),
+            min=1,
+        ),
+    ] = None,
     sample_interval: Annotated[
         float,
         typer.Option(
@@ -339,6 +370,10 @@ def serve(
         duckdb_limit, temp_limit = parse_embedded_sizes(backend, memory_limit, max_temp_size)
         memory_budget, memory_auto = parse_memory(memory)
         grant = parse_grant(backend, grant_work_mem, number, threads)
+        if coordinator is not None and (auto_mpl or not number):
+            raise ValueError(
+                "--coordinator shares a global MPL among proxies: give it as a number (--mpl N)"
+            )
         admission_limits = limits(
             number,
             threads,
@@ -361,6 +396,9 @@ def serve(
             limits=admission_limits,
             auto_mpl=auto_mpl,
             explain_dsn=explain_dsn,
+            coordinator=coordinator,
+            lease_ttl=lease_ttl,
+            coordinator_fallback=coordinator_fallback,
             extend=_live_profile(sample_interval, profile_window, backend is None)
             if learn and sample_interval > 0
             else None,

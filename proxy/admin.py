@@ -150,6 +150,8 @@ class AdminMetrics:
         if scheduler is not None:
             scheduler.observe(finishes=self.on_finish)
         self.per_class: dict[str, _Counts] = {}  # the statements that left, by class name
+        # the lease keeper when the MPL is a global budget (proxy.coordinator), set by build
+        self.coordinator: Any = None
         self.recent: deque[tuple[float, str, float, float]] = deque(maxlen=500)
 
     def on_finish(self, job: Job, now: float) -> None:
@@ -248,6 +250,25 @@ class AdminMetrics:
         )
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=float(value))
+        c = self.coordinator
+        if c is not None:
+            shared = (
+                ("admission_global_mpl", "The global MPL all proxies share", c.budget),
+                ("admission_global_held", "Units of the global MPL this proxy holds", c.held),
+                (
+                    "admission_global_fair_share",
+                    "This proxy's fair share of the global MPL at its last heartbeat",
+                    c.target or 0,
+                ),
+                ("admission_global_proxies", "Proxies sharing the global MPL", c.proxies),
+                (
+                    "admission_coordinator_up",
+                    "1 while the coordinator answers heartbeats, 0 when cut off",
+                    1 if c.state == "ok" else 0,
+                ),
+            )
+            for name, doc, value in shared:
+                yield GaugeMetricFamily(name, doc, value=float(value))
 
 
 def _bound(bucket: float) -> str:
@@ -385,6 +406,9 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
             "profile": learning.profile_status() if learning.profile_status else None,
         },
         "mpl_auto": _auto_mpl_json(tuners.auto_mpl),
+        # several proxies, one budget: global MPL, what this proxy holds, the coordinator's
+        # state (None: the MPL is this proxy's alone)
+        "coordinator": None if gate.coordinator is None else gate.coordinator.status(),
     }
 
 
@@ -513,6 +537,12 @@ def _add_controls(
     async def set_limits(change: LimitsChange) -> dict[str, Any]:
         current = _limits_json(gate.scheduler.limits)
         tune = change.mpl == "auto"
+        if gate.coordinator is not None and "mpl" in change.model_fields_set:
+            raise HTTPException(
+                409,
+                "the MPL is a share of the global MPL the coordinator keeps "
+                f"({gate.coordinator.budget}); start the proxies with another --mpl to change it",
+            )
         if tune and auto_mpl is None:
             raise HTTPException(
                 409, 'the proxy was started without --mpl auto; it cannot tune "mpl"'

@@ -74,6 +74,11 @@ class ProxyConfig:
     # PostgreSQL: work memory granted to the admitted statements, bytes in total (each its
     # share as its work_mem: admission.grants); None: no grants
     work_mem_grant: int | None = None
+    # several proxies, one budget: where the leases on the global MPL (limits.mpl) are kept
+    # (a PostgreSQL connection string; None: the MPL is this proxy's alone)
+    coordinator: str | None = None
+    lease_ttl: float = 2.0  # seconds a lease lives without a heartbeat
+    coordinator_fallback: int | None = None  # the MPL once cut off for a TTL (None: share)
     max_classes: int | None = MAX_CLASSES  # statement shapes learned live, at most
     max_message: int = 256 * 1024 * 1024
     max_buffered: int = MAX_BUFFERED  # all clients' bytes buffered in the proxy, at most
@@ -168,6 +173,26 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         # embedded: more statements in service than worker threads would only queue there
         high = config.workers if config.backend is None else MPL_HIGH
         listener.auto_mpl = AutoMpl(gate, MplController(start, high=max(high, start)))
+    if config.coordinator is not None:
+        from proxy.coordinator import Coordinator
+
+        if config.auto_mpl or config.limits.mpl is None:
+            raise ValueError(
+                "--coordinator shares a global MPL among proxies: give it as a number (--mpl N)"
+            )
+        coordinator = Coordinator(
+            gate,
+            config.coordinator,
+            config.limits.mpl,
+            ttl=config.lease_ttl,
+            fallback=config.coordinator_fallback,
+        )
+        listener.extras = (*listener.extras, coordinator)
+        metrics.coordinator = coordinator
+        progress(
+            f"global MPL {config.limits.mpl} shared through the coordinator "
+            f"(leases of {config.lease_ttl:g} s)"
+        )
     if config.extend is not None:
         extra = config.extend(listener)
         if extra is not None:
@@ -268,6 +293,9 @@ async def serve(
     await server.close()
     for tuner in reversed(server.tuners()):
         tuner.stop()
+        closing = getattr(tuner, "aclose", None)  # one with work to finish on the loop
+        if closing is not None:
+            await closing()
 
 
 class AdminServer:

@@ -27,7 +27,7 @@ import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from admission.classify import QueryClass
 from admission.model import EtaModel
@@ -72,6 +72,8 @@ class AdmissionGate:
         # work memory granted to the statements admitted, bytes in total (the relay's
         # --grant-work-mem, which keeps it current; None: no grants), for the admin API
         self.work_mem_grant: int | None = None
+        # the lease keeper when the MPL is a global budget (proxy.coordinator), for the admin API
+        self.coordinator: Any = None
         # job ids: unique among everything this gate sees (sessions draw from it directly)
         self.job_ids = itertools.count(1)
         self._waiters: dict[int, AdmissionClient] = {}

@@ -1,0 +1,395 @@
+"""Several proxies, one budget: leases on a global MPL, kept in the PostgreSQL they front.
+
+``admission serve --coordinator postgresql://…`` makes ``--mpl`` the budget of every proxy
+started with the same coordinator together. Each proxy holds *leases* — a row of the table
+``admission_leases`` with the units of the budget it holds, its demand and an expiry — and
+admits locally up to what it holds, so a statement pays no round trip to the coordinator in the
+common case. The arithmetic, and why the invariant Σ held ≤ budget holds, is in
+``admission.coordination``; this module is its plumbing on the proxy's event loop:
+
+* **Heartbeat** every ``period`` (default TTL/5) and at once when a statement queues while the
+  local limit is full (at most one in flight): the local limit drops to what the proxy still
+  needs (``release``), then one transaction — serialized by a transaction-level advisory lock —
+  deletes the rows whose lease expired (a proxy that died: its units come back), reads every
+  row, takes free units up to this proxy's fair share (``grow``), writes its row with
+  ``expires = now() + TTL`` (the database's clock, the only one that matters) and commits; the
+  local limit grows only then. A proxy that gave units back, or saw dead ones deleted, sends a
+  ``NOTIFY admission_leases``: the others listen and heartbeat at once, so a unit given back is
+  picked up within a round trip, not a period.
+* **Demand** is the statements in service plus those queued here; the fair share is the
+  budget water-filled over every proxy's demand (``fair_shares``), so one busy host cannot
+  starve another.
+* **Failures.** Each heartbeat has TTL/2 to finish. A coordinator that cannot be reached (down,
+  restarting, partitioned) leaves the proxy on what it holds until its lease would expire
+  (last successful heartbeat's start + TTL: never later than the database's own expiry);
+  then on a **fallback** budget (``--coordinator-fallback``, by default the budget divided by
+  the proxies last seen), logged and shown in ``/status``. Back in touch, it registers what it
+  has in service: if that is more than the pool has free (its units were given to others
+  meanwhile), the sum is over the budget until its statements finish, and nobody grows until
+  then. **Over-admission is bounded**: at most the fallback budget per cut-off proxy while it is
+  cut off, and, after it, at most what it had in service then, for as long as those statements
+  run. A proxy killed outright holds its units until its lease expires (at most TTL) — under,
+  never over, the budget meanwhile.
+* **Shutdown** deletes the proxy's row (its units back at once).
+
+The tables are created on first use (``admission_leases``, ``admission_budget``) under the
+same lock. The budget in ``admission_budget`` is written by every proxy that starts (the latest
+``--mpl`` wins, and a proxy that finds another value there says so in its log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import socket
+from typing import Any
+
+from admission.coordination import fair_shares, grow, release
+from admission.scheduler import Event
+from proxy.gate import AdmissionGate
+
+__all__ = ["DEFAULT_TTL", "Coordinator"]
+
+log = logging.getLogger("admission.coordinator")
+
+DEFAULT_TTL = 2.0  # seconds a lease lives without a heartbeat
+LOCK_KEY = 0x61646D69  # the advisory lock that serializes heartbeats ("admi")
+CHANNEL = "admission_leases"
+APPLICATION = "admission-coordinator"
+ROTATE = 1.0  # seconds: who gets a remainder unit among equal demands changes this often
+
+_SCHEMA = """
+create table if not exists admission_leases (
+    proxy text primary key,
+    held integer not null check (held >= 0),
+    demand integer not null check (demand >= 0),
+    expires timestamptz not null,
+    started timestamptz not null default now(),
+    host text not null default ''
+);
+create table if not exists admission_budget (
+    name text primary key,
+    units integer not null check (units >= 1)
+)
+"""
+
+
+class Coordinator:
+    """The lease keeper of one proxy (a ``Tuner``: started and stopped on the proxy's loop)."""
+
+    def __init__(
+        self,
+        gate: AdmissionGate,
+        dsn: str,
+        budget: int,
+        *,
+        ttl: float = DEFAULT_TTL,
+        period: float | None = None,
+        fallback: int | None = None,
+        name: str | None = None,
+    ) -> None:
+        if budget < 1:
+            raise ValueError(f"the global MPL must be at least 1, not {budget}")
+        if ttl <= 0:
+            raise ValueError(f"the lease TTL must be positive, not {ttl}")
+        self.gate = gate
+        self.dsn = dsn
+        self.budget = budget
+        self.ttl = ttl
+        self.period = period if period is not None else ttl / 5
+        self.fallback_given = fallback
+        host = socket.gethostname()
+        self.host = host
+        self.name = name or f"{host}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.held = 0  # units this proxy holds (its row, as last committed)
+        self.target: int | None = None  # its fair share at the last heartbeat
+        self.free = 0
+        self.proxies = 1  # live proxies seen at the last heartbeat
+        self.state = "starting"  # ok | unreachable | fallback
+        self.last_ok: float | None = None  # loop time of the last committed heartbeat
+        self.deadline: float | None = None  # when this proxy's lease may have expired
+        self.heartbeats = 0
+        self.failures = 0
+        self.last_error = ""
+        self._conn: Any = None
+        self._listen: Any = None
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._inflight: asyncio.Future[None] | None = None  # the heartbeat under way
+        self._stopping = False
+        gate.scheduler.observe(events=self._on_event)
+        gate.coordinator = self
+
+    # -- the proxy's side ------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._apply(0)  # nothing admitted before the first lease
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._run(), name="coordinator")
+        self._listener = loop.create_task(self._listen_loop(), name="coordinator-listen")
+
+    def stop(self) -> None:
+        self._stopping = True
+        for task in (self._task, self._listener):
+            if task is not None:
+                task.cancel()
+
+    async def aclose(self) -> None:
+        """After ``stop``: give every unit back (the proxy awaits it on shutdown)."""
+        for task in (self._task, self._listener):
+            if task is not None:
+                with contextlib.suppress(BaseException):
+                    await task
+        if self._inflight is not None and not self._inflight.done():
+            # a heartbeat still under way would write the row again after it is deleted
+            await asyncio.wait({self._inflight}, timeout=self.ttl)
+        await self._leave()
+
+    def _on_event(self, event: Event) -> None:
+        """A statement queued while the local limit is full: ask for units now."""
+        if event.kind != "submit" or self._kick.is_set():
+            return
+        scheduler = self.gate.scheduler
+        mpl = scheduler.limits.mpl
+        if mpl is not None and scheduler.running >= mpl and self.held < self.budget:
+            self._kick.set()
+
+    def status(self) -> dict[str, Any]:
+        """What ``/status`` shows under ``coordinator``."""
+        loop = asyncio.get_event_loop()
+        return {
+            "proxy": self.name,
+            "state": self.state,
+            "global_mpl": self.budget,
+            "held": self.held,
+            "local_mpl": self.gate.scheduler.limits.mpl,
+            "fair_share": self.target,
+            "free": self.free,
+            "proxies": self.proxies,
+            "ttl": self.ttl,
+            "heartbeats": self.heartbeats,
+            "failures": self.failures,
+            "last_error": self.last_error or None,
+            "seconds_since_heartbeat": None
+            if self.last_ok is None
+            else round(loop.time() - self.last_ok, 3),
+            "fallback_mpl": self.fallback,
+        }
+
+    @property
+    def fallback(self) -> int:
+        """The local budget once the lease may have expired without the coordinator."""
+        if self.fallback_given is not None:
+            return self.fallback_given
+        return max(1, self.budget // max(1, self.proxies))
+
+    def _apply(self, mpl: int) -> None:
+        limits = self.gate.scheduler.limits
+        if limits.mpl != mpl:
+            self.gate.set_limits(dataclasses.replace(limits, mpl=mpl))
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopping:
+            try:
+                await self._bounded(self._heartbeat(), self.ttl / 2)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # unreachable, restarting, a partition, a broken row
+                await self._lost(e)
+                if self.deadline is not None and loop.time() >= self.deadline:
+                    if self.state != "fallback":
+                        log.warning(
+                            "coordinator unreachable for a lease's life (%s): on the fallback "
+                            "budget of %d statements",
+                            self.last_error,
+                            self.fallback,
+                        )
+                    self.state = "fallback"
+                    self.held = self.fallback  # what it runs on, and registers when back
+                    self._apply(self.fallback)
+            self._kick.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout=self.period)
+
+    async def _bounded(self, work: Any, timeout: float) -> None:
+        """``work`` with a deadline that holds even when the coordinator went silent mid-way:
+        a cancelled psycopg operation waits for its connection (a rollback over a partition
+        never returns), so on the deadline the connection's socket is shut down under it,
+        which ends any wait on it at once."""
+        task = self._inflight = asyncio.ensure_future(work)
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if task in done:
+            task.result()
+            return
+        conn = self._conn
+        if conn is not None:
+            with (
+                contextlib.suppress(Exception),
+                socket.socket(fileno=os.dup(conn.fileno())) as sock,
+            ):
+                sock.shutdown(socket.SHUT_RDWR)
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)  # it ends now; if not, it is left behind
+        if not task.done():
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        raise TimeoutError(f"no answer from the coordinator within {timeout:g} s")
+
+    async def _lost(self, error: BaseException) -> None:
+        self.failures += 1
+        text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if self.state == "ok":
+            log.warning("coordinator heartbeat failed: %s", text)
+        if self.state in ("ok", "starting"):
+            self.state = "unreachable"
+        self.last_error = text
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), timeout=0.5)
+
+    def _options(self) -> str:
+        """Server settings of the coordinator's sessions: a heartbeat's transaction holds the
+        lock every proxy's heartbeat takes, so a proxy cut off in the middle of one must not
+        hold it for long — the server ends a transaction left idle, a wait for the lock and
+        a statement after TTL/2 (the other proxies wait at most that, not TCP's minutes)."""
+        ms = max(100, int(self.ttl * 500))
+        return (
+            f"-c idle_in_transaction_session_timeout={ms} -c lock_timeout={ms} "
+            f"-c statement_timeout={ms}"
+        )
+
+    async def _connect(self) -> Any:
+        import psycopg
+
+        conn = await psycopg.AsyncConnection.connect(
+            self.dsn,
+            autocommit=True,
+            connect_timeout=max(1, int(self.ttl / 2)),
+            application_name=APPLICATION,
+            options=self._options(),
+        )
+        async with conn.transaction():
+            await conn.execute("select pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+            await conn.execute(_SCHEMA)
+            cur = await conn.execute("select units from admission_budget where name = 'mpl'")
+            row = await cur.fetchone()
+            if row is not None and row[0] != self.budget:
+                log.warning(
+                    "the global MPL was %d; this proxy's --mpl %d replaces it for all",
+                    row[0],
+                    self.budget,
+                )
+            await conn.execute(
+                "insert into admission_budget (name, units) values ('mpl', %s) "
+                "on conflict (name) do update set units = excluded.units",
+                (self.budget,),
+            )
+        return conn
+
+    async def _heartbeat(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._conn is None or self._conn.closed:
+            self._conn = await self._connect()
+        scheduler = self.gate.scheduler
+        in_service = scheduler.running
+        demand = in_service + scheduler.queued
+        limit, keep = release(self.held, in_service, demand, self.target)
+        if limit < (scheduler.limits.mpl or 0):
+            self._apply(limit)  # lowered before the row is
+        sent = loop.time()
+        conn = self._conn
+        async with conn.transaction():
+            await conn.execute("select pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+            cur = await conn.execute("delete from admission_leases where expires < now()")
+            dead = cur.rowcount
+            cur = await conn.execute(
+                "select units, extract(epoch from now())::float8 from admission_budget "
+                "where name = 'mpl'"
+            )
+            budget_row = await cur.fetchone()
+            budget = int(budget_row[0]) if budget_row else self.budget
+            now = float(budget_row[1]) if budget_row else 0.0
+            cur = await conn.execute(
+                "select proxy, held, demand from admission_leases where proxy <> %s",
+                (self.name,),
+            )
+            others = await cur.fetchall()
+            demands = {name: int(d) for name, _held, d in others}
+            demands[self.name] = demand
+            targets = fair_shares(budget, demands, int(now / ROTATE))
+            grant = grow(
+                budget, keep, sum(int(h) for _n, h, _d in others), demand, targets[self.name]
+            )
+            await conn.execute(
+                "insert into admission_leases (proxy, held, demand, expires, host) "
+                "values (%s, %s, %s, now() + make_interval(secs => %s), %s) "
+                "on conflict (proxy) do update set held = excluded.held, "
+                "demand = excluded.demand, expires = excluded.expires",
+                (self.name, grant.held, demand, self.ttl, self.host),
+            )
+            if dead or grant.held < self.held:
+                await conn.execute(f"notify {CHANNEL}")
+        if self.state != "ok" and self.state != "starting":
+            log.warning("coordinator reachable again: holding %d of %d", grant.held, budget)
+        self.state = "ok"
+        self.budget = budget
+        self.held, self.target, self.free = grant.held, grant.target, grant.free
+        self.proxies = len(others) + 1
+        self.last_ok = sent
+        self.deadline = sent + self.ttl
+        self.heartbeats += 1
+        # raised after the row is, by the units taken (units kept for statements still in
+        # service beyond the limit are not admitted against: they come back as those finish)
+        self._apply(limit + grant.held - keep)
+
+    async def _listen_loop(self) -> None:
+        """LISTEN on a connection of its own: another proxy gave units back, heartbeat now."""
+        import psycopg
+
+        while not self._stopping:
+            try:
+                self._listen = await psycopg.AsyncConnection.connect(
+                    self.dsn,
+                    autocommit=True,
+                    connect_timeout=max(1, int(self.ttl / 2)),
+                    application_name=APPLICATION,
+                )
+                await self._listen.execute(f"listen {CHANNEL}")
+                async for _note in self._listen.notifies():
+                    self._kick.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the heartbeat reports the coordinator's state; retry quietly
+                pass
+            finally:
+                conn, self._listen = self._listen, None
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(conn.close(), timeout=0.5)
+            await asyncio.sleep(self.period)
+
+    async def _leave(self) -> None:
+        """Give every unit back at shutdown (best effort: the lease expires anyway)."""
+        if self._conn is None:
+            return
+
+        async def leave() -> None:
+            await self._conn.execute("delete from admission_leases where proxy = %s", (self.name,))
+            await self._conn.execute(f"notify {CHANNEL}")
+
+        try:
+            await self._bounded(leave(), 1.0)
+        except Exception:
+            pass
+        finally:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), timeout=0.5)

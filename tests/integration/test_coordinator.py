@@ -1,0 +1,362 @@
+"""Several proxies, one budget: three `admission serve` processes in front of one real
+PostgreSQL, sharing a global MPL through leases kept in that PostgreSQL (proxy.coordinator).
+
+What PostgreSQL itself shows is the judge: the active client backends in pg_stat_activity,
+sampled every 10 ms, never exceed the global MPL; a proxy killed with SIGKILL gives its share
+back within the lease's TTL + 1 s; a coordinator out of reach (its connections cut by a relay
+the test controls, a partition) leaves a proxy on its leases for a TTL and then on its
+fallback budget, shown in /status, and it rejoins when the coordinator is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from testing.pgcluster import Cluster, connect_when_ready, free_port
+
+ADMISSION = str(Path(sys.executable).with_name("admission"))
+TTL = 1.0
+BUDGET = 4
+ACTIVE = (
+    "select count(*) from pg_stat_activity where state = 'active' "
+    "and backend_type = 'client backend' and pid <> pg_backend_pid() "
+    "and application_name not in ('admission-coordinator', 'sampler')"
+)
+
+
+@dataclass
+class Proxy:
+    proc: subprocess.Popen[str]
+    port: int
+    admin: int
+
+    def status(self) -> dict:  # type: ignore[type-arg]
+        return httpx.get(f"http://127.0.0.1:{self.admin}/status", timeout=5).json()
+
+
+def _start(pg: Cluster, coordinator: str, *extra: str) -> Proxy:
+    port, admin = free_port(), free_port()
+    proc = subprocess.Popen(
+        [
+            ADMISSION,
+            "serve",
+            "--backend",
+            f"postgresql://127.0.0.1:{pg.port}",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--admin",
+            f"127.0.0.1:{admin}",
+            "--mpl",
+            str(BUDGET),
+            "--no-learn",
+            "--policy",
+            "fcfs",
+            "--coordinator",
+            coordinator,
+            "--lease-ttl",
+            str(TTL),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    connect_when_ready(port, proc, user="postgres", dbname="postgres").close()
+    return Proxy(proc, port, admin)
+
+
+@contextlib.contextmanager
+def _proxies(pg: Cluster, n: int, coordinator: str | None = None) -> Iterator[list[Proxy]]:
+    coordinator = coordinator or f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+    started: list[Proxy] = []
+    try:
+        for _ in range(n):
+            started.append(_start(pg, coordinator))
+        yield started
+    finally:
+        for p in started:
+            if p.proc.poll() is None:
+                p.proc.send_signal(signal.SIGTERM)
+        for p in started:
+            try:
+                p.proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.proc.kill()
+                p.proc.communicate()
+
+
+@dataclass
+class Load:
+    """Closed-loop clients, each looping ``select pg_sleep(0.02)`` through one proxy."""
+
+    stop: threading.Event = field(default_factory=threading.Event)
+    done: dict[int, int] = field(default_factory=dict)  # proxy port → statements completed
+    errors: list[str] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def client(self, port: int) -> None:
+        try:
+            with psycopg.connect(
+                host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True
+            ) as conn:
+                while not self.stop.is_set():
+                    conn.execute("select pg_sleep(0.02)")
+                    self.done[port] = self.done.get(port, 0) + 1
+        except psycopg.Error as e:
+            if not self.stop.is_set():
+                self.errors.append(f"{port}: {e}")
+
+    def start(self, ports: list[int], per_proxy: int) -> None:
+        for port in ports:
+            for _ in range(per_proxy):
+                t = threading.Thread(target=self.client, args=(port,), daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=10)
+
+
+class Sampler:
+    """Active client backends as PostgreSQL counts them, every 10 ms."""
+
+    def __init__(self, pg: Cluster) -> None:
+        self.conn = psycopg.connect(pg.dsn(), autocommit=True, application_name="sampler")
+        self.samples: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            row = self.conn.execute(ACTIVE).fetchone()
+            self.samples.append((time.monotonic(), int(row[0]) if row else 0))
+            time.sleep(0.01)
+
+    def since(self, t: float) -> list[int]:
+        return [n for at, n in self.samples if at >= t]
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.conn.close()
+
+
+def _held(proxies: list[Proxy]) -> list[int]:
+    return [p.status()["coordinator"]["held"] for p in proxies]
+
+
+def test_three_proxies_share_one_mpl_and_a_killed_one_gives_its_share_back(pg: Cluster) -> None:
+    with _proxies(pg, 3) as proxies:
+        sampler = Sampler(pg)
+        load = Load()
+        try:
+            load.start([p.port for p in proxies], per_proxy=8)
+            time.sleep(1.5)  # leases taken, shares settled
+            steady = time.monotonic()
+            time.sleep(4.0)
+            active = sampler.since(steady)
+            assert len(active) > 150, len(active)  # sampled about every 10 ms
+            assert max(active) <= BUDGET, sorted(active)[-10:]
+            assert max(active) == BUDGET  # and the budget is used
+            held = _held(proxies)
+            assert sum(held) <= BUDGET and all(h >= 1 for h in held), held
+            status = proxies[0].status()["coordinator"]
+            assert status["state"] == "ok" and status["global_mpl"] == BUDGET
+            assert status["proxies"] == 3
+            counts = [load.done.get(p.port, 0) for p in proxies]
+            assert min(counts) > 0.5 * max(counts), counts  # no host starved
+
+            # kill -9 one proxy: its clients lose their connections; its units come back to
+            # the other two within the TTL (+ 1 s)
+            victim, rest = proxies[2], proxies[:2]
+            killed = time.monotonic()
+            os.kill(victim.proc.pid, signal.SIGKILL)
+            victim.proc.wait()
+            back = None
+            while time.monotonic() - killed < TTL + 3:
+                if sum(_held(rest)) == BUDGET:
+                    back = time.monotonic() - killed
+                    break
+                time.sleep(0.05)
+            assert back is not None and back <= TTL + 1.0, (back, _held(rest))
+            recovered = time.monotonic()
+            time.sleep(1.5)
+            after = sampler.since(recovered)
+            assert max(after) <= BUDGET and max(after) == BUDGET, sorted(after)[-10:]
+            assert rest[0].status()["coordinator"]["proxies"] == 2
+        finally:
+            load.finish()
+            sampler.close()
+        assert not [e for e in load.errors if str(proxies[2].port) not in e], load.errors
+
+
+class Partition:
+    """A TCP relay between the proxies and the coordinator that the test can cut: while
+    cut, it holds every byte (a partition: no reset, no answer) and takes new connections
+    without answering them."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = target_port
+        self.port = free_port()
+        self.cut = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.ready.wait(5)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(Exception):
+                while data := await reader.read(65536):
+                    while self.cut.is_set():
+                        await asyncio.sleep(0.05)
+                    writer.write(data)
+                    await writer.drain()
+            writer.close()
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while self.cut.is_set():
+                await asyncio.sleep(0.05)
+            try:
+                up_r, up_w = await asyncio.open_connection("127.0.0.1", self.target)
+            except OSError:
+                writer.close()
+                return
+            await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+
+        async def main() -> None:
+            server = await asyncio.start_server(handle, "127.0.0.1", self.port)
+            self.ready.set()
+            async with server:
+                await server.serve_forever()
+
+        with contextlib.suppress(Exception):
+            self.loop.run_until_complete(main())
+
+
+def test_a_proxy_cut_off_from_the_coordinator_falls_back_then_rejoins(pg: Cluster) -> None:
+    relay = Partition(pg.port)
+    cut_off = f"postgresql://postgres@127.0.0.1:{relay.port}/postgres"
+    direct = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+    with _proxies(pg, 1) as (first,), _proxies(pg, 1, cut_off) as (second,):
+        load = Load()
+        sampler = Sampler(pg)
+        try:
+            load.start([first.port, second.port], per_proxy=6)
+            time.sleep(1.5)
+            assert sum(_held([first, second])) <= BUDGET
+            relay.cut.set()  # the second proxy's coordinator goes silent
+            cut = time.monotonic()
+            states = []
+            while time.monotonic() - cut < TTL + 2.5:
+                states.append((time.monotonic() - cut, second.status()["coordinator"]))
+                time.sleep(0.1)
+            early = [s for t, s in states if t < TTL * 0.4]
+            late = [s for t, s in states if t > TTL + 1.0]
+            assert all(s["state"] in ("ok", "unreachable") for s in early), early
+            assert late and all(s["state"] == "fallback" for s in late), late[-1]
+            assert late[-1]["local_mpl"] == late[-1]["fallback_mpl"] == BUDGET // 2
+            # the first proxy saw the second's lease expire and took what is free
+            assert first.status()["coordinator"]["proxies"] == 1
+            # over-admission while cut off: at most the fallback beyond the budget
+            assert max(sampler.since(cut)) <= BUDGET + BUDGET // 2
+            relay.cut.clear()
+            healed = time.monotonic()
+            while time.monotonic() - healed < 5:
+                if second.status()["coordinator"]["state"] == "ok":
+                    break
+                time.sleep(0.1)
+            assert second.status()["coordinator"]["state"] == "ok"
+            time.sleep(2.0)  # statements admitted on the fallback finish; shares settle
+            settled = time.monotonic()
+            time.sleep(2.0)
+            assert max(sampler.since(settled)) <= BUDGET
+            assert sum(_held([first, second])) <= BUDGET
+        finally:
+            load.finish()
+            sampler.close()
+    del direct
+
+
+def test_coordinator_restart_is_survived(pg: Cluster, tmp_path: Path) -> None:
+    """The coordinator's PostgreSQL restarts (the proxies' own backends too): the proxies
+    reconnect, the lease table is still there, and the budget holds afterwards."""
+    with _proxies(pg, 2) as proxies:
+        subprocess.run(
+            pg._cmd(
+                str(pg.bin / "pg_ctl"),
+                *("-D", str(pg.data), "-l", str(pg.data.parent / "log")),
+                *("-m", "fast", "-w", "restart"),
+            ),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            states = [p.status()["coordinator"] for p in proxies]
+            if all(s["state"] == "ok" and s["heartbeats"] > 1 for s in states):
+                break
+            time.sleep(0.1)
+        assert all(s["state"] == "ok" for s in states), states
+        sampler = Sampler(pg)
+        load = Load()
+        try:
+            load.start([p.port for p in proxies], per_proxy=6)
+            time.sleep(1.0)
+            t = time.monotonic()
+            time.sleep(2.0)
+            active = sampler.since(t)
+            assert max(active) <= BUDGET and max(active) == BUDGET, sorted(active)[-5:]
+        finally:
+            load.finish()
+            sampler.close()
+        assert not load.errors, load.errors[:3]
+    rows = pg.psql("select count(*) from admission_leases")
+    assert rows == "0"  # both proxies gave their units back on shutdown
+
+
+def test_coordinator_needs_a_numeric_mpl() -> None:
+    result = subprocess.run(
+        [
+            ADMISSION,
+            "serve",
+            "--backend",
+            "postgresql://127.0.0.1:1",
+            "--coordinator",
+            "postgresql://127.0.0.1:1/x",
+            "--mpl",
+            "auto",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "--mpl N" in result.stderr, result.stderr
+
+
+@pytest.fixture(autouse=True)
+def _clean_leases(pg: Cluster) -> Iterator[None]:
+    yield
+    with contextlib.suppress(RuntimeError):
+        pg.psql("drop table if exists admission_leases, admission_budget")

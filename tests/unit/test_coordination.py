@@ -1,0 +1,147 @@
+"""The lease arithmetic of several proxies sharing one budget (``admission.coordination``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from admission.coordination import fair_shares, grow, release, slack
+
+
+def test_fair_shares_water_fill_in_whole_units() -> None:
+    assert fair_shares(4, {"a": 8, "b": 8}) == {"a": 2, "b": 2}
+    assert fair_shares(4, {"a": 1, "b": 8, "c": 8}) == {"a": 1, "b": 2, "c": 1}
+    assert fair_shares(10, {"a": 1, "b": 2, "c": 30}) == {"a": 1, "b": 2, "c": 7}
+    assert fair_shares(4, {"a": 0, "b": 0}) == {"a": 0, "b": 0}
+    assert fair_shares(0, {"a": 3}) == {"a": 0}
+    assert fair_shares(5, {}) == {}
+    # one unit short for three equal proxies: who gets the extra rotates with the epoch
+    winners = {
+        next(n for n, s in fair_shares(4, {"a": 8, "b": 8, "c": 8}, e).items() if s == 2)
+        for e in range(3)
+    }
+    assert winners == {"a", "b", "c"}
+
+
+@given(
+    st.integers(0, 40),
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 30), max_size=6),
+    st.integers(0, 10),
+)
+def test_fair_shares_spend_the_budget_and_are_even(
+    budget: int, demands: dict[str, int], epoch: int
+) -> None:
+    share = fair_shares(budget, demands, epoch)
+    assert all(0 <= share[n] <= demands[n] for n in demands)
+    assert sum(share.values()) == min(budget, sum(demands.values()))
+    unmet = [share[n] for n in demands if share[n] < demands[n]]
+    if unmet:  # everyone not satisfied is within one unit of the others, and of the level
+        assert max(unmet) - min(unmet) <= 1
+        assert all(share[n] <= max(unmet) + 1 for n in demands)
+
+
+def test_release_keeps_what_is_in_service_and_gives_back_the_rest() -> None:
+    assert release(held=6, in_service=2, demand=2, target=None) == (3, 3)  # demand + slack
+    # over its share: admits nothing more, keeps the units of what is in service
+    assert release(held=6, in_service=5, demand=8, target=2) == (2, 5)
+    assert release(held=2, in_service=1, demand=8, target=6) == (2, 2)  # never above held
+    assert slack(0) == 1 and slack(8) == 2
+
+
+def test_grow_takes_only_free_units() -> None:
+    g = grow(budget=4, keep=1, others_held=2, demand=8, target=2)
+    assert (g.held, g.free) == (2, 0)
+    assert grow(4, keep=1, others_held=3, demand=8, target=3).held == 1  # none free
+    over = grow(4, keep=3, others_held=3, demand=3, target=2)  # back from a partition
+    assert over.held == 3 and over.free == -2
+
+
+@dataclass
+class _Proxy:
+    row: int = 0  # held, as the coordinator's table has it
+    limit: int = 0  # the local MPL
+    running: int = 0
+    waiting: int = 0
+    target: int | None = None
+    keep: int | None = None  # between release and grow
+
+    @property
+    def demand(self) -> int:
+        return self.running + self.waiting
+
+    def admit(self) -> None:
+        while self.waiting and self.running < self.limit:
+            self.waiting -= 1
+            self.running += 1
+
+
+_EVENTS = st.lists(
+    st.tuples(st.sampled_from(["arrive", "finish", "release", "grow"]), st.integers(0, 3)),
+    max_size=300,
+)
+
+
+@settings(max_examples=300)
+@given(st.integers(1, 8), _EVENTS)
+def test_interleaved_heartbeats_never_exceed_the_budget(
+    budget: int, events: list[tuple[str, int]]
+) -> None:
+    """Any interleaving of arrivals, completions and the two steps of every proxy's heartbeat
+    (a transaction sees every row as committed): the statements in service never exceed the
+    budget, nor do the units held, and every proxy runs within its own row."""
+    proxies = [_Proxy() for _ in range(4)]
+    reported = [0] * 4
+    epoch = 0
+    for kind, i in events:
+        p = proxies[i]
+        if kind == "arrive":
+            p.waiting += 1
+        elif kind == "finish" and p.running:
+            p.running -= 1
+        elif kind == "release" and p.keep is None:
+            p.limit, p.keep = release(p.row, p.running, p.demand, p.target)
+        elif kind == "grow" and p.keep is not None:
+            reported[i] = p.demand
+            epoch += 1
+            targets = fair_shares(budget, {str(j): reported[j] for j in range(4)}, epoch)
+            others = sum(q.row for j, q in enumerate(proxies) if j != i)
+            g = grow(budget, p.keep, others, p.demand, targets[str(i)])
+            p.row, p.limit = g.held, p.limit + g.held - p.keep
+            p.target, p.keep = g.target, None
+        p.admit()
+        assert sum(q.running for q in proxies) <= budget
+        assert sum(q.row for q in proxies) <= budget
+        assert all(q.running <= q.row and q.limit <= q.row for q in proxies)
+
+
+def test_saturating_proxies_converge_to_even_shares() -> None:
+    """Three proxies with more work than the budget, one of them first to grab it all; each
+    round every statement in service finishes (throughput follows the units held) and each
+    proxy heartbeats: the grabbed units flow back at once, shares stay within one unit, the
+    extra unit goes to the largest backlog, and the work served evens out."""
+    budget = 4
+    proxies = [_Proxy(waiting=1000) for _ in range(3)]
+    proxies[0].row = proxies[0].limit = 4
+    proxies[0].admit()
+    served = [0, 0, 0]
+    held_over_time = []
+    for step in range(60):
+        for i, p in enumerate(proxies):
+            served[i] += p.running
+            p.running = 0
+            p.limit, p.keep = release(p.row, p.running, p.demand, p.target)
+            targets = fair_shares(budget, {str(j): q.demand for j, q in enumerate(proxies)}, step)
+            others = sum(q.row for j, q in enumerate(proxies) if j != i)
+            g = grow(budget, p.keep, others, p.demand, targets[str(i)])
+            p.row, p.limit = g.held, p.limit + g.held - p.keep
+            p.target, p.keep = g.target, None
+            p.admit()
+        held_over_time.append(tuple(p.row for p in proxies))
+    late = held_over_time[1:]
+    assert all(max(h) - min(h) <= 1 for h in late)
+    # in this lock-step model a unit given back waits for the next proxy's heartbeat about a
+    # quarter of the rounds (the live proxies are told at once: NOTIFY, proxy.coordinator)
+    assert sum(sum(h) == budget for h in late) >= 0.7 * len(late)
+    assert max(served) - min(served) <= 0.05 * max(served), served
