@@ -7,15 +7,18 @@ admits locally up to what it holds, so a statement pays no round trip to the coo
 common case. The arithmetic, and why the invariant Σ held ≤ budget holds, is in
 ``admission.coordination``; this module is its plumbing on the proxy's event loop:
 
-* **Heartbeat** every ``period`` (default TTL/5) and at once when a statement queues while the
-  local limit is full (at most one in flight): the local limit drops to what the proxy still
-  needs (``release``), then one transaction — serialized by a transaction-level advisory lock —
-  deletes the rows whose lease expired (a proxy that died: its units come back), reads every
-  row, takes free units up to this proxy's fair share (``grow``), writes its row with
-  ``expires = now() + TTL`` (the database's clock, the only one that matters) and commits; the
-  local limit grows only then. A proxy that gave units back, or saw dead ones deleted, sends a
-  ``NOTIFY admission_leases``: the others listen and heartbeat at once, so a unit given back is
-  picked up within a round trip, not a period.
+* **Heartbeat** every ``period`` (default TTL/5), and at once when statements queue while the
+  local limit is full and the pool had units to give (looked at every 5 ms, off the
+  statements' path): the local limit drops to what the proxy still needs (``release``; the
+  demand is the largest of the last three heartbeats', so a closed loop's client between two
+  statements does not cost it its unit), then one transaction — serialized by a
+  transaction-level advisory lock — deletes the rows whose lease expired (a proxy that
+  died: its units come back), reads every row, takes free units up to this proxy's fair
+  share (``grow``), writes its row with ``expires = now() + TTL`` (the database's clock, the
+  only one that matters) and commits; the local limit grows only then. A proxy that gave
+  units back, or saw dead ones deleted, while another proxy wants more than it holds sends a
+  ``NOTIFY admission_leases``: the others listen and heartbeat at once, so a unit given back
+  is picked up within a round trip, not a period.
 * **Demand** is the statements in service plus those queued here; the fair share is the
   budget water-filled over every proxy's demand (``fair_shares``), so one busy host cannot
   starve another.
@@ -48,8 +51,7 @@ import secrets
 import socket
 from typing import Any
 
-from admission.coordination import fair_shares, grow, release
-from admission.scheduler import Event
+from admission.coordination import fair_shares, grow, release, slack
 from proxy.gate import AdmissionGate
 
 __all__ = ["DEFAULT_TTL", "Coordinator"]
@@ -61,6 +63,8 @@ LOCK_KEY = 0x61646D69  # the advisory lock that serializes heartbeats ("admi")
 CHANNEL = "admission_leases"
 APPLICATION = "admission-coordinator"
 ROTATE = 1.0  # seconds: who gets a remainder unit among equal demands changes this often
+WATCH = 0.005  # seconds between looks for statements waiting on units the pool may have
+DEMAND_MEMORY = 3  # heartbeats whose largest demand a proxy keeps units for
 
 _SCHEMA = """
 create table if not exists admission_leases (
@@ -122,7 +126,8 @@ class Coordinator:
         self._listener: asyncio.Task[None] | None = None
         self._inflight: asyncio.Future[None] | None = None  # the heartbeat under way
         self._stopping = False
-        gate.scheduler.observe(events=self._on_event)
+        self._watch: asyncio.Task[None] | None = None
+        self._recent: list[int] = []  # demand at the last heartbeats (newest last)
         gate.coordinator = self
 
     # -- the proxy's side ------------------------------------------------------------------
@@ -132,10 +137,11 @@ class Coordinator:
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name="coordinator")
         self._listener = loop.create_task(self._listen_loop(), name="coordinator-listen")
+        self._watch = loop.create_task(self._watch_loop(), name="coordinator-watch")
 
     def stop(self) -> None:
         self._stopping = True
-        for task in (self._task, self._listener):
+        for task in (self._task, self._listener, self._watch):
             if task is not None:
                 task.cancel()
 
@@ -150,14 +156,21 @@ class Coordinator:
             await asyncio.wait({self._inflight}, timeout=self.ttl)
         await self._leave()
 
-    def _on_event(self, event: Event) -> None:
-        """A statement queued while the local limit is full: ask for units now."""
-        if event.kind != "submit" or self._kick.is_set():
-            return
+    async def _watch_loop(self) -> None:
+        """Every WATCH seconds: statements queue while the local limit is full and the pool
+        had units to give (free, or this proxy under its fair share) — ask now rather than at
+        the next heartbeat. A look at four numbers; nothing on the statements' own path."""
         scheduler = self.gate.scheduler
-        mpl = scheduler.limits.mpl
-        if mpl is not None and scheduler.running >= mpl and self.held < self.budget:
-            self._kick.set()
+        while True:
+            await asyncio.sleep(WATCH)
+            mpl = scheduler.limits.mpl
+            if (
+                scheduler.queued
+                and mpl is not None
+                and scheduler.running >= mpl
+                and (self.free > 0 or (self.target or 0) > self.held or self.state == "starting")
+            ):
+                self._kick.set()
 
     def status(self) -> dict[str, Any]:
         """What ``/status`` shows under ``coordinator``."""
@@ -300,7 +313,11 @@ class Coordinator:
             self._conn = await self._connect()
         scheduler = self.gate.scheduler
         in_service = scheduler.running
-        demand = in_service + scheduler.queued
+        now_demand = in_service + scheduler.queued
+        # the demand of one instant understates a closed loop's (a client between two
+        # statements): units are given back only when unused for DEMAND_MEMORY heartbeats
+        self._recent = [*self._recent[-(DEMAND_MEMORY - 1) :], now_demand]
+        demand = max(self._recent)
         limit, keep = release(self.held, in_service, demand, self.target)
         if limit < (scheduler.limits.mpl or 0):
             self._apply(limit)  # lowered before the row is
@@ -322,9 +339,12 @@ class Coordinator:
                 (self.name,),
             )
             others = await cur.fetchall()
-            demands = {name: int(d) for name, _held, d in others}
-            demands[self.name] = demand
-            targets = fair_shares(budget, demands, int(now / ROTATE))
+            short = any(int(d) > int(h) for _n, h, d in others)  # someone waits for units
+            # shares of demand plus slack: while the budget has room every proxy keeps a
+            # little beyond its demand (an arrival finds a unit here); short, it is shared evenly
+            wants = {name: int(d) + slack(int(d)) for name, _held, d in others}
+            wants[self.name] = demand + slack(demand)
+            targets = fair_shares(budget, wants, int(now / ROTATE))
             grant = grow(
                 budget, keep, sum(int(h) for _n, h, _d in others), demand, targets[self.name]
             )
@@ -335,7 +355,7 @@ class Coordinator:
                 "demand = excluded.demand, expires = excluded.expires",
                 (self.name, grant.held, demand, self.ttl, self.host),
             )
-            if dead or grant.held < self.held:
+            if short and (dead or grant.held < self.held):
                 await conn.execute(f"notify {CHANNEL}")
         if self.state != "ok" and self.state != "starting":
             log.warning("coordinator reachable again: holding %d of %d", grant.held, budget)

@@ -258,7 +258,7 @@ def test_a_proxy_cut_off_from_the_coordinator_falls_back_then_rejoins(pg: Cluste
     relay = Partition(pg.port)
     cut_off = f"postgresql://postgres@127.0.0.1:{relay.port}/postgres"
     direct = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
-    with _proxies(pg, 1) as (first,), _proxies(pg, 1, cut_off) as (second,):
+    with _proxies(pg, 1, direct) as (first,), _proxies(pg, 1, cut_off) as (second,):
         load = Load()
         sampler = Sampler(pg)
         try:
@@ -295,7 +295,6 @@ def test_a_proxy_cut_off_from_the_coordinator_falls_back_then_rejoins(pg: Cluste
         finally:
             load.finish()
             sampler.close()
-    del direct
 
 
 def test_coordinator_restart_is_survived(pg: Cluster, tmp_path: Path) -> None:
@@ -319,6 +318,11 @@ def test_coordinator_restart_is_survived(pg: Cluster, tmp_path: Path) -> None:
                 break
             time.sleep(0.1)
         assert all(s["state"] == "ok" for s in states), states
+        admin = f"http://127.0.0.1:{proxies[0].admin}"
+        metrics = httpx.get(f"{admin}/metrics", timeout=5).text
+        assert "admission_global_mpl 4.0" in metrics and "admission_coordinator_up 1.0" in metrics
+        refused = httpx.put(f"{admin}/limits", json={"mpl": 8}, timeout=5)
+        assert refused.status_code == 409 and "global MPL" in refused.json()["detail"]
         sampler = Sampler(pg)
         load = Load()
         try:

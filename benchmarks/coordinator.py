@@ -1,0 +1,225 @@
+"""What sharing one budget through the coordinator costs: pgbench through one proxy with a
+local MPL against pgbench through three proxies sharing the same MPL (``--coordinator``).
+
+Starts a PostgreSQL server of its own (pgbench's tables at scale 1). Each round runs, in an
+order shuffled per round:
+
+* ``one``: one ``admission serve --mpl G`` (no coordinator), pgbench with C clients;
+* ``three``: three ``admission serve --mpl G --coordinator …`` processes, three pgbench
+  processes at once, C/3 clients each (the same clients in all);
+* ``static``: the same three proxies and pgbench processes without a coordinator, the budget
+  split once and for all (G = 4: MPL 2, 1 and 1) — what three proxy processes cost on this
+  machine by themselves, so that ``three`` against ``static`` is what the coordination costs.
+
+at two budgets: G = 64 (more than the clients: the budget is not saturated — what the
+leases add to a statement) and G = 4 (saturated — throughput with the budget shared). Prints
+per setting the throughput (statements/s, summed over the pgbench processes) and the median
+and 99th percentile of the per-statement latency from pgbench's transaction logs, each the
+median over rounds, and per round the ratios of ``three`` to ``one`` (throughput) and the
+difference of their median latencies.
+
+    python -m benchmarks.coordinator [--seconds 10] [--rounds 3] [--clients 12]
+        [--mode simple|prepared]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from testing.pgcluster import Cluster, free_port, start_cluster
+
+ADMISSION = shutil.which("admission") or str(Path(sys.executable).parent / "admission")
+
+
+def _wait(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"a proxy exited: {proc.communicate()[1]!r}")
+        try:
+            psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres").close()
+            return
+        except psycopg.OperationalError:
+            time.sleep(0.1)
+    raise RuntimeError(f"no proxy on port {port}")
+
+
+def _proxies(
+    pg: Cluster, n: int, budget: int, coordinated: bool
+) -> list[tuple[subprocess.Popen[bytes], int]]:
+    out = []
+    split = [budget - (n - 1) * (budget // n)] + [budget // n] * (n - 1)
+    for i in range(n):
+        port = free_port()
+        coordinator = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+        extra = ["--coordinator", coordinator] if coordinated else []
+        mpl = budget if coordinated or n == 1 else max(1, split[i])
+        proc = subprocess.Popen(
+            [
+                ADMISSION,
+                "serve",
+                "--backend",
+                f"postgresql://127.0.0.1:{pg.port}",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--mpl",
+                str(mpl),
+                "--no-learn",
+                "--policy",
+                "fcfs",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        _wait(port, proc)
+        out.append((proc, port))
+    time.sleep(1.0)  # leases taken
+    return out
+
+
+def _stop(proxies: list[tuple[subprocess.Popen[bytes], int]]) -> None:
+    for proc, _ in proxies:
+        proc.terminate()
+    for proc, _ in proxies:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _pgbench(
+    ports: list[int], clients: int, seconds: int, mode: str, logs: Path
+) -> tuple[float, list[float]]:
+    """pgbench -S through each port at once (``clients`` in all); statements/s summed and
+    every statement's latency (ms) from the transaction logs."""
+    procs = []
+    for i, port in enumerate(ports):
+        prefix = logs / f"p{i}"
+        procs.append(
+            subprocess.Popen(
+                [
+                    "pgbench",
+                    "-S",
+                    "-n",
+                    "-M",
+                    mode,
+                    "-c",
+                    str(clients // len(ports)),
+                    "-j",
+                    "1",
+                    "-T",
+                    str(seconds),
+                    "-l",
+                    "--log-prefix",
+                    str(prefix),
+                    f"host=127.0.0.1 port={port} user=postgres dbname=postgres",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=logs,
+            )
+        )
+    latencies: list[float] = []
+    count = 0
+    for p in procs:
+        _out, err = p.communicate(timeout=seconds + 60)
+        if p.returncode:
+            raise RuntimeError(f"pgbench failed: {err}")
+    for log in logs.glob("p*"):
+        for line in log.read_text().splitlines():
+            fields = line.split()
+            if len(fields) >= 3:
+                latencies.append(int(fields[2]) / 1000)
+                count += 1
+        log.unlink()
+    return count / seconds, latencies
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=12, help="a multiple of 3")
+    parser.add_argument("--mode", default="simple", choices=("simple", "prepared"))
+    args = parser.parse_args(argv)
+    if args.clients % 3 or args.clients < 3:
+        parser.error("--clients must be a positive multiple of 3")
+    if shutil.which("pgbench") is None:
+        print("pgbench is not installed", file=sys.stderr)
+        return 2
+    pg = start_cluster()
+    work = Path(tempfile.mkdtemp(prefix="admission-coord-"))
+    results: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    try:
+        subprocess.run(
+            ["pgbench", "-i", "-s", "1", "-q", pg.dsn()], check=True, capture_output=True
+        )
+        settings = [(name, b) for b in (64, 4) for name in ("one", "static", "three")]
+        rng = random.Random(1)
+        for r in range(1, args.rounds + 1):
+            order = settings[:]
+            rng.shuffle(order)
+            for name, budget in order:
+                pg.psql("drop table if exists admission_leases, admission_budget")
+                proxies = _proxies(pg, 1 if name == "one" else 3, budget, name == "three")
+                try:
+                    tps, lat = _pgbench(
+                        [port for _, port in proxies], args.clients, args.seconds, args.mode, work
+                    )
+                finally:
+                    _stop(proxies)
+                row = (tps, statistics.median(lat), _quantile(lat, 0.99))
+                results.setdefault((name, budget), []).append(row)
+                print(
+                    f"round {r}: {name:6} G={budget:<3} {tps:8.0f} stmt/s  p50 {row[1]:.3f} ms  "
+                    f"p99 {row[2]:.3f} ms",
+                    flush=True,
+                )
+        print()
+        print(
+            f"pgbench -S -M {args.mode}, {args.clients} clients, {args.seconds} s, "
+            f"{args.rounds} rounds (medians)"
+        )
+        print(f"{'setting':22} {'stmt/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+        for (name, budget), rows in results.items():
+            label = {"one": "one proxy", "static": "three, split", "three": "three, coordinator"}[
+                name
+            ] + f", G={budget}"
+            tps, p50, p99 = (statistics.median(r[i] for r in rows) for i in range(3))
+            print(f"{label:22} {tps:9.0f} {p50:8.3f} {p99:8.3f}")
+        for budget in (64, 4):
+            three = results[("three", budget)]
+            for base in ("one", "static"):
+                other = results[(base, budget)]
+                ratios = [t[0] / o[0] for o, t in zip(other, three, strict=True)]
+                added = [t[1] - o[1] for o, t in zip(other, three, strict=True)]
+                print(
+                    f"G={budget}: coordinator/{base} throughput per round "
+                    f"{', '.join(f'{x:.3f}' for x in ratios)}; "
+                    f"p50 added per round {', '.join(f'{x:+.3f}' for x in added)} ms"
+                )
+    finally:
+        pg.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
