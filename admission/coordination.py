@@ -41,7 +41,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Grant", "fair_shares", "grow", "release", "slack"]
+__all__ = ["Grant", "fair_shares", "grow", "release", "shares_with_slack", "slack"]
 
 
 def slack(demand: int) -> int:
@@ -73,6 +73,18 @@ def fair_shares(budget: int, demands: Mapping[str, int], epoch: int = 0) -> dict
             left -= give
         open_ = [n for n in open_ if share[n] < want[n]]
     return share
+
+
+def shares_with_slack(budget: int, demands: Mapping[str, int], epoch: int = 0) -> dict[str, int]:
+    """Fair shares of the demands first, then what the budget has left shared out as slack
+    (``slack(demand)`` at most each): an idle proxy's slack never comes before a busy
+    proxy's demand."""
+    shares = fair_shares(budget, demands, epoch)
+    left = budget - sum(shares.values())
+    if left > 0:
+        extra = fair_shares(left, {n: slack(d) for n, d in demands.items()}, epoch)
+        shares = {n: shares[n] + extra[n] for n in shares}
+    return shares
 
 
 @dataclass(frozen=True, slots=True)

@@ -374,6 +374,11 @@ def serve(
             raise ValueError(
                 "--coordinator shares a global MPL among proxies: give it as a number (--mpl N)"
             )
+        if coordinator is not None and grant is not None:
+            raise ValueError(
+                "--grant-work-mem with --coordinator is not supported: a grant is the budget "
+                "over the local MPL, which the coordinator moves"
+            )
         admission_limits = limits(
             number,
             threads,

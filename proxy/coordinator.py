@@ -51,7 +51,7 @@ import secrets
 import socket
 from typing import Any
 
-from admission.coordination import fair_shares, grow, release, slack
+from admission.coordination import grow, release, shares_with_slack
 from proxy.gate import AdmissionGate
 
 __all__ = ["DEFAULT_TTL", "Coordinator"]
@@ -64,6 +64,7 @@ CHANNEL = "admission_leases"
 APPLICATION = "admission-coordinator"
 ROTATE = 1.0  # seconds: who gets a remainder unit among equal demands changes this often
 WATCH = 0.005  # seconds between looks for statements waiting on units the pool may have
+KICK_GAP = 0.02  # seconds at least between two heartbeats the look asks for
 DEMAND_MEMORY = 3  # heartbeats whose largest demand a proxy keeps units for
 
 _SCHEMA = """
@@ -127,6 +128,9 @@ class Coordinator:
         self._inflight: asyncio.Future[None] | None = None  # the heartbeat under way
         self._stopping = False
         self._watch: asyncio.Task[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None
+        self._last_start = float("-inf")  # loop time the last heartbeat began
+        self._registered = False  # the budget written (once per process)
         self._recent: list[int] = []  # demand at the last heartbeats (newest last)
         gate.coordinator = self
 
@@ -136,6 +140,7 @@ class Coordinator:
         self._apply(0)  # nothing admitted before the first lease
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name="coordinator")
+        self._task.add_done_callback(self._died)
         self._listener = loop.create_task(self._listen_loop(), name="coordinator-listen")
         self._watch = loop.create_task(self._watch_loop(), name="coordinator-watch")
 
@@ -144,10 +149,12 @@ class Coordinator:
         for task in (self._task, self._listener, self._watch):
             if task is not None:
                 task.cancel()
+        if self._expiry is not None:
+            self._expiry.cancel()
 
     async def aclose(self) -> None:
         """After ``stop``: give every unit back (the proxy awaits it on shutdown)."""
-        for task in (self._task, self._listener):
+        for task in (self._task, self._listener, self._watch):
             if task is not None:
                 with contextlib.suppress(BaseException):
                     await task
@@ -155,6 +162,35 @@ class Coordinator:
             # a heartbeat still under way would write the row again after it is deleted
             await asyncio.wait({self._inflight}, timeout=self.ttl)
         await self._leave()
+
+    def _arm_expiry(self, deadline: float) -> None:
+        """At ``deadline`` without a newer heartbeat, the lease may be gone: the fallback
+        budget then, whatever the heartbeat under way is doing."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+        self._expiry = asyncio.get_running_loop().call_at(deadline, self._expired, deadline)
+
+    def _expired(self, deadline: float) -> None:
+        if self._stopping or self.deadline != deadline:
+            return
+        if self.state != "fallback":
+            log.warning(
+                "no heartbeat for a lease's life (%s): on the fallback budget of %d statements",
+                self.last_error or "the coordinator is slow",
+                self.fallback,
+            )
+        self.state = "fallback"
+        self.held = self.fallback  # what it runs on, and registers when back
+        self._apply(self.fallback)
+
+    def _died(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() or self._stopping:
+            return
+        error = task.exception()
+        if error is not None:  # a bug: never leave the proxy on a lease nobody renews
+            log.error("the coordinator's heartbeat stopped: %r; on the fallback budget", error)
+            self.state = "fallback"
+            self._apply(self.fallback)
 
     async def _watch_loop(self) -> None:
         """Every WATCH seconds: statements queue while the local limit is full and the pool
@@ -167,8 +203,10 @@ class Coordinator:
             if (
                 scheduler.queued
                 and mpl is not None
-                and scheduler.running >= mpl
+                and scheduler.running >= mpl >= self.held  # none kept for statements over it
                 and (self.free > 0 or (self.target or 0) > self.held or self.state == "starting")
+                and self.state in ("ok", "starting")
+                and asyncio.get_running_loop().time() - self._last_start >= KICK_GAP
             ):
                 self._kick.set()
 
@@ -218,16 +256,7 @@ class Coordinator:
             except Exception as e:  # unreachable, restarting, a partition, a broken row
                 await self._lost(e)
                 if self.deadline is not None and loop.time() >= self.deadline:
-                    if self.state != "fallback":
-                        log.warning(
-                            "coordinator unreachable for a lease's life (%s): on the fallback "
-                            "budget of %d statements",
-                            self.last_error,
-                            self.fallback,
-                        )
-                    self.state = "fallback"
-                    self.held = self.fallback  # what it runs on, and registers when back
-                    self._apply(self.fallback)
+                    self._expired(self.deadline)
             self._kick.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=self.period)
@@ -292,6 +321,8 @@ class Coordinator:
         async with conn.transaction():
             await conn.execute("select pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             await conn.execute(_SCHEMA)
+            if self._registered:  # a reconnect: the budget is what the table says
+                return conn
             cur = await conn.execute("select units from admission_budget where name = 'mpl'")
             row = await cur.fetchone()
             if row is not None and row[0] != self.budget:
@@ -305,6 +336,7 @@ class Coordinator:
                 "on conflict (name) do update set units = excluded.units",
                 (self.budget,),
             )
+        self._registered = True
         return conn
 
     async def _heartbeat(self) -> None:
@@ -312,6 +344,7 @@ class Coordinator:
         if self._conn is None or self._conn.closed:
             self._conn = await self._connect()
         scheduler = self.gate.scheduler
+        self._last_start = loop.time()
         in_service = scheduler.running
         now_demand = in_service + scheduler.queued
         # the demand of one instant understates a closed loop's (a client between two
@@ -324,6 +357,9 @@ class Coordinator:
         sent = loop.time()
         conn = self._conn
         async with conn.transaction():
+            # read committed whatever the server's default: each read after the lock must see
+            # the commit of the heartbeat that held it before
+            await conn.execute("set transaction isolation level read committed")
             await conn.execute("select pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             cur = await conn.execute("delete from admission_leases where expires < now()")
             dead = cur.rowcount
@@ -340,11 +376,11 @@ class Coordinator:
             )
             others = await cur.fetchall()
             short = any(int(d) > int(h) for _n, h, d in others)  # someone waits for units
-            # shares of demand plus slack: while the budget has room every proxy keeps a
-            # little beyond its demand (an arrival finds a unit here); short, it is shared evenly
-            wants = {name: int(d) + slack(int(d)) for name, _held, d in others}
-            wants[self.name] = demand + slack(demand)
-            targets = fair_shares(budget, wants, int(now / ROTATE))
+            # fair shares of the demands, then slack from what is left: while the budget has
+            # room every proxy keeps a little beyond its demand (an arrival finds a unit here)
+            demands = {name: int(d) for name, _held, d in others}
+            demands[self.name] = demand
+            targets = shares_with_slack(budget, demands, int(now / ROTATE))
             grant = grow(
                 budget, keep, sum(int(h) for _n, h, _d in others), demand, targets[self.name]
             )
@@ -367,8 +403,14 @@ class Coordinator:
         self.deadline = sent + self.ttl
         self.heartbeats += 1
         # raised after the row is, by the units taken (units kept for statements still in
-        # service beyond the limit are not admitted against: they come back as those finish)
-        self._apply(limit + grant.held - keep)
+        # service beyond the limit are not admitted against: they come back as those finish);
+        # over the budget (free < 0: back from a partition, a lapsed lease) nothing more is
+        # admitted until enough of this proxy's statements finished
+        local = limit + grant.held - keep
+        if grant.free < 0:
+            local = max(0, min(local, keep + grant.free))
+        self._apply(local)
+        self._arm_expiry(self.deadline)
 
     async def _listen_loop(self) -> None:
         """LISTEN on a connection of its own: another proxy gave units back, heartbeat now."""

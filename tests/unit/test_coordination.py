@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.coordination import fair_shares, grow, release, slack
+from admission.coordination import fair_shares, grow, release, shares_with_slack, slack
 
 
 def test_fair_shares_water_fill_in_whole_units() -> None:
@@ -40,6 +40,15 @@ def test_fair_shares_spend_the_budget_and_are_even(
     if unmet:  # everyone not satisfied is within one unit of the others, and of the level
         assert max(unmet) - min(unmet) <= 1
         assert all(share[n] <= max(unmet) + 1 for n in demands)
+
+
+def test_slack_comes_after_every_demand() -> None:
+    """An idle proxy's slack never takes a unit a busy proxy's demand wants; with room, each
+    keeps its demand and a little more."""
+    idle = {"busy": 25, "a": 0, "b": 0, "c": 0, "d": 0}
+    assert shares_with_slack(4, idle) == {"busy": 4, "a": 0, "b": 0, "c": 0, "d": 0}
+    assert shares_with_slack(64, {"a": 4, "b": 4, "c": 4}) == {"a": 5, "b": 5, "c": 5}
+    assert shares_with_slack(13, {"a": 4, "b": 4, "c": 4}) == {"a": 5, "b": 4, "c": 4}
 
 
 def test_release_keeps_what_is_in_service_and_gives_back_the_rest() -> None:
