@@ -13,14 +13,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -44,8 +48,11 @@ class Proxy:
     port: int
     admin: int
 
-    def status(self) -> dict:  # type: ignore[type-arg]
-        return httpx.get(f"http://127.0.0.1:{self.admin}/status", timeout=5).json()
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = httpx.get(
+            f"http://127.0.0.1:{self.admin}/status", timeout=5
+        ).json()
+        return status
 
 
 def _start(pg: Cluster, coordinator: str, *extra: str) -> Proxy:
@@ -323,6 +330,27 @@ def test_coordinator_restart_is_survived(pg: Cluster, tmp_path: Path) -> None:
         assert "admission_global_mpl 4.0" in metrics and "admission_coordinator_up 1.0" in metrics
         refused = httpx.put(f"{admin}/limits", json={"mpl": 8}, timeout=5)
         assert refused.status_code == 409 and "global MPL" in refused.json()["detail"]
+        # the dashboard shows the lease beside the local capacity (scripts/check installs
+        # Chromium, as for tests/integration/test_dashboard.py)
+        chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+        assert chromium is not None, "Chromium is required for this test"
+        with tempfile.TemporaryDirectory() as profile:
+            dom = subprocess.run(
+                [
+                    chromium,
+                    *("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"),
+                    f"--user-data-dir={profile}",
+                    "--virtual-time-budget=3000",
+                    "--dump-dom",
+                    f"{admin}/dashboard",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            ).stdout
+        assert 'data-ready="yes"' in dom
+        assert re.search(r'id="cap-global-n">\d/4<', dom), dom[-3000:]
+        assert "global MPL 4 · 2 proxies" in dom
         sampler = Sampler(pg)
         load = Load()
         try:
