@@ -131,6 +131,7 @@ class Coordinator:
         self._expiry: asyncio.TimerHandle | None = None
         self._last_start = float("-inf")  # loop time the last heartbeat began
         self._registered = False  # the budget written (once per process)
+        self._others_short = False  # at the last heartbeat, another proxy wanted more units
         self._recent: list[int] = []  # demand at the last heartbeats (newest last)
         gate.coordinator = self
 
@@ -193,21 +194,31 @@ class Coordinator:
             self._apply(self.fallback)
 
     async def _watch_loop(self) -> None:
-        """Every WATCH seconds: statements queue while the local limit is full and the pool
-        had units to give (free, or this proxy under its fair share) — ask now rather than at
-        the next heartbeat. A look at four numbers; nothing on the statements' own path."""
+        """Every WATCH seconds, two looks at a few numbers (nothing on the statements' own
+        path), each of which asks for a heartbeat now rather than at the next period:
+        statements queue while the local limit is full and the pool had units to give (free,
+        or this proxy under its fair share); or this proxy holds units it no longer uses
+        (its limit was lowered to its share and the statements over it have finished) while
+        another proxy is short — give them back at once, not up to a period later."""
         scheduler = self.gate.scheduler
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(WATCH)
+            if self.state not in ("ok", "starting") or self._kick.is_set():
+                continue
+            if loop.time() - self._last_start < KICK_GAP:
+                continue
             mpl = scheduler.limits.mpl
-            if (
+            if mpl is None:
+                continue
+            running = scheduler.running
+            wants = (
                 scheduler.queued
-                and mpl is not None
-                and scheduler.running >= mpl >= self.held  # none kept for statements over it
+                and running >= mpl >= self.held  # none kept for statements over it
                 and (self.free > 0 or (self.target or 0) > self.held or self.state == "starting")
-                and self.state in ("ok", "starting")
-                and asyncio.get_running_loop().time() - self._last_start >= KICK_GAP
-            ):
+            )
+            idle = self._others_short and self.held > max(running, mpl)
+            if wants or idle:
                 self._kick.set()
 
     def status(self) -> dict[str, Any]:
@@ -393,6 +404,7 @@ class Coordinator:
             )
             if short and (dead or grant.held < self.held):
                 await conn.execute(f"notify {CHANNEL}")
+            self._others_short = short
         if self.state != "ok" and self.state != "starting":
             log.warning("coordinator reachable again: holding %d of %d", grant.held, budget)
         self.state = "ok"

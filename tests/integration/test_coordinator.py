@@ -368,23 +368,28 @@ def test_coordinator_restart_is_survived(pg: Cluster, tmp_path: Path) -> None:
     assert rows == "0"  # both proxies gave their units back on shutdown
 
 
-def test_coordinator_needs_a_numeric_mpl() -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--backend", "postgresql://127.0.0.1:1", "--mpl", "auto"], "--mpl N"),
+        (["--backend", "postgresql://127.0.0.1:1"], "--mpl N"),
+        (["--mpl", "4"], "each embedded DuckDB"),
+        (["--backend", "postgresql://127.0.0.1:1", "--mpl", "4", "--threads", "8"], "--threads"),
+        (
+            ["--backend", "postgresql://127.0.0.1:1", "--mpl", "4", "--grant-work-mem", "64MB"],
+            "--grant-work-mem",
+        ),
+    ],
+)
+def test_coordinator_arguments_are_checked(args: list[str], message: str) -> None:
     result = subprocess.run(
-        [
-            ADMISSION,
-            "serve",
-            "--backend",
-            "postgresql://127.0.0.1:1",
-            "--coordinator",
-            "postgresql://127.0.0.1:1/x",
-            "--mpl",
-            "auto",
-        ],
+        [ADMISSION, "serve", "--coordinator", "postgresql://127.0.0.1:1/x", *args],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert result.returncode == 2 and "--mpl N" in result.stderr, result.stderr
+    text = " ".join(result.stderr.split())
+    assert result.returncode == 2 and message in text, result.stderr
 
 
 @pytest.fixture(autouse=True)
