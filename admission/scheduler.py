@@ -309,6 +309,18 @@ class Scheduler:
         """N_c for every class, in model order (a copy)."""
         return list(self._tasks)
 
+    def queued_load(self) -> tuple[int, int]:
+        """Threads (fork sizes) and memory (bytes, M_r) the queued jobs would take: what a
+        proxy sharing a global budget asks for beyond what it holds (proxy.coordinator).
+        O(queued): read at heartbeats, not per statement."""
+        threads = memory = 0
+        for st in self._classes:
+            for job in st.queue:
+                if job.state is _QUEUED:
+                    threads += job.fork
+                    memory += job.memory
+        return threads, memory
+
     def queue_by_class(self) -> dict[str, int]:
         return {st.name: st.live for st in self._classes if st.live}
 

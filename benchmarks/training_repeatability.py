@@ -46,9 +46,18 @@ def _q(c: ClassProfile) -> str:
 
 
 def _f(c: ClassProfile) -> str:
-    if not c.f_varies:
-        return str(c.f)
-    return f"{c.f} (" + ", ".join(f"{s}: {n}" for s, n in sorted(c.f_runs.items())) + ")"
+    """f_r with the runs by fork size it was taken from when they varied, and the /proc
+    samples' when the database reported it ("2 (1: 1, 2: 32; /proc 1: 20, 2: 13)")."""
+
+    def runs(counts: dict[int, int]) -> str:
+        return ", ".join(f"{s}: {n}" for s, n in sorted(counts.items()))
+
+    shown = [runs(c.f_engine)] if len(c.f_engine) > 1 else []
+    if c.f_engine and len(c.f_runs) > 1:
+        shown.append(f"/proc {runs(c.f_runs)}")
+    elif not c.f_engine and len(c.f_runs) > 1:
+        shown.append(runs(c.f_runs))
+    return f"{c.f} ({'; '.join(shown)})" if shown else str(c.f)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -379,11 +379,6 @@ def serve(
                 "--coordinator shares one PostgreSQL's budget among the proxies in front of it "
                 "(--backend postgresql://…); each embedded DuckDB is a database of its own"
             )
-        if coordinator is not None and (threads or memory_budget):
-            raise ValueError(
-                "--threads and --memory are not shared through --coordinator (only the MPL "
-                "is): leave them out, or run the proxies without a coordinator"
-            )
         if coordinator is not None and grant is not None:
             raise ValueError(
                 "--grant-work-mem with --coordinator is not supported: a grant is the budget "

@@ -180,18 +180,24 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
             raise ValueError(
                 "--coordinator shares a global MPL among proxies: give it as a number (--mpl N)"
             )
+        shared = {"mpl": config.limits.mpl}
+        if config.limits.threads is not None:
+            shared["threads"] = config.limits.threads
+        if config.limits.memory is not None:
+            shared["memory"] = config.limits.memory
         coordinator = Coordinator(
             gate,
             config.coordinator,
-            config.limits.mpl,
+            shared,
             ttl=config.lease_ttl,
             fallback=config.coordinator_fallback,
         )
         listener.extras = (*listener.extras, coordinator)
         metrics.coordinator = coordinator
         progress(
-            f"global MPL {config.limits.mpl} shared through the coordinator "
-            f"(leases of {config.lease_ttl:g} s)"
+            "shared through the coordinator (leases of "
+            f"{config.lease_ttl:g} s): global "
+            + ", ".join(f"{r} {units}" for r, units in shared.items())
         )
     if config.extend is not None:
         extra = config.extend(listener)

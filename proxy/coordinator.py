@@ -1,9 +1,11 @@
-"""Several proxies, one budget: leases on a global MPL, kept in the PostgreSQL they front.
+"""Several proxies, one budget: leases on a global budget, kept in the PostgreSQL they front.
 
-``admission serve --coordinator postgresql://…`` makes ``--mpl`` the budget of every proxy
-started with the same coordinator together. Each proxy holds *leases* — a row of the table
-``admission_leases`` with the units of the budget it holds, its demand and an expiry — and
-admits locally up to what it holds, so a statement pays no round trip to the coordinator in the
+``admission serve --coordinator postgresql://…`` makes ``--mpl`` — and ``--threads`` and
+``--memory`` when given — the budgets of every proxy started with the same coordinator
+together. Each proxy holds *leases* — a row of the table ``admission_leases`` per resource
+(``mpl``: statements, ``threads``: the thread budget's fork sizes, ``memory``: bytes of the
+memory budget) with the units it holds, its demand and an expiry — and admits locally up to
+what it holds, so a statement pays no round trip to the coordinator in the
 common case. The arithmetic, and why the invariant Σ held ≤ budget holds, is in
 ``admission.coordination``; this module is its plumbing on the proxy's event loop:
 
@@ -19,9 +21,13 @@ common case. The arithmetic, and why the invariant Σ held ≤ budget holds, is 
   units back, or saw dead ones deleted, while another proxy wants more than it holds sends a
   ``NOTIFY admission_leases``: the others listen and heartbeat at once, so a unit given back
   is picked up within a round trip, not a period.
-* **Demand** is the statements in service plus those queued here; the fair share is the
-  budget water-filled over every proxy's demand (``fair_shares``), so one busy host cannot
-  starve another.
+* **Demand** is, per resource, what is in service plus what the queued statements would take
+  here (statements; their fork sizes; their classes' M_r); the fair share is the budget
+  water-filled over every proxy's demand (``fair_shares``), so one busy host cannot starve
+  another. Each resource is leased on its own, by the same rule; a proxy holding none of a
+  resource admits nothing. As with a local budget, a statement larger than the proxy's share
+  of threads or memory runs alone there, so it may take more than its proxy holds of that
+  resource.
 * **Failures.** Each heartbeat has TTL/2 to finish. A coordinator that cannot be reached (down,
   restarting, partitioned) leaves the proxy on what it holds until its lease would expire
   (last successful heartbeat's start + TTL: never later than the database's own expiry);
@@ -69,50 +75,63 @@ DEMAND_MEMORY = 3  # heartbeats whose largest demand a proxy keeps units for
 
 _SCHEMA = """
 create table if not exists admission_leases (
-    proxy text primary key,
-    held integer not null check (held >= 0),
-    demand integer not null check (demand >= 0),
+    proxy text not null,
+    resource text not null,
+    held bigint not null check (held >= 0),
+    demand bigint not null check (demand >= 0),
     expires timestamptz not null,
     started timestamptz not null default now(),
-    host text not null default ''
+    host text not null default '',
+    primary key (proxy, resource)
 );
 create table if not exists admission_budget (
     name text primary key,
-    units integer not null check (units >= 1)
+    units bigint not null check (units >= 1)
 )
 """
+RESOURCES = ("mpl", "threads", "memory")  # the Limits fields a coordinator can share
+UNITS = {"mpl": "statements", "threads": "threads", "memory": "bytes"}
 
 
 class Coordinator:
-    """The lease keeper of one proxy (a ``Tuner``: started and stopped on the proxy's loop)."""
+    """The lease keeper of one proxy (a ``Tuner``: started and stopped on the proxy's loop).
+    ``budgets``: the global budget of each shared resource (``mpl`` always; ``threads`` and
+    ``memory`` when given)."""
 
     def __init__(
         self,
         gate: AdmissionGate,
         dsn: str,
-        budget: int,
+        budgets: dict[str, int] | int,
         *,
         ttl: float = DEFAULT_TTL,
         period: float | None = None,
         fallback: int | None = None,
         name: str | None = None,
     ) -> None:
-        if budget < 1:
-            raise ValueError(f"the global MPL must be at least 1, not {budget}")
+        if isinstance(budgets, int):
+            budgets = {"mpl": budgets}
+        if "mpl" not in budgets or set(budgets) - set(RESOURCES):
+            raise ValueError(f"budgets name the MPL and at most {', '.join(RESOURCES[1:])}")
+        for resource, units in budgets.items():
+            if units < 1:
+                raise ValueError(f"the global {resource} must be at least 1, not {units}")
         if ttl <= 0:
             raise ValueError(f"the lease TTL must be positive, not {ttl}")
         self.gate = gate
         self.dsn = dsn
-        self.budget = budget
+        self.budgets = dict(budgets)
         self.ttl = ttl
         self.period = period if period is not None else ttl / 5
         self.fallback_given = fallback
         host = socket.gethostname()
         self.host = host
         self.name = name or f"{host}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.held = 0  # units this proxy holds (its row, as last committed)
-        self.target: int | None = None  # its fair share at the last heartbeat
-        self.free = 0
+        # per resource: units held (the row, as last committed), the fair share at the last
+        # heartbeat, the units left free in the pool after it
+        self.held_by = dict.fromkeys(self.budgets, 0)
+        self.target_by: dict[str, int | None] = dict.fromkeys(self.budgets)
+        self.free_by = dict.fromkeys(self.budgets, 0)
         self.proxies = 1  # live proxies seen at the last heartbeat
         self.state = "starting"  # ok | unreachable | fallback
         self.last_ok: float | None = None  # loop time of the last committed heartbeat
@@ -130,15 +149,34 @@ class Coordinator:
         self._watch: asyncio.Task[None] | None = None
         self._expiry: asyncio.TimerHandle | None = None
         self._last_start = float("-inf")  # loop time the last heartbeat began
-        self._registered = False  # the budget written (once per process)
+        self._registered = False  # the budgets written (once per process)
         self._others_short = False  # at the last heartbeat, another proxy wanted more units
-        self._recent: list[int] = []  # demand at the last heartbeats (newest last)
+        # per resource, its demand at the last heartbeats (newest last)
+        self._recent: dict[str, list[int]] = {r: [] for r in self.budgets}
         gate.coordinator = self
+
+    # the MPL's lease, which /status, /metrics and the dashboard show first
+
+    @property
+    def budget(self) -> int:
+        return self.budgets["mpl"]
+
+    @property
+    def held(self) -> int:
+        return self.held_by["mpl"]
+
+    @property
+    def target(self) -> int | None:
+        return self.target_by["mpl"]
+
+    @property
+    def free(self) -> int:
+        return self.free_by["mpl"]
 
     # -- the proxy's side ------------------------------------------------------------------
 
     def start(self) -> None:
-        self._apply(0)  # nothing admitted before the first lease
+        self._apply(dict.fromkeys(self.budgets, 0))  # nothing admitted before the first lease
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._run(), name="coordinator")
         self._task.add_done_callback(self._died)
@@ -160,7 +198,7 @@ class Coordinator:
                 with contextlib.suppress(BaseException):
                     await task
         if self._inflight is not None and not self._inflight.done():
-            # a heartbeat still under way would write the row again after it is deleted
+            # a heartbeat still under way would write the rows again after they are deleted
             await asyncio.wait({self._inflight}, timeout=self.ttl)
         await self._leave()
 
@@ -171,6 +209,11 @@ class Coordinator:
             self._expiry.cancel()
         self._expiry = asyncio.get_running_loop().call_at(deadline, self._expired, deadline)
 
+    def _fall_back(self) -> None:
+        self.state = "fallback"
+        self.held_by = self.fallbacks  # what it runs on, and registers when back
+        self._apply(self.fallbacks)
+
     def _expired(self, deadline: float) -> None:
         if self._stopping or self.deadline != deadline:
             return
@@ -180,9 +223,7 @@ class Coordinator:
                 self.last_error or "the coordinator is slow",
                 self.fallback,
             )
-        self.state = "fallback"
-        self.held = self.fallback  # what it runs on, and registers when back
-        self._apply(self.fallback)
+        self._fall_back()
 
     def _died(self, task: asyncio.Task[None]) -> None:
         if task.cancelled() or self._stopping:
@@ -190,16 +231,16 @@ class Coordinator:
         error = task.exception()
         if error is not None:  # a bug: never leave the proxy on a lease nobody renews
             log.error("the coordinator's heartbeat stopped: %r; on the fallback budget", error)
-            self.state = "fallback"
-            self._apply(self.fallback)
+            self._fall_back()
 
     async def _watch_loop(self) -> None:
         """Every WATCH seconds, two looks at a few numbers (nothing on the statements' own
         path), each of which asks for a heartbeat now rather than at the next period:
-        statements queue while the local limit is full and the pool had units to give (free,
+        statements queue while the local MPL is full and the pool had units to give (free,
         or this proxy under its fair share); or this proxy holds units it no longer uses
         (its limit was lowered to its share and the statements over it have finished) while
-        another proxy is short — give them back at once, not up to a period later."""
+        another proxy is short — give them back at once, not up to a period later. (Threads
+        and memory follow at the heartbeats.)"""
         scheduler = self.gate.scheduler
         loop = asyncio.get_running_loop()
         while True:
@@ -222,16 +263,29 @@ class Coordinator:
                 self._kick.set()
 
     def status(self) -> dict[str, Any]:
-        """What ``/status`` shows under ``coordinator``."""
+        """What ``/status`` shows under ``coordinator``: the MPL's lease, and every shared
+        resource's under ``shared``."""
         loop = asyncio.get_event_loop()
+        limits = self.gate.scheduler.limits
         return {
             "proxy": self.name,
             "state": self.state,
             "global_mpl": self.budget,
             "held": self.held,
-            "local_mpl": self.gate.scheduler.limits.mpl,
+            "local_mpl": limits.mpl,
             "fair_share": self.target,
             "free": self.free,
+            "shared": {
+                r: {
+                    "global": self.budgets[r],
+                    "held": self.held_by[r],
+                    "local": getattr(limits, r),
+                    "fair_share": self.target_by[r],
+                    "free": self.free_by[r],
+                    "unit": UNITS[r],
+                }
+                for r in self.budgets
+            },
             "proxies": self.proxies,
             "ttl": self.ttl,
             "heartbeats": self.heartbeats,
@@ -245,15 +299,34 @@ class Coordinator:
 
     @property
     def fallback(self) -> int:
-        """The local budget once the lease may have expired without the coordinator."""
+        """The local MPL once the lease may have expired without the coordinator."""
         if self.fallback_given is not None:
             return self.fallback_given
         return max(1, self.budget // max(1, self.proxies))
 
-    def _apply(self, mpl: int) -> None:
+    @property
+    def fallbacks(self) -> dict[str, int]:
+        """Every shared resource's local budget once cut off: the fallback MPL, and the
+        others' budgets divided by the proxies last seen."""
+        out = {r: max(1, units // max(1, self.proxies)) for r, units in self.budgets.items()}
+        out["mpl"] = self.fallback
+        return out
+
+    def _apply(self, local: dict[str, int]) -> None:
+        """The scheduler's limits from what this proxy may use of each shared resource; none
+        of one (a thread or memory budget of 0, which Limits cannot hold) admits nothing."""
         limits = self.gate.scheduler.limits
-        if limits.mpl != mpl:
-            self.gate.set_limits(dataclasses.replace(limits, mpl=mpl))
+        threads, memory = limits.threads, limits.memory
+        none_left = any(local.get(r, 1) <= 0 for r in ("threads", "memory"))
+        if "threads" in local:
+            threads = max(1, local["threads"])
+        if "memory" in local:
+            memory = max(1, local["memory"])
+        mpl = 0 if none_left else local["mpl"]
+        if (limits.mpl, limits.threads, limits.memory) != (mpl, threads, memory):
+            self.gate.set_limits(
+                dataclasses.replace(limits, mpl=mpl, threads=threads, memory=memory)
+            )
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -332,41 +405,66 @@ class Coordinator:
         async with conn.transaction():
             await conn.execute("select pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             await conn.execute(_SCHEMA)
-            if self._registered:  # a reconnect: the budget is what the table says
+            if self._registered:  # a reconnect: the budgets are what the table says
                 return conn
-            cur = await conn.execute("select units from admission_budget where name = 'mpl'")
-            row = await cur.fetchone()
-            if row is not None and row[0] != self.budget:
-                log.warning(
-                    "the global MPL was %d; this proxy's --mpl %d replaces it for all",
-                    row[0],
-                    self.budget,
+            for resource, units in self.budgets.items():
+                cur = await conn.execute(
+                    "select units from admission_budget where name = %s", (resource,)
                 )
-            await conn.execute(
-                "insert into admission_budget (name, units) values ('mpl', %s) "
-                "on conflict (name) do update set units = excluded.units",
-                (self.budget,),
-            )
+                row = await cur.fetchone()
+                if row is not None and row[0] != units:
+                    log.warning(
+                        "the global %s was %d; this proxy's %d replaces it for all",
+                        resource,
+                        row[0],
+                        units,
+                    )
+                await conn.execute(
+                    "insert into admission_budget (name, units) values (%s, %s) "
+                    "on conflict (name) do update set units = excluded.units",
+                    (resource, units),
+                )
         self._registered = True
         return conn
+
+    def _in_use(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Per shared resource: what the statements in service hold, and what they and the
+        queued ones would take (the demand of this instant)."""
+        scheduler = self.gate.scheduler
+        threads, memory = scheduler.queued_load() if len(self.budgets) > 1 else (0, 0)
+        in_use = {
+            "mpl": scheduler.running,
+            "threads": scheduler.threads_in_use,
+            "memory": scheduler.memory_in_use,
+        }
+        queued = {"mpl": scheduler.queued, "threads": threads, "memory": memory}
+        return (
+            {r: in_use[r] for r in self.budgets},
+            {r: in_use[r] + queued[r] for r in self.budgets},
+        )
 
     async def _heartbeat(self) -> None:
         loop = asyncio.get_running_loop()
         if self._conn is None or self._conn.closed:
             self._conn = await self._connect()
-        scheduler = self.gate.scheduler
+        limits = self.gate.scheduler.limits
         self._last_start = loop.time()
-        in_service = scheduler.running
-        now_demand = in_service + scheduler.queued
-        # the demand of one instant understates a closed loop's (a client between two
-        # statements): units are given back only when unused for DEMAND_MEMORY heartbeats
-        self._recent = [*self._recent[-(DEMAND_MEMORY - 1) :], now_demand]
-        demand = max(self._recent)
-        limit, keep = release(self.held, in_service, demand, self.target)
-        if limit < (scheduler.limits.mpl or 0):
-            self._apply(limit)  # lowered before the row is
+        in_use, now_demand = self._in_use()
+        limit: dict[str, int] = {}
+        keep: dict[str, int] = {}
+        demand: dict[str, int] = {}
+        for r in self.budgets:
+            # the demand of one instant understates a closed loop's (a client between two
+            # statements): units are given back only when unused for DEMAND_MEMORY heartbeats
+            self._recent[r] = [*self._recent[r][-(DEMAND_MEMORY - 1) :], now_demand[r]]
+            demand[r] = max(self._recent[r])
+            limit[r], keep[r] = release(self.held_by[r], in_use[r], demand[r], self.target_by[r])
+        if any(limit[r] < (getattr(limits, r) or 0) for r in self.budgets):
+            # lowered before the rows are
+            self._apply({r: min(limit[r], getattr(limits, r) or 0) for r in self.budgets})
         sent = loop.time()
         conn = self._conn
+        grants = {}
         async with conn.transaction():
             # read committed whatever the server's default: each read after the lock must see
             # the commit of the heartbeat that held it before
@@ -375,52 +473,64 @@ class Coordinator:
             cur = await conn.execute("delete from admission_leases where expires < now()")
             dead = cur.rowcount
             cur = await conn.execute(
-                "select units, extract(epoch from now())::float8 from admission_budget "
-                "where name = 'mpl'"
+                "select name, units, extract(epoch from now())::float8 from admission_budget"
             )
-            budget_row = await cur.fetchone()
-            budget = int(budget_row[0]) if budget_row else self.budget
-            now = float(budget_row[1]) if budget_row else 0.0
+            budget_rows = await cur.fetchall()
+            budgets = {str(n): int(u) for n, u, _now in budget_rows if str(n) in self.budgets}
+            now = float(budget_rows[0][2]) if budget_rows else 0.0
             cur = await conn.execute(
-                "select proxy, held, demand from admission_leases where proxy <> %s",
+                "select proxy, resource, held, demand from admission_leases where proxy <> %s",
                 (self.name,),
             )
             others = await cur.fetchall()
-            short = any(int(d) > int(h) for _n, h, d in others)  # someone waits for units
-            # fair shares of the demands, then slack from what is left: while the budget has
-            # room every proxy keeps a little beyond its demand (an arrival finds a unit here)
-            demands = {name: int(d) for name, _held, d in others}
-            demands[self.name] = demand
-            targets = shares_with_slack(budget, demands, int(now / ROTATE))
-            grant = grow(
-                budget, keep, sum(int(h) for _n, h, _d in others), demand, targets[self.name]
-            )
-            await conn.execute(
-                "insert into admission_leases (proxy, held, demand, expires, host) "
-                "values (%s, %s, %s, now() + make_interval(secs => %s), %s) "
-                "on conflict (proxy) do update set held = excluded.held, "
-                "demand = excluded.demand, expires = excluded.expires",
-                (self.name, grant.held, demand, self.ttl, self.host),
-            )
-            if short and (dead or grant.held < self.held):
+            short = any(int(d) > int(h) for _p, _r, h, d in others)  # someone waits
+            for r in self.budgets:
+                budget = budgets.get(r, self.budgets[r])
+                rows = [(str(p), int(h), int(d)) for p, res, h, d in others if res == r]
+                # fair shares of the demands, then slack from what is left: while the budget
+                # has room every proxy keeps a little beyond its demand (an arrival finds a
+                # unit here)
+                demands = {p: d for p, _h, d in rows}
+                demands[self.name] = demand[r]
+                targets = shares_with_slack(budget, demands, int(now / ROTATE))
+                grants[r] = grow(
+                    budget, keep[r], sum(h for _p, h, _d in rows), demand[r], targets[self.name]
+                )
+                self.budgets[r] = budget
+                await conn.execute(
+                    "insert into admission_leases (proxy, resource, held, demand, expires, host)"
+                    " values (%s, %s, %s, %s, now() + make_interval(secs => %s), %s) "
+                    "on conflict (proxy, resource) do update set held = excluded.held, "
+                    "demand = excluded.demand, expires = excluded.expires",
+                    (self.name, r, grants[r].held, demand[r], self.ttl, self.host),
+                )
+            released = any(grants[r].held < self.held_by[r] for r in self.budgets)
+            if short and (dead or released):
                 await conn.execute(f"notify {CHANNEL}")
             self._others_short = short
         if self.state != "ok" and self.state != "starting":
-            log.warning("coordinator reachable again: holding %d of %d", grant.held, budget)
+            log.warning(
+                "coordinator reachable again: holding %d of %d statements",
+                grants["mpl"].held,
+                self.budgets["mpl"],
+            )
         self.state = "ok"
-        self.budget = budget
-        self.held, self.target, self.free = grant.held, grant.target, grant.free
-        self.proxies = len(others) + 1
+        self.held_by = {r: g.held for r, g in grants.items()}
+        self.target_by = {r: g.target for r, g in grants.items()}
+        self.free_by = {r: g.free for r, g in grants.items()}
+        self.proxies = len({p for p, *_ in others}) + 1
         self.last_ok = sent
         self.deadline = sent + self.ttl
         self.heartbeats += 1
-        # raised after the row is, by the units taken (units kept for statements still in
+        # raised after the rows are, by the units taken (units kept for statements still in
         # service beyond the limit are not admitted against: they come back as those finish);
-        # over the budget (free < 0: back from a partition, a lapsed lease) nothing more is
+        # over a budget (free < 0: back from a partition, a lapsed lease) nothing more is
         # admitted until enough of this proxy's statements finished
-        local = limit + grant.held - keep
-        if grant.free < 0:
-            local = max(0, min(local, keep + grant.free))
+        local = {}
+        for r, g in grants.items():
+            local[r] = limit[r] + g.held - keep[r]
+            if g.free < 0:
+                local[r] = max(0, min(local[r], keep[r] + g.free))
         self._apply(local)
         self._arm_expiry(self.deadline)
 

@@ -374,7 +374,6 @@ def test_coordinator_restart_is_survived(pg: Cluster, tmp_path: Path) -> None:
         (["--backend", "postgresql://127.0.0.1:1", "--mpl", "auto"], "--mpl N"),
         (["--backend", "postgresql://127.0.0.1:1"], "--mpl N"),
         (["--mpl", "4"], "each embedded DuckDB"),
-        (["--backend", "postgresql://127.0.0.1:1", "--mpl", "4", "--threads", "8"], "--threads"),
         (
             ["--backend", "postgresql://127.0.0.1:1", "--mpl", "4", "--grant-work-mem", "64MB"],
             "--grant-work-mem",
@@ -390,6 +389,34 @@ def test_coordinator_arguments_are_checked(args: list[str], message: str) -> Non
     )
     text = " ".join(result.stderr.split())
     assert result.returncode == 2 and message in text, result.stderr
+
+
+def test_the_thread_budget_is_shared_too(pg: Cluster) -> None:
+    """--threads beside --mpl: both are global budgets. With a global MPL of 8 but 4 threads
+    (each statement of an unknown class takes one), PostgreSQL never runs more than 4; each
+    proxy's lease of threads shows in /status and the leases sum to at most 4."""
+    coordinator = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+    started = [_start(pg, coordinator, "--mpl", "8", "--threads", "4") for _ in range(2)]
+    sampler = Sampler(pg)
+    load = Load()
+    try:
+        load.start([p.port for p in started], per_proxy=6)
+        time.sleep(1.5)
+        t = time.monotonic()
+        time.sleep(3.0)
+        active = sampler.since(t)
+        assert max(active) <= 4 and max(active) == 4, sorted(active)[-5:]
+        shared = [p.status()["coordinator"]["shared"] for p in started]
+        assert all(s["mpl"]["global"] == 8 and s["threads"]["global"] == 4 for s in shared)
+        assert sum(s["threads"]["held"] for s in shared) <= 4, shared
+        assert all(s["threads"]["local"] <= s["threads"]["held"] for s in shared), shared
+    finally:
+        load.finish()
+        sampler.close()
+        for p in started:
+            p.proc.send_signal(signal.SIGTERM)
+            p.proc.communicate(timeout=15)
+    assert not load.errors, load.errors[:3]
 
 
 @pytest.fixture(autouse=True)
