@@ -392,11 +392,12 @@ def test_coordinator_arguments_are_checked(args: list[str], message: str) -> Non
 
 
 def test_the_thread_budget_is_shared_too(pg: Cluster) -> None:
-    """--threads beside --mpl: both are global budgets. With a global MPL of 8 but 4 threads
+    """--threads and --memory beside --mpl: all global budgets. With a global MPL of 8 but 4 threads
     (each statement of an unknown class takes one), PostgreSQL never runs more than 4; each
     proxy's lease of threads shows in /status and the leases sum to at most 4."""
     coordinator = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
-    started = [_start(pg, coordinator, "--mpl", "8", "--threads", "4") for _ in range(2)]
+    extra = ("--mpl", "8", "--threads", "4", "--memory", "64MiB")
+    started = [_start(pg, coordinator, *extra) for _ in range(2)]
     sampler = Sampler(pg)
     load = Load()
     try:
@@ -410,6 +411,9 @@ def test_the_thread_budget_is_shared_too(pg: Cluster) -> None:
         assert all(s["mpl"]["global"] == 8 and s["threads"]["global"] == 4 for s in shared)
         assert sum(s["threads"]["held"] for s in shared) <= 4, shared
         assert all(s["threads"]["local"] <= s["threads"]["held"] for s in shared), shared
+        # memory is leased too (no class has a measured M_r here: the demand is a slack's)
+        assert all(s["memory"]["global"] == 64 * 2**20 for s in shared), shared
+        assert sum(s["memory"]["held"] for s in shared) <= 64 * 2**20, shared
     finally:
         load.finish()
         sampler.close()
