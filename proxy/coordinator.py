@@ -545,6 +545,12 @@ class Coordinator:
                     autocommit=True,
                     connect_timeout=max(1, int(self.ttl / 2)),
                     application_name=APPLICATION,
+                    # an idle LISTEN over a partition would otherwise wait for TCP's minutes:
+                    # the kernel probes it after a TTL and gives up after three missed probes
+                    keepalives=1,
+                    keepalives_idle=max(1, int(self.ttl)),
+                    keepalives_interval=1,
+                    keepalives_count=3,
                 )
                 await self._listen.execute(f"listen {CHANNEL}")
                 async for _note in self._listen.notifies():
