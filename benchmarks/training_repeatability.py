@@ -24,6 +24,7 @@ from pathlib import Path
 from admission.model import ClassProfile, EtaModel
 from admission.policies import POLICIES
 from admission.policies.base import order_text, priority_orders
+from training.estimate import fork_runs_text
 
 __all__ = ["main", "report"]
 
@@ -49,14 +50,11 @@ def _f(c: ClassProfile) -> str:
     """f_r with the runs by fork size it was taken from when they varied, and the /proc
     samples' when the database reported it ("2 (1: 1, 2: 32; /proc 1: 20, 2: 13)")."""
 
-    def runs(counts: dict[int, int]) -> str:
-        return ", ".join(f"{s}: {n}" for s, n in sorted(counts.items()))
-
-    shown = [runs(c.f_engine)] if len(c.f_engine) > 1 else []
+    shown = [fork_runs_text(c.f_engine)] if len(c.f_engine) > 1 else []
     if c.f_engine and len(c.f_runs) > 1:
-        shown.append(f"/proc {runs(c.f_runs)}")
+        shown.append(f"/proc {fork_runs_text(c.f_runs)}")
     elif not c.f_engine and len(c.f_runs) > 1:
-        shown.append(runs(c.f_runs))
+        shown.append(fork_runs_text(c.f_runs))
     return f"{c.f} ({'; '.join(shown)})" if shown else str(c.f)
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "batch_means_interval",
     "engine_fork",
     "fork_quantile",
+    "fork_runs_text",
     "interquartile_range",
     "median_interval",
     "phases_of",
@@ -496,3 +497,8 @@ def engine_fork(parallelism: float, threads: int) -> int:
     of the run, ⌈p − 0.25⌉ (1.2 → 1: a short parallel stretch; 1.3 → 2), at most the
     database's ``threads``. Exact where the /proc samples of a 30 ms run are one or two."""
     return max(1, min(threads, math.ceil(parallelism - ENGINE_BUSY)))
+
+
+def fork_runs_text(counts: Mapping[int, int]) -> str:
+    """Runs by fork size as people read them: "1: 3, 2: 37"."""
+    return ", ".join(f"{size}: {n}" for size, n in sorted(counts.items()))

@@ -58,6 +58,7 @@ from training.estimate import (
     Estimator,
     engine_fork,
     fork_quantile,
+    fork_runs_text,
     interquartile_range,
     median_interval,
     pooled_phases,
@@ -366,16 +367,10 @@ def _isolation(run: _Run) -> dict[str, dict[str, Any]]:
 def _fork_text(p: dict[str, Any]) -> str:
     """Where f_r came from and the runs by fork size: "DuckDB's profiler 2: 40; /proc 1: 3,
     2: 37"."""
-
-    def runs(counts: dict[int, int]) -> str:
-        return ", ".join(f"{size}: {n}" for size, n in sorted(counts.items()))
-
-    text = f"runs by fork size, /proc {runs(p['f_runs'])}"
+    sampled = f"/proc {fork_runs_text(p['f_runs'])}"
     if p["f_engine"]:
-        text = (
-            f"runs by fork size, {p['f_source']} {runs(p['f_engine'])}; /proc {runs(p['f_runs'])}"
-        )
-    return text
+        sampled = f"{p['f_source']} {fork_runs_text(p['f_engine'])}; {sampled}"
+    return f"runs by fork size, {sampled}"
 
 
 def _fork_disagreement(p: dict[str, Any]) -> str:
