@@ -36,6 +36,14 @@ budget task by task). ``bypass`` jobs (session control, statements inside a tran
 are admitted at once and counted against capacity. A job whose fork size exceeds the whole
 budget is admitted when the budget is entirely free, and holds all of it.
 
+Tenants and tiers. With a workload config (``admission.workloads``) every job belongs to a
+tenant and a tier, and its class queue is its *lane*'s (one per tenant and tier). The pick then
+chooses the lane first — aged foreground heads, then the highest tier with work and room,
+deficit round robin among that tier's tenants by weight (with the hold rule), background only
+when the foreground is idle and predicted to stay so — and the policy orders the lane's
+classes as above. Tenant limits (MPL, threads, memory share, queue timeout) apply on top of the
+global ones. Without one there is a single lane and nothing of this costs anything.
+
 Classes. A fingerprint not in the model is learned as a class of its own, with the default
 profile, until ``max_classes`` classes beyond the model's were learned; shapes beyond that share
 one class, OTHER.
@@ -57,6 +65,7 @@ import numpy as np
 
 from admission.model import EtaModel
 from admission.policies import Policy, policy_by_name
+from admission.workloads import DEFAULT_WORKLOAD, IdlePredictor, Tier, Workload, WorkloadConfig
 
 __all__ = [
     "DUE_FACTOR",
@@ -124,19 +133,98 @@ class Limits:
 
 
 class _ClassState:
-    """One class's queue and its tasks in service."""
+    """One class: its aggregate queue count and its tasks in service (its queues are per lane)."""
 
-    __slots__ = ("fingerprint", "fork", "index", "live", "memory", "name", "queue", "tasks")
+    __slots__ = ("cost", "fingerprint", "fork", "index", "live", "memory", "name", "tasks")
 
-    def __init__(self, fingerprint: str, name: str, index: int, fork: int, memory: int = 0) -> None:
+    def __init__(
+        self, fingerprint: str, name: str, index: int, fork: int, memory: int = 0, cost: float = 1.0
+    ) -> None:
         self.fingerprint, self.name, self.index, self.fork = fingerprint, name, index, fork
         self.memory = memory  # bytes a job of the class reserves (M_r; 0: not measured)
-        self.queue: deque[Job] = deque()  # invariant: empty, or queue[0] is QUEUED
-        self.live = 0  # queued jobs not cancelled or timed out
+        self.cost = cost  # expected service (D_r, s): what a tenant's DRR deficit is charged
+        self.live = 0  # queued jobs not cancelled or timed out, in every lane
         self.tasks = 0  # N_c
 
     def __repr__(self) -> str:
         return f"<class {self.name} #{self.index}: {self.live} queued, {self.tasks} tasks>"
+
+
+class _Tenant:
+    """A workload class (admission.workloads): its weight, limits and what it holds."""
+
+    __slots__ = (
+        "admitted",
+        "completed",
+        "held",
+        "memory_held",
+        "mpl",
+        "name",
+        "queue_timeout",
+        "running",
+        "service",
+        "threads",
+        "wait",
+        "weight",
+        "workload",
+    )
+
+    def __init__(self, workload: Workload) -> None:
+        self.workload = workload
+        self.name = workload.name
+        self.weight = workload.weight
+        self.mpl, self.threads = workload.mpl, workload.threads
+        self.queue_timeout = workload.queue_timeout
+        self.running = 0  # its jobs in service
+        self.held = 0  # thread-budget units its jobs hold
+        self.memory_held = 0
+        self.admitted = self.completed = 0
+        self.service = 0.0  # statement-seconds in service, of its completed jobs
+        self.wait = 0.0  # seconds its admitted jobs waited, in total
+
+
+class _Lane:
+    """One tenant's statements of one tier: a FIFO queue per statement class, a DRR deficit.
+
+    Invariants: ``queues[i]`` is empty or starts with a QUEUED job; ``head_seq`` and
+    ``nonempty`` describe exactly the classes with ``lives[i] > 0``; ``live`` is their sum."""
+
+    __slots__ = (
+        "deficit",
+        "head_seq",
+        "hold_until",
+        "live",
+        "lives",
+        "max_wait",
+        "nonempty",
+        "quantum",
+        "queues",
+        "running",
+        "tenant",
+        "tier",
+    )
+
+    def __init__(self, tenant: _Tenant, tier: int, k: int) -> None:
+        self.tenant, self.tier = tenant, tier
+        self.queues: list[deque[Job]] = [deque() for _ in range(k)]
+        self.lives = [0] * k  # queued jobs by class
+        self.head_seq = [0] * k  # arrival seq of each non-empty class's oldest job
+        self.nonempty: list[int] = []  # indices of classes with queued jobs
+        self.live = 0
+        self.running = 0
+        self.deficit = 0.0  # DRR: expected service (s) it may still start this round
+        self.quantum = 1.0  # DRR: service added per round, ∝ the tenant's weight
+        self.hold_until: float | None = None  # DRR hold rule: keeps its turn until then
+        self.max_wait: float | None = None  # aging (batch tiers: into the top tier)
+
+    def grow(self, k: int) -> None:
+        while len(self.queues) < k:
+            self.queues.append(deque())
+            self.lives.append(0)
+            self.head_seq.append(0)
+
+    def __repr__(self) -> str:
+        return f"<lane {self.tenant.name}/{Tier(self.tier).label}: {self.live} queued>"
 
 
 @dataclass(slots=True, eq=False)
@@ -155,6 +243,16 @@ class Job:
     bypass: bool = False
     aged: bool = False
     due: bool = False  # picked as due by the latency policy's aging
+    lane: Any = None  # the _Lane it queues in (its tenant and tier)
+    cost: float = 0.0  # the expected service charged to its tenant's DRR deficit
+
+    @property
+    def tenant(self) -> str:
+        return self.lane.tenant.name  # type: ignore[no-any-return]
+
+    @property
+    def tier(self) -> Tier:
+        return Tier(self.lane.tier)
 
     @property
     def fingerprint(self) -> str:
@@ -201,6 +299,7 @@ class _Mode(Enum):
 
 # Enum member access is a descriptor call; the hot paths use these aliases instead.
 _QUEUED, _RUNNING, _DONE = JobState.QUEUED, JobState.RUNNING, JobState.DONE
+_INTERACTIVE, _BATCH, _BACKGROUND = int(Tier.INTERACTIVE), int(Tier.BATCH), int(Tier.BACKGROUND)
 _STATIC, _ROW, _FULL = _Mode.STATIC, _Mode.ROW, _Mode.FULL
 
 
@@ -216,6 +315,7 @@ class Scheduler:
         on_grant: Callable[[Job, Sequence[int]], None] | None = None,
         on_finish: Callable[[Job, float], None] | None = None,
         max_classes: int | None = MAX_CLASSES,
+        workloads: WorkloadConfig | None = None,
     ) -> None:
         if max_classes is not None and max_classes < 1:
             raise ValueError(f"max_classes must be at least 1 (or unlimited), not {max_classes}")
@@ -241,8 +341,21 @@ class Scheduler:
         self._memory_held = 0  # bytes of the memory budget held
         self._n_total = 0
         self._tasks: list[int] = []  # N_c, by class index
-        self._head_seq: list[int] = []  # arrival seq of each non-empty class's oldest job
-        self._nonempty: list[int] = []  # indices of classes with queued jobs
+        # Tenants and tiers (admission.workloads). Without a workload config there is one
+        # lane, every job's, and the decision is the policy's alone.
+        self.workloads = workloads
+        self._multi = workloads is not None
+        self._tenants: dict[str, _Tenant] = {}
+        self._lane_by_key: dict[tuple[str, int], _Lane] = {}
+        self._lanes: list[_Lane] = []
+        self._rings: list[list[_Lane]] = [[] for _ in Tier]  # DRR order, per tier
+        self._cursor = [0 for _ in Tier]
+        self._quantum = 1.0  # DRR quantum of weight 1 (s of expected service), from the model
+        self._fg = 0  # foreground (not background) jobs queued or in service
+        self._bg_running = 0
+        self.idle = IdlePredictor(idle_wait_fixed=workloads.idle_wait) if workloads else None
+        self.pressure = 0.0  # the feedback signal background work is throttled by
+        self.held_for = 0  # decisions that left capacity idle under the DRR hold rule
         self._mode = _STATIC
         self._bias: list[float] = []
         self._row: list[float] = []  # a_r, in ROW mode
@@ -259,8 +372,10 @@ class Scheduler:
         self._busy_since = _NEVER  # when the queue last went from empty to non-empty
         self._learned = 0  # classes learned live, beyond the model's (what max_classes caps)
         self._base = frozenset(self.model.fingerprints)  # the model's own classes
+        self._lane0 = self._lane(DEFAULT_WORKLOAD, Tier.INTERACTIVE)
         for c in self.model.classes:
-            self._add_class_state(c.fingerprint, c.name, c.f, _memory(c.M))
+            self._add_class_state(c.fingerprint, c.name, c.f, _memory(c.M), c.D)
+        self._set_quantum()
         self._compile()
 
     # -- observation -----------------------------------------------------------------------
@@ -314,11 +429,12 @@ class Scheduler:
         proxy sharing a global budget asks for beyond what it holds (proxy.coordinator).
         O(queued): read at heartbeats, not per statement."""
         threads = memory = 0
-        for st in self._classes:
-            for job in st.queue:
-                if job.state is _QUEUED:
-                    threads += job.fork
-                    memory += job.memory
+        for lane in self._lanes:
+            for queue in lane.queues:
+                for job in queue:
+                    if job.state is _QUEUED:
+                        threads += job.fork
+                        memory += job.memory
         return threads, memory
 
     def queue_by_class(self) -> dict[str, int]:
@@ -355,8 +471,12 @@ class Scheduler:
         fork: int | None = None,
         bypass: bool = False,
         sample_sql: str = "",
+        tenant: str | None = None,
+        tier: int | None = None,
     ) -> list[Job]:
-        """Queue a job (or admit it at once if ``bypass``); returns the jobs admitted now."""
+        """Queue a job (or admit it at once if ``bypass``); returns the jobs admitted now.
+        ``tenant`` and ``tier``: its workload class and priority (``admission.workloads``;
+        ignored without a workload config; by default the tenant's own tier)."""
         if now < self._now:
             self._advance(now)  # raises
         self._now = now
@@ -366,6 +486,14 @@ class Scheduler:
         st = self._by_fp.get(fingerprint) or self._learn_class(fingerprint, name, sample_sql)
         job = Job(job_id, st, now, self._seq, st.fork if fork is None else max(1, fork))
         job.memory = st.memory
+        job.cost = st.cost
+        if self._multi:
+            lane = job.lane = self._lane(tenant, tier)
+            if lane.tier != _BACKGROUND:
+                self._fg += 1
+                self.idle.arrival(now)  # type: ignore[union-attr]
+        else:
+            lane = job.lane = self._lane0
         self._seq += 1
         jobs[job_id] = job
         self.stats.submitted += 1
@@ -377,13 +505,17 @@ class Scheduler:
             self._blocked_until = _NEVER
             self._admit(job, now)
             return [job]
-        if not self._nonempty:
+        if not self.queued:
             mpl = self.limits.mpl
-            if (mpl is None or self.running < mpl) and self._fits(job):
+            if (
+                (mpl is None or self.running < mpl)
+                and self._fits(job)
+                and (not self._multi or self._open(lane, now))
+            ):
                 self._admit(job, now)  # nothing waits and it fits: the decision is trivial
                 return [job]
-        self._enqueue(st, job)
-        if st.live > 1 and now < self._blocked_until:
+        self._enqueue(lane, st, job)
+        if lane.lives[st.index] > 1 and now < self._blocked_until:
             return []  # same heads, scores and capacity as the blocked decision just made
         return self._dispatch(now)
 
@@ -412,8 +544,9 @@ class Scheduler:
             if self._mode is _FULL:
                 self._rescore(st, -tasks)
         self._held -= job.held
-        job.held = 0
         self._memory_held -= job.memory_held
+        self._account_release(job, now)
+        job.held = 0
         job.memory_held = 0
         self.running -= 1
         job.state = _DONE
@@ -422,7 +555,7 @@ class Scheduler:
             self._emit("release", job)
         if self._on_finish is not None:
             self._on_finish(job, now)
-        if not self._nonempty:
+        if not self.queued:
             self._blocked_until = _NEVER
             return []  # nothing waits: nothing to admit or time out (as _dispatch would find)
         return self._dispatch(now)
@@ -440,6 +573,7 @@ class Scheduler:
         freed = min(release, job.held)
         job.held -= freed
         self._held -= freed
+        job.lane.tenant.held -= freed
         return self._dispatch(now) if freed else []
 
     def cancel(self, job_id: Hashable, now: float) -> list[Job]:
@@ -461,7 +595,8 @@ class Scheduler:
         ages in units of expected time. A driver that sees False needs no timer."""
         limits = self.limits
         return (
-            limits.max_wait is not None
+            self._multi  # (the DRR hold rule, batch aging, background start, tenant timeouts)
+            or limits.max_wait is not None
             or limits.queue_timeout is not None
             or (self._due_scale is not None and limits.due_factor is not None)
         )
@@ -474,24 +609,43 @@ class Scheduler:
         if oldest is None:
             return None
         times = []
+        now = self._now
         due, factor = self._due_scale, self.limits.due_factor
         if due is not None and factor is not None:
             # the earliest head to become due (one already due acts at the next capacity change)
-            classes, now = self._classes, self._now
             soonest = _FOREVER
-            for i in self._nonempty:
-                due_at = classes[i].queue[0].arrival + factor * due[i]
-                if now < due_at < soonest:
-                    soonest = due_at
+            for lane in self._lanes:
+                for i in lane.nonempty:
+                    due_at = lane.queues[i][0].arrival + factor * due[i]
+                    if now < due_at < soonest:
+                        soonest = due_at
             if soonest < _FOREVER:
                 times.append(soonest)
-        if self.limits.max_wait is not None:
-            # Once due, aging acts at the next capacity change: no tick can do more.
-            aged_at = oldest.arrival + self.limits.max_wait
-            if aged_at > self._now:
-                times.append(aged_at)
-        if self.limits.queue_timeout is not None:
-            times.append(oldest.arrival + self.limits.queue_timeout)
+        if not self._multi:
+            if self.limits.max_wait is not None:
+                # Once due, aging acts at the next capacity change: no tick can do more.
+                aged_at = oldest.arrival + self.limits.max_wait
+                if aged_at > now:
+                    times.append(aged_at)
+            if self.limits.queue_timeout is not None:
+                times.append(oldest.arrival + self.limits.queue_timeout)
+            return min(times) if times else None
+        for lane in self._lanes:
+            if lane.hold_until is not None and lane.hold_until > now:
+                times.append(lane.hold_until)
+            if not lane.live:
+                continue
+            head = self._lane_oldest(lane)
+            wait = self._max_wait(lane)
+            if wait is not None and head.arrival + wait > now:
+                times.append(head.arrival + wait)
+            timeout = self._timeout(lane)
+            if timeout is not None:
+                times.append(head.arrival + timeout)
+            if lane.tier == _BACKGROUND and not self._fg:
+                start = self.idle.start_at()  # type: ignore[union-attr]
+                if start is not None and start > now:
+                    times.append(start)
         return min(times) if times else None
 
     def overloaded(self, now: float) -> bool:
@@ -510,7 +664,8 @@ class Scheduler:
         oldest = self._oldest()
         if oldest is None:
             return None
-        self._pop_head(oldest.klass)  # (a class's head is its oldest live job)
+        self._pop_head(oldest.lane, oldest.klass.index)  # (a class's head is its oldest)
+        self._left(oldest, now)
         oldest.state = JobState.SHED
         del self._jobs[oldest.id]
         self.stats.shed += 1
@@ -555,15 +710,26 @@ class Scheduler:
         self._learned = sum(1 for c in model.classes if c.fingerprint not in self._base)
         self.model = model
         by_fp = self._by_fp
+        old_index = {st.fingerprint: st.index for st in self._classes}
         self._classes = []
         for i, c in enumerate(model.classes):
             st = by_fp.get(c.fingerprint) or _ClassState(c.fingerprint, c.name, i, c.f)
-            st.index, st.fork, st.memory = i, c.f, _memory(c.M)
+            st.index, st.fork, st.memory, st.cost = i, c.f, _memory(c.M), _cost(c.D)
             self._classes.append(st)
         self._by_fp = {st.fingerprint: st for st in self._classes}
         self._tasks = [st.tasks for st in self._classes]
-        self._head_seq = [st.queue[0].seq if st.live else 0 for st in self._classes]
-        self._nonempty = [st.index for st in self._classes if st.live]
+        k = len(self._classes)
+        for lane in self._lanes:
+            queues: list[deque[Job]] = [deque() for _ in range(k)]
+            lives = [0] * k
+            for st in self._classes:
+                j = old_index.get(st.fingerprint)
+                if j is not None:
+                    queues[st.index], lives[st.index] = lane.queues[j], lane.lives[j]
+            lane.queues, lane.lives = queues, lives
+            lane.head_seq = [q[0].seq if n else 0 for q, n in zip(queues, lives, strict=True)]
+            lane.nonempty = [i for i in range(k) if lives[i]]
+        self._set_quantum()
         self._compile()
         return self._dispatch(now)
 
@@ -579,13 +745,14 @@ class Scheduler:
             self._on_event(Event(kind, self._now, job.id, job.klass.name, detail))
 
     def _add_class_state(
-        self, fingerprint: str, name: str, fork: int, memory: int = 0
+        self, fingerprint: str, name: str, fork: int, memory: int = 0, demand: float = 1.0
     ) -> _ClassState:
-        st = _ClassState(fingerprint, name, len(self._classes), fork, memory)
+        st = _ClassState(fingerprint, name, len(self._classes), fork, memory, _cost(demand))
         self._classes.append(st)
         self._by_fp[fingerprint] = st
         self._tasks.append(0)
-        self._head_seq.append(0)
+        for lane in self._lanes:
+            lane.grow(len(self._classes))
         return st
 
     def _learn_class(self, fingerprint: str, name: str | None, sample_sql: str) -> _ClassState:
@@ -598,39 +765,265 @@ class Scheduler:
         self.stats.unknown_classes += 1
         self._learned += 1
         new = self.model.classes[-1]
-        st = self._add_class_state(fingerprint, name or fingerprint, new.f, _memory(new.M))
+        st = self._add_class_state(fingerprint, name or fingerprint, new.f, _memory(new.M), new.D)
         self._compile()
         return st
 
-    # Queues. Invariant: a class's deque is empty or starts with a QUEUED job; _head_seq and
-    # _nonempty describe exactly the classes with live > 0.
+    # Tenants and tiers.
 
-    def _enqueue(self, st: _ClassState, job: Job) -> None:
+    def _lane(self, tenant: str | None, tier: int | None = None) -> _Lane:
+        """The lane of (tenant, tier), made on first use; an unknown tenant is ``default``."""
+        name = tenant or DEFAULT_WORKLOAD
+        t = self._tenants.get(name)
+        if t is None:
+            config = self.workloads
+            try:
+                workload = config.workload(name) if config else Workload(name)
+            except KeyError:
+                return self._lane(DEFAULT_WORKLOAD, tier)
+            t = self._tenants[name] = _Tenant(workload)
+        level = int(t.workload.tier) if tier is None else max(int(tier), int(t.workload.tier))
+        lane = self._lane_by_key.get((name, level))
+        if lane is None:
+            lane = _Lane(t, level, len(self._classes))
+            lane.quantum = self._quantum * t.weight
+            config = self.workloads
+            lane.max_wait = t.workload.max_wait
+            if lane.max_wait is None and level == _BATCH and config is not None:
+                lane.max_wait = config.batch_max_wait
+            self._lane_by_key[name, level] = lane
+            self._lanes.append(lane)
+            self._rings[level].append(lane)
+        return lane
+
+    def _set_quantum(self) -> None:
+        """DRR's quantum for weight 1: the median class's expected service, so that a round
+        admits about ``weight`` statements of a tenant (the batch size G_i of the paper)."""
+        costs = sorted(st.cost for st in self._classes)
+        self._quantum = costs[len(costs) // 2] if costs else 1.0
+        for lane in self._lanes:
+            lane.quantum = self._quantum * lane.tenant.weight
+
+    def _max_wait(self, lane: _Lane) -> float | None:
+        return lane.max_wait if lane.max_wait is not None else self.limits.max_wait
+
+    def _timeout(self, lane: _Lane) -> float | None:
+        t = lane.tenant.queue_timeout
+        return t if t is not None else self.limits.queue_timeout
+
+    def _tenant_ok(self, lane: _Lane) -> bool:
+        """Whether the lane's tenant (and tier) has room under its own limits."""
+        t = lane.tenant
+        if t.mpl is not None and t.running >= t.mpl:
+            return False
+        if t.threads is not None and t.held >= t.threads:
+            return False
+        share, memory = t.workload.memory_share, self.limits.memory
+        if share is not None and memory is not None and t.memory_held >= share * memory:
+            return False
+        if lane.tier == _BACKGROUND:
+            return self._bg_running < self.workloads.background_mpl  # type: ignore[union-attr]
+        return True
+
+    def _open(self, lane: _Lane, now: float) -> bool:
+        """A job of this lane may start now, nothing else waiting: its tenant has room and, for
+        background work, the foreground is idle and predicted to stay so."""
+        return self._tenant_ok(lane) and (lane.tier != _BACKGROUND or self._background_open(now))
+
+    def _background_open(self, now: float) -> bool:
+        """Background may start: no foreground statement queued or in service, the idle period
+        is old enough (Busy-Bee: at once, or after the idle wait in a cluster of long busy
+        periods), and the feedback signal is under its bound."""
+        if self._fg:
+            return False
+        config = self.workloads
+        bound = config.pressure_bound if config is not None else None
+        if bound is not None and self.pressure > bound:
+            return False
+        start = self.idle.start_at()  # type: ignore[union-attr]
+        return start is not None and now >= start
+
+    def set_pressure(self, value: float, now: float) -> list[Job]:
+        """The feedback signal (e.g. the database's CPU utilisation, 0–1): background work is
+        not admitted while it is above the workload config's ``pressure_bound``."""
+        self._advance(now)
+        self.pressure = value
+        return self._dispatch(now) if self.queued else []
+
+    def _choose(self, now: float) -> tuple[_Lane | None, Job | None]:
+        """Tenants mode: the lane to admit from (and the job, when aging picked it).
+
+        1. Aging: a foreground lane's head that waited its lane's max_wait (batch: into the top
+           tier) — the oldest such — goes first.
+        2. The highest tier with a lane that has work and room, DRR among its lanes.
+        3. Background, when open, DRR among the background lanes.
+        """
+        oldest: Job | None = None
+        for lane in self._lanes:
+            if lane.live and lane.tier != _BACKGROUND:
+                wait = self._max_wait(lane)
+                if wait is None:
+                    continue
+                head = self._lane_oldest(lane)
+                if (
+                    now - head.arrival >= wait
+                    and (oldest is None or head.seq < oldest.seq)
+                    and self._tenant_ok(lane)
+                ):
+                    oldest = head
+        if oldest is not None:
+            if not oldest.aged:
+                oldest.aged = True
+                self.stats.aged += 1
+            return oldest.lane, oldest
+        for tier in (_INTERACTIVE, _BATCH):
+            ring = self._rings[tier]
+            if any(lane.live and self._tenant_ok(lane) for lane in ring):
+                return self._drr(tier, now), None
+        ring = self._rings[_BACKGROUND]
+        if (
+            ring
+            and self._background_open(now)
+            and any(lane.live and self._tenant_ok(lane) for lane in ring)
+        ):
+            return self._drr(_BACKGROUND, now), None
+        return None, None
+
+    def _drr(self, tier: int, now: float) -> _Lane | None:
+        """Deficit round robin over one tier's lanes (Algorithm 3 of Wang & Merchant): the
+        current lane keeps its turn while it has tokens and work; with tokens, work in service
+        and nothing queued it is *held* (None: leave the capacity idle) for up to ``hold``
+        seconds; after the last lane every lane with work gets its quantum (as many rounds as
+        the first lane able to go needs: deficits go negative when statements run longer than
+        expected), and one with none loses its tokens."""
+        ring = self._rings[tier]
+        n = len(ring)
+        cur = self._cursor[tier] % n
+        hold = self.workloads.hold if self.workloads is not None else 0.0
+        for _ in range(2 * n + 1):
+            lane = ring[cur]
+            if lane.deficit > 0:
+                if lane.live and self._tenant_ok(lane):
+                    self._cursor[tier] = cur
+                    return lane
+                if not lane.live and lane.running and hold > 0:
+                    if lane.hold_until is None:
+                        lane.hold_until = now + hold
+                    if now < lane.hold_until:
+                        self._cursor[tier] = cur
+                        self.held_for += 1
+                        return None
+            lane.hold_until = None
+            cur += 1
+            if cur == n:
+                cur = 0
+                self._replenish(ring)
+        self._cursor[tier] = cur
+        return None
+
+    def _replenish(self, ring: list[_Lane]) -> None:
+        waiting = [lane for lane in ring if lane.live and self._tenant_ok(lane)]
+        rounds = 1
+        if waiting:
+            rounds = max(1, min(math.floor(-lane.deficit / lane.quantum) + 1 for lane in waiting))
+        for lane in ring:
+            if lane.live:
+                lane.deficit += rounds * lane.quantum
+            elif lane.running:  # active, nothing queued: at most one quantum in hand
+                lane.deficit = min(lane.deficit + rounds * lane.quantum, lane.quantum)
+            else:
+                lane.deficit = 0.0  # inactive: its tokens vanish (unused share goes to others)
+
+    def _left(self, job: Job, now: float) -> None:
+        """A queued job left without being admitted (cancelled, timed out, shed)."""
+        if self._multi and job.lane.tier != _BACKGROUND:
+            self._fg -= 1
+            if not self._fg:
+                self.idle.idle(now)  # type: ignore[union-attr]
+
+    def _account_release(self, job: Job, now: float) -> None:
+        """An admitted job left: its tenant gets its capacity back and is charged for the
+        difference between the service it was expected to take and what it took."""
+        lane = job.lane
+        t = lane.tenant
+        lane.running -= 1
+        t.running -= 1
+        t.held -= job.held
+        t.memory_held -= job.memory_held
+        t.completed += 1
+        admitted = job.admitted_at if job.admitted_at is not None else now
+        t.service += now - admitted
+        if self._multi:
+            lane.deficit -= (now - admitted) - job.cost
+            if lane.tier == _BACKGROUND:
+                self._bg_running -= 1
+            else:
+                self._fg -= 1
+                if not self._fg:
+                    self.idle.idle(now)  # type: ignore[union-attr]
+
+    def tenant_stats(self) -> list[dict[str, Any]]:
+        """Per tenant: weight, statements queued and in service, admitted, completed, service
+        (statement-seconds of its completed statements) and total wait, for the admin API."""
+        out: dict[str, dict[str, Any]] = {}
+        for lane in self._lanes:
+            t = lane.tenant
+            row = out.get(t.name)
+            if row is None:
+                row = out[t.name] = {
+                    "tenant": t.name,
+                    "weight": t.weight,
+                    "priority": Tier(t.workload.tier).label,
+                    "queued": 0,
+                    "running": t.running,
+                    "threads": t.held,
+                    "memory": t.memory_held,
+                    "admitted": t.admitted,
+                    "completed": t.completed,
+                    "service_seconds": t.service,
+                    "wait_seconds": t.wait,
+                }
+            row["queued"] += lane.live
+        return list(out.values())
+
+    # Queues. Invariant (per lane): a class's deque is empty or starts with a QUEUED job;
+    # head_seq and nonempty describe exactly the classes with lives[i] > 0.
+
+    def _enqueue(self, lane: _Lane, st: _ClassState, job: Job) -> None:
         if not self.queued:
             self._busy_since = job.arrival
-        st.queue.append(job)
+        i = st.index
+        lane.queues[i].append(job)
+        lane.lives[i] += 1
+        lane.live += 1
         st.live += 1
         self.queued += 1
-        if st.live == 1:
-            self._head_seq[st.index] = job.seq
-            self._nonempty.append(st.index)
+        if lane.lives[i] == 1:
+            lane.head_seq[i] = job.seq
+            lane.nonempty.append(i)
 
-    def _settle(self, st: _ClassState) -> None:
+    def _settle(self, lane: _Lane, i: int) -> None:
         """Drop withdrawn jobs from the front of the queue and record the new head."""
-        queue = st.queue
+        queue = lane.queues[i]
         while queue and queue[0].state is not _QUEUED:
             queue.popleft()
         if queue:
-            self._head_seq[st.index] = queue[0].seq
+            lane.head_seq[i] = queue[0].seq
         else:
-            self._nonempty.remove(st.index)
+            lane.nonempty.remove(i)
 
-    def _pop_head(self, st: _ClassState) -> Job:
-        job = st.queue.popleft()
-        st.live -= 1
+    def _pop_head(self, lane: _Lane, i: int) -> Job:
+        job = lane.queues[i].popleft()
+        lane.lives[i] -= 1
+        lane.live -= 1
+        job.klass.live -= 1
         self.queued -= 1
-        self._settle(st)
+        self._settle(lane, i)
         return job
+
+    def _lane_oldest(self, lane: _Lane) -> Job:
+        """The lane's oldest queued job (the lane has one)."""
+        return lane.queues[min(lane.nonempty, key=lane.head_seq.__getitem__)][0]
 
     # Scores.
 
@@ -703,6 +1096,19 @@ class Scheduler:
             job.memory_held = min(job.memory, memory)
             self._memory_held += job.memory_held
         self.running += 1
+        lane = job.lane
+        t = lane.tenant
+        lane.running += 1
+        t.running += 1
+        t.held += held
+        t.memory_held += job.memory_held
+        t.admitted += 1
+        t.wait += now - job.arrival
+        if self._multi:
+            lane.deficit -= job.cost
+            lane.hold_until = None
+            if lane.tier == _BACKGROUND:
+                self._bg_running += 1
         st = job.klass  # _set_tasks(job, fork), written out
         st.tasks += fork
         self._tasks[st.index] = st.tasks
@@ -719,13 +1125,17 @@ class Scheduler:
 
     def _cancel(self, job: Job, now: float) -> list[Job]:
         """Take a queued job out (cancelled, or its client went away)."""
-        st = job.klass
+        st, lane = job.klass, job.lane
+        i = st.index
         job.state = JobState.CANCELLED
+        lane.lives[i] -= 1
+        lane.live -= 1
         st.live -= 1
         self.queued -= 1
         del self._jobs[job.id]
-        if st.queue[0] is job:
-            self._settle(st)
+        if lane.queues[i][0] is job:
+            self._settle(lane, i)
+        self._left(job, now)
         self.stats.cancelled += 1
         if self._on_event is not None:
             self._emit("cancel", job)
@@ -734,56 +1144,86 @@ class Scheduler:
         return self._dispatch(now)
 
     def _oldest(self) -> Job | None:
-        if not self._nonempty:
+        if not self.queued:
             return None
-        return self._classes[min(self._nonempty, key=self._head_seq.__getitem__)].queue[0]
+        if not self._multi:
+            return self._lane_oldest(self._lane0)
+        heads = [self._lane_oldest(lane) for lane in self._lanes if lane.live]
+        return min(heads, key=lambda j: j.seq)
+
+    def _timeouts(self) -> bool:
+        """Whether any queued job can time out."""
+        if self.limits.queue_timeout is not None:
+            return True
+        return self._multi and any(t.queue_timeout is not None for t in self._tenants.values())
 
     def _expire(self, now: float) -> None:
-        timeout = self.limits.queue_timeout
-        if timeout is None or not self._nonempty:
-            return
-        for i in list(self._nonempty):
-            st = self._classes[i]
-            while st.live and st.queue[0].arrival + timeout <= now:
-                job = self._pop_head(st)
-                job.state = JobState.TIMED_OUT
-                del self._jobs[job.id]
-                self.stats.timed_out += 1
-                self.timed_out.append(job)
-                self._emit("timeout", job, f"waited {now - job.arrival:g}s")
-                if self._on_finish is not None:
-                    self._on_finish(job, now)
+        for lane in self._lanes:
+            timeout = self._timeout(lane)
+            if timeout is None or not lane.live:
+                continue
+            for i in list(lane.nonempty):
+                queue = lane.queues[i]
+                while lane.lives[i] and queue[0].arrival + timeout <= now:
+                    job = self._pop_head(lane, i)
+                    job.state = JobState.TIMED_OUT
+                    del self._jobs[job.id]
+                    self._left(job, now)
+                    self.stats.timed_out += 1
+                    self.timed_out.append(job)
+                    self._emit("timeout", job, f"waited {now - job.arrival:g}s")
+                    if self._on_finish is not None:
+                        self._on_finish(job, now)
 
     def _fits(self, job: Job) -> bool:
         """Whether the job's threads and memory fit beside what the running jobs hold. A job
-        asking more than a whole budget asks for all of it: it runs alone (never deadlocked)."""
+        asking more than a whole budget asks for all of it: it runs alone (never deadlocked).
+        With tenants, the same within its tenant's own thread and memory limits."""
         limits = self.limits
         budget, memory = limits.threads, limits.memory
         if budget is not None and min(job.fork, budget) > budget - self._held:
             return False
-        return memory is None or min(job.memory, memory) <= memory - self._memory_held
+        if memory is not None and min(job.memory, memory) > memory - self._memory_held:
+            return False
+        if self._multi:
+            t = job.lane.tenant
+            if t.threads is not None and min(job.fork, t.threads) > t.threads - t.held:
+                return False
+            share = t.workload.memory_share
+            if share is not None and memory is not None:
+                cap = int(share * memory)
+                if min(job.memory, cap) > cap - t.memory_held:
+                    return False
+        return True
 
     def _pick(self, now: float) -> Job | None:
-        """The job to admit next: an aged job, else the best head (that fits, in backfill)."""
-        candidates = self._nonempty
-        if not candidates:
-            return None
-        classes = self._classes
-        max_wait = self.limits.max_wait
-        if max_wait is not None:
-            oldest = self._oldest()
-            if oldest is not None and now - oldest.arrival >= max_wait:
-                if not oldest.aged:
-                    oldest.aged = True
-                    self.stats.aged += 1
-                return oldest
+        """The job to admit next: an aged job, else the best head (that fits, in backfill);
+        with tenants, of the lane ``_choose`` gives."""
+        if self._multi:
+            lane, aged = self._choose(now)
+            if lane is None or aged is not None:
+                return aged
+        else:
+            lane = self._lane0
+            if not lane.nonempty:
+                return None
+            max_wait = self.limits.max_wait
+            if max_wait is not None:
+                oldest = self._lane_oldest(lane)
+                if now - oldest.arrival >= max_wait:
+                    if not oldest.aged:
+                        oldest.aged = True
+                        self.stats.aged += 1
+                    return oldest
+        candidates = lane.nonempty
+        queues = lane.queues
         due, factor = self._due_scale, self.limits.due_factor
         if due is not None and factor is not None:
-            picked = self._most_due(now, due, factor)
+            picked = self._most_due(lane, now, due, factor)
             if picked is not None:
                 return picked
         if self.limits.backfill:
-            candidates = [i for i in candidates if self._fits(classes[i].queue[0])]
+            candidates = [i for i in candidates if self._fits(queues[i][0])]
             if not candidates:
                 return None
         mode = self._mode
@@ -793,7 +1233,7 @@ class Scheduler:
             keys, flat = self._row, self._flat_row
         else:
             keys, flat = self._bias, self._flat_bias
-        seq = self._head_seq
+        seq = lane.head_seq
         if flat:
             best = min(candidates, key=seq.__getitem__)
         else:
@@ -801,15 +1241,24 @@ class Scheduler:
             top = keys[best]
             if keys.count(top) > 1:  # a tie (perhaps with an empty class): arrival decides
                 best = min((i for i in candidates if keys[i] == top), key=seq.__getitem__)
-        return classes[best].queue[0]
+        return queues[best][0]
 
-    def _pick_newest(self, candidates: list[int]) -> Job | None:
+    def _pick_newest(self, now: float) -> Job | None:
         """Overloaded: the policy's best class (or, in backfill, the best whose newest job
-        fits), ties going to the latest arrival, and that class's newest job."""
-        classes = self._classes
+        fits), ties going to the latest arrival, and that class's newest job (with tenants,
+        within the lane ``_choose`` gives)."""
+        if self._multi:
+            lane, _aged = self._choose(now)  # (overloaded: aging waits)
+            if lane is None:
+                return None
+        else:
+            lane = self._lane0
+        candidates = lane.nonempty
+        if not candidates:
+            return None
         tails: dict[int, Job] = {}
         for i in candidates:
-            queue = classes[i].queue
+            queue = lane.queues[i]
             while queue[-1].state is not _QUEUED:  # withdrawn jobs left behind (cancel)
                 queue.pop()  # (stops at the head at the latest: it is queued)
             tails[i] = queue[-1]
@@ -828,13 +1277,13 @@ class Scheduler:
         job = max((tails[i] for i in candidates if keys[i] == top), key=lambda j: j.seq)
         return job
 
-    def _most_due(self, now: float, due: list[float], factor: float) -> Job | None:
+    def _most_due(self, lane: _Lane, now: float, due: list[float], factor: float) -> Job | None:
         """The due head with the largest wait/scale (ties: earliest arrival), or None."""
         best: Job | None = None
         best_ratio = -1.0
-        classes = self._classes
-        for i in self._nonempty:
-            head = classes[i].queue[0]
+        queues = lane.queues
+        for i in lane.nonempty:
+            head = queues[i][0]
             scale = due[i]
             if now >= head.arrival + factor * scale:
                 ratio = (now - head.arrival) / scale if scale > 0 else _FOREVER
@@ -850,29 +1299,29 @@ class Scheduler:
         return best
 
     def _dispatch(self, now: float) -> list[Job]:
-        if self.limits.queue_timeout is not None:
+        if self._timeouts():
             self._expire(now)
-        if not self._nonempty:
+        if not self.queued:
             self._blocked_until = _NEVER
             return []
         granted: list[Job] = []
         mpl = self.limits.mpl
-        head_seq = self._head_seq
         self._blocked_until = _NEVER
         lifo = self.limits.lifo_after
         newest = lifo is not None and now - self._busy_since >= lifo
         while mpl is None or self.running < mpl:
-            if newest:
-                job = self._pick_newest(self._nonempty) if self._nonempty else None
-            else:
-                job = self._pick(now)
+            job = self._pick_newest(now) if newest else self._pick(now)
             if job is None or not self._fits(job):
-                # head-of-line (faithful, or an aged job); backfill found nothing that fits
+                # head-of-line (faithful, or an aged job); backfill found nothing that fits;
+                # with tenants also a DRR hold or nothing a tier may start
                 deadline = self.next_deadline()
                 self._blocked_until = _FOREVER if deadline is None else deadline
                 break
-            st = job.klass
-            queue = st.queue
+            st, lane = job.klass, job.lane
+            i = st.index
+            queue = lane.queues[i]
+            lane.lives[i] -= 1
+            lane.live -= 1
             st.live -= 1
             self.queued -= 1
             if queue[0] is not job:  # the newest, picked under overload
@@ -882,14 +1331,21 @@ class Scheduler:
                 continue
             queue.popleft()
             if queue and queue[0].state is _QUEUED:
-                head_seq[st.index] = queue[0].seq
+                lane.head_seq[i] = queue[0].seq
             else:
-                self._settle(st)
+                self._settle(lane, i)
             self._admit(job, now)
             granted.append(job)
+            if not self.queued:
+                break
         if newest:
             self.stats.newest_first += len(granted)
         return granted
+
+
+def _cost(demand: float | None) -> float:
+    """A class's expected service for DRR (s): its D_r, at least a millisecond."""
+    return max(1e-3, float(demand or 0.0))
 
 
 def _memory(m: float | None) -> int:

@@ -37,6 +37,7 @@ from admission.mpl import MplController
 from admission.policies import Policy
 from admission.scheduler import DUE_FACTOR, Job, Limits, Scheduler
 from admission.sim.workload import Workload, populations
+from admission.workloads import WorkloadConfig
 
 __all__ = ["ROUTINGS", "SERVICE", "RunResult", "SimConfig", "simulate"]
 
@@ -70,6 +71,10 @@ class SimConfig:
     mpl_auto: bool = False
     completions: int = 20_000
     warmup: int = 2_000
+    # tenants and tiers (admission.workloads): the config, and each class's tenant (its jobs
+    # are that tenant's statements; None: no tenants)
+    workloads: WorkloadConfig | None = None
+    tenants: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.cores < 1:
@@ -120,6 +125,7 @@ class RunResult:
     timed_out: int = 0
     extra: dict[str, float] = field(default_factory=dict)
     mpl_mean: float | None = None  # with mpl_auto: the MPL held, time-averaged after warm-up
+    tenants: list[dict[str, float]] = field(default_factory=list)  # per tenant, after warm-up
 
     @property
     def throughput(self) -> float:
@@ -180,7 +186,11 @@ class _Engine:
         self.a_sum = [[0.0] * self.k for _ in range(self.k)]
         self.a_count = [0] * self.k
         self.measuring = False
-        self.scheduler = Scheduler(model, policy, config.limits(), on_grant=self._on_grant)
+        self.scheduler = Scheduler(
+            model, policy, config.limits(), on_grant=self._on_grant, workloads=config.workloads
+        )
+        if config.tenants is not None and len(config.tenants) != self.k:
+            raise ValueError(f"{len(config.tenants)} tenants given for {self.k} classes")
         self.controller: MplController | None = None
         if config.mpl_auto:
             demand = float(np.mean([model.classes[i].D for i in range(self.k)]))
@@ -207,6 +217,7 @@ class _Engine:
         cfg, rng, k_classes = self.cfg, self.rng, self.k
         sched = self.scheduler
         fps = [c.name for c in self.w.classes]
+        tenant_of = list(cfg.tenants) if cfg.tenants is not None else [None] * k_classes
         phases = [c.phases for c in self.w.classes]
         n_cores = cfg.cores
         expo = _Exp(rng)
@@ -281,6 +292,7 @@ class _Engine:
         tick_at = float("inf")
         timed_out_count = 0
         aged_at_start = 0
+        tenants_at_start: dict[str, dict[str, float]] = {}
         t = 0.0
 
         def start(job: Job, now: float) -> None:
@@ -405,6 +417,7 @@ class _Engine:
                         q_last = [t] * k_classes
                         aged_at_start = sched.stats.aged
                         mpl_last = t
+                        tenants_at_start = {r["tenant"]: r for r in sched.tenant_stats()}
                     if not open_net:
                         if cfg.class_per_cycle:
                             job_cls[j] = draw_class()
@@ -427,7 +440,7 @@ class _Engine:
                 sys_area += in_system * (t - sys_last)
                 sys_last = t
                 in_system += 1
-                for job in sched.submit(x, fps[c], t, fork=phases[c][0][0]):
+                for job in sched.submit(x, fps[c], t, fork=phases[c][0][0], tenant=tenant_of[c]):
                     start(job, t)
             elif k == -3:  # the adaptive MPL looks
                 assert controller is not None
@@ -492,4 +505,24 @@ class _Engine:
             aged=sched.stats.aged - aged_at_start,
             timed_out=timed_out_count,
             mpl_mean=mpl_mean,
+            tenants=_tenant_delta(sched.tenant_stats(), tenants_at_start),
         )
+
+
+def _tenant_delta(
+    now: list[dict[str, float]], start: dict[str, dict[str, float]]
+) -> list[dict[str, float]]:
+    """Per tenant, what accrued after warm-up: admitted, completed, service and wait."""
+    out = []
+    for row in now:
+        before = start.get(str(row["tenant"]), {})
+        out.append(
+            {
+                **row,
+                **{
+                    key: row[key] - before.get(key, 0)
+                    for key in ("admitted", "completed", "service_seconds", "wait_seconds")
+                },
+            }
+        )
+    return out

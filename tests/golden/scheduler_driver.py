@@ -233,7 +233,12 @@ class Driver:
         run = " ".join(f"{j.id}({j.class_name})" for j in running) or "-"
         queues = []
         for st in s._classes:
-            live = [str(j.id) for j in st.queue if j.state.value == "queued"]
+            live = [
+                str(j.id)
+                for lane in s._lanes
+                for j in lane.queues[st.index]
+                if j.state.value == "queued"
+            ]
             if live:
                 queues.append(f"{st.name}[{' '.join(live)}]")
         tasks = " ".join(f"{n}={t}" for n, t in zip(s.class_names, s.tasks_by_class(), strict=True))
