@@ -197,7 +197,6 @@ class _Lane:
         "lives",
         "max_wait",
         "nonempty",
-        "quantum",
         "queues",
         "running",
         "tenant",
@@ -213,7 +212,6 @@ class _Lane:
         self.live = 0
         self.running = 0
         self.deficit = 0.0  # DRR: expected service (s) it may still start this round
-        self.quantum = 1.0  # DRR: service added per round, ∝ the tenant's weight
         self.hold_until: float | None = None  # DRR hold rule: keeps its turn until then
         self.max_wait: float | None = None  # aging (batch tiers: into the top tier)
 
@@ -351,6 +349,7 @@ class Scheduler:
         self._rings: list[list[_Lane]] = [[] for _ in Tier]  # DRR order, per tier
         self._cursor = [0 for _ in Tier]
         self._quantum = 1.0  # DRR quantum of weight 1 (s of expected service), from the model
+        self._served = 0  # statements whose service time the quantum and costs have followed
         self._fg = 0  # foreground (not background) jobs queued or in service
         self._bg_running = 0
         self.idle = IdlePredictor(idle_wait_fixed=workloads.idle_wait) if workloads else None
@@ -692,6 +691,37 @@ class Scheduler:
         self._compile()
         return self._dispatch(now)
 
+    def set_workloads(self, config: WorkloadConfig, now: float) -> list[Job]:
+        """Serve a new workload config (a reload): tenants take their new weights, tiers of
+        new statements and limits; a tenant no longer in it keeps its queued statements (weight
+        1, no limits) and new ones go to ``default``. A scheduler started without tenants
+        starts using them: every job so far is ``default``'s."""
+        self._advance(now)
+        if not self._multi:
+            self._multi = True
+            self._fg = len(self._jobs)
+            self.idle = IdlePredictor()
+        self.workloads = config
+        self.idle.idle_wait_fixed = config.idle_wait  # type: ignore[union-attr]
+        for t in self._tenants.values():
+            try:
+                workload = config.workload(t.name)
+            except KeyError:
+                workload = Workload(t.name)
+            t.workload, t.weight = workload, workload.weight
+            t.mpl, t.threads, t.queue_timeout = (
+                workload.mpl,
+                workload.threads,
+                workload.queue_timeout,
+            )
+        for lane in self._lanes:
+            lane.max_wait = lane.tenant.workload.max_wait
+            if lane.max_wait is None and lane.tier == _BATCH:
+                lane.max_wait = config.batch_max_wait
+        self._set_quantum()
+        self._blocked_until = _NEVER
+        return self._dispatch(now)
+
     def set_model(self, model: EtaModel, now: float, *, base: bool = False) -> list[Job]:
         """Reload: the new model's classes first, then any class only seen live (its sample
         statement kept). ``base``: the model is one loaded anew (a file), whose classes are
@@ -786,7 +816,6 @@ class Scheduler:
         lane = self._lane_by_key.get((name, level))
         if lane is None:
             lane = _Lane(t, level, len(self._classes))
-            lane.quantum = self._quantum * t.weight
             config = self.workloads
             lane.max_wait = t.workload.max_wait
             if lane.max_wait is None and level == _BATCH and config is not None:
@@ -797,12 +826,15 @@ class Scheduler:
         return lane
 
     def _set_quantum(self) -> None:
-        """DRR's quantum for weight 1: the median class's expected service, so that a round
-        admits about ``weight`` statements of a tenant (the batch size G_i of the paper)."""
+        """DRR's quantum for weight 1 (s): the mean service of a statement, so that a round
+        admits about ``weight`` statements of a tenant (the batch size G_i of the paper). It
+        starts from the model's median D_r and follows the service measured (``_measured``):
+        a quantum far above the statements' real length would let a tenant keep its turn for
+        many of them (coarse fairness), one far below costs only extra rounds."""
+        if self._served:
+            return
         costs = sorted(st.cost for st in self._classes)
         self._quantum = costs[len(costs) // 2] if costs else 1.0
-        for lane in self._lanes:
-            lane.quantum = self._quantum * lane.tenant.weight
 
     def _max_wait(self, lane: _Lane) -> float | None:
         return lane.max_wait if lane.max_wait is not None else self.limits.max_wait
@@ -925,12 +957,16 @@ class Scheduler:
         waiting = [lane for lane in ring if lane.live and self._tenant_ok(lane)]
         rounds = 1
         if waiting:
-            rounds = max(1, min(math.floor(-lane.deficit / lane.quantum) + 1 for lane in waiting))
+            q = self._quantum
+            rounds = max(
+                1, min(math.floor(-lane.deficit / (q * lane.tenant.weight)) + 1 for lane in waiting)
+            )
         for lane in ring:
+            quantum = self._quantum * lane.tenant.weight
             if lane.live:
-                lane.deficit += rounds * lane.quantum
+                lane.deficit += rounds * quantum
             elif lane.running:  # active, nothing queued: at most one quantum in hand
-                lane.deficit = min(lane.deficit + rounds * lane.quantum, lane.quantum)
+                lane.deficit = min(lane.deficit + rounds * quantum, quantum)
             else:
                 lane.deficit = 0.0  # inactive: its tokens vanish (unused share goes to others)
 
@@ -954,7 +990,13 @@ class Scheduler:
         admitted = job.admitted_at if job.admitted_at is not None else now
         t.service += now - admitted
         if self._multi:
-            lane.deficit -= (now - admitted) - job.cost
+            took = now - admitted
+            lane.deficit -= took - job.cost
+            if not job.bypass:  # the costs and the quantum follow what statements take
+                st = job.klass
+                st.cost += 0.2 * (max(1e-4, took) - st.cost)
+                self._quantum += 0.05 * (max(1e-4, took) - self._quantum)
+                self._served += 1
             if lane.tier == _BACKGROUND:
                 self._bg_running -= 1
             else:

@@ -18,6 +18,7 @@ import typer
 from admission.model import EtaModel, ModelError
 from admission.policies import POLICIES
 from admission.scheduler import MAX_CLASSES
+from admission.workloads import WorkloadConfig
 from cli.options import (
     AUTO,
     RECOMMENDED_POLICY,
@@ -214,6 +215,20 @@ def serve(
             min=1,
         ),
     ] = MAX_CLASSES,
+    workload_classes: Annotated[
+        Path | None,
+        typer.Option(
+            "--workload-classes",
+            help="A TOML file of workload classes (tenants): each with a weight (fair share "
+            "by deficit round robin), a priority (interactive, batch — aged in after "
+            "batch_max_wait —, or background, run only in predicted idle periods), what it "
+            "matches (user, database, application_name globs; or a statement's "
+            "/* admission: tenant=…, priority=… */ tag) and optional limits (mpl, threads, "
+            "memory_share, queue_timeout). Reloaded by POST /workloads/reload. See the README.",
+            envvar=env("workload_classes"),
+            dir_okay=False,
+        ),
+    ] = None,
     max_message: Annotated[
         int,
         typer.Option(
@@ -418,6 +433,8 @@ def serve(
             work_mem_grant=grant,
             memory_auto=memory_auto and backend is None,
             max_classes=max_classes,
+            workloads=WorkloadConfig.load(workload_classes) if workload_classes else None,
+            workloads_path=workload_classes,
             max_message=max_message,
             max_buffered=max_buffered,
             tls_cert=tls_cert,

@@ -48,6 +48,7 @@ from admission.online import forget_learned
 from admission.policies import POLICIES
 from admission.policies.base import priority_orders
 from admission.scheduler import Job, JobState, Limits, Scheduler
+from admission.workloads import WorkloadConfig, WorkloadError
 from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel
@@ -250,6 +251,8 @@ class AdminMetrics:
         )
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=float(value))
+        if s is not None and s.workloads is not None:
+            yield from _tenant_metrics(s)
         c = self.coordinator
         if c is not None:
             shared = (
@@ -269,6 +272,44 @@ class AdminMetrics:
             )
             for name, doc, value in shared:
                 yield GaugeMetricFamily(name, doc, value=float(value))
+
+
+def _tenant_metrics(s: Scheduler) -> Iterator[Metric]:
+    rows = s.tenant_stats()
+    label = ["tenant", "priority"]
+    families = (
+        (GaugeMetricFamily, "admission_tenant_weight", "A tenant's weight", "weight"),
+        (GaugeMetricFamily, "admission_tenant_queued", "A tenant's statements waiting", "queued"),
+        (
+            GaugeMetricFamily,
+            "admission_tenant_in_service",
+            "A tenant's statements in service",
+            "running",
+        ),
+        (
+            CounterMetricFamily,
+            "admission_tenant_service_seconds",
+            "Statement-seconds in service of a tenant's completed statements",
+            "service_seconds",
+        ),
+        (
+            CounterMetricFamily,
+            "admission_tenant_wait_seconds",
+            "Seconds a tenant's admitted statements waited, in total",
+            "wait_seconds",
+        ),
+        (
+            CounterMetricFamily,
+            "admission_tenant_admitted",
+            "A tenant's statements admitted",
+            "admitted",
+        ),
+    )
+    for kind, name, doc, key in families:
+        family = kind(name, doc, labels=label)
+        for r in rows:
+            family.add_metric([r["tenant"], r["priority"]], float(r[key]))
+        yield family
 
 
 def _bound(bucket: float) -> str:
@@ -301,12 +342,14 @@ def create_app(
     token: str | None = None,
     learning: LiveModel | None = None,
     auto_mpl: AutoMpl | None = None,
+    workloads_path: Path | None = None,
 ) -> FastAPI:
     app = FastAPI(title="admission", version="1", summary="Admission control for the proxy")
     guard = [Depends(_authorizer(token))]
     tuners = _Tuners(learning, auto_mpl)
     _add_views(app, gate, metrics, guard, tuners)
     _add_controls(app, gate, guard, model_path, tuners)
+    _add_workloads(app, gate, guard, workloads_path)
 
     @app.get("/metrics", dependencies=guard)
     async def prometheus() -> Response:
@@ -409,7 +452,65 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         # several proxies, one budget: global MPL, what this proxy holds, the coordinator's
         # state (None: the MPL is this proxy's alone)
         "coordinator": None if gate.coordinator is None else gate.coordinator.status(),
+        # workload classes: per tenant its weight, share of service, queue and waits (None:
+        # the proxy serves one tenant)
+        "tenants": _tenants_json(scheduler),
     }
+
+
+def _tenants_json(scheduler: Scheduler) -> dict[str, Any] | None:
+    """Per tenant: weight and its share of the weights of tenants seen, the share of service
+    (statement-seconds completed) received, statements queued and in service, mean wait."""
+    if scheduler.workloads is None:
+        return None
+    rows = scheduler.tenant_stats()
+    weights = sum(r["weight"] for r in rows) or 1.0
+    service = sum(r["service_seconds"] for r in rows) or 1.0
+    for r in rows:
+        r["weight_share"] = r["weight"] / weights
+        r["service_share"] = r["service_seconds"] / service
+        r["mean_wait"] = r["wait_seconds"] / r["admitted"] if r["admitted"] else 0.0
+    idle = scheduler.idle
+    return {
+        "tenants": rows,
+        "background": None
+        if idle is None
+        else {
+            "pressure": scheduler.pressure,
+            "pressure_bound": scheduler.workloads.pressure_bound,
+            "conservative": idle.conservative,
+            "idle_wait": idle.idle_wait,
+            "long_busy_period": idle.threshold,
+            "cluster_window": idle.cws,
+        },
+        "held_for": scheduler.held_for,
+    }
+
+
+def _add_workloads(app: FastAPI, gate: AdmissionGate, guard: list[Any], path: Path | None) -> None:
+    """The workload classes: what they are and how each is served; reload from the file."""
+
+    @app.get("/workloads", dependencies=guard)
+    async def workloads() -> dict[str, Any]:
+        config = gate.scheduler.workloads
+        return {
+            "file": None if path is None else str(path),
+            "workloads": None if config is None else config.describe(),
+            "status": _tenants_json(gate.scheduler),
+        }
+
+    @app.post("/workloads/reload", dependencies=guard)
+    async def reload_workloads() -> dict[str, Any]:
+        if path is None:
+            raise HTTPException(
+                409, "the proxy was started without --workload-classes; nothing to reload"
+            )
+        try:
+            config = WorkloadConfig.load(path)
+        except WorkloadError as e:
+            raise HTTPException(422, f"the workload classes were not reloaded: {e}") from None
+        gate.set_workloads(config)
+        return {"reloaded": str(path), "workloads": config.describe()}
 
 
 def _class_view(

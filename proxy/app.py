@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from admission.model import EtaModel
 from admission.mpl import MplController
 from admission.scheduler import MAX_CLASSES, Limits, Scheduler
+from admission.workloads import WorkloadConfig
 from proxy.admin import AdminMetrics
 from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
@@ -80,6 +81,9 @@ class ProxyConfig:
     lease_ttl: float = 2.0  # seconds a lease lives without a heartbeat
     coordinator_fallback: int | None = None  # the MPL once cut off for a TTL (None: share)
     max_classes: int | None = MAX_CLASSES  # statement shapes learned live, at most
+    # tenants, priorities and background work (admission.workloads); None: one tenant
+    workloads: WorkloadConfig | None = None
+    workloads_path: Path | None = None  # the file it came from (POST /workloads/reload)
     max_message: int = 256 * 1024 * 1024
     max_buffered: int = MAX_BUFFERED  # all clients' bytes buffered in the proxy, at most
     tls_cert: Path | None = None
@@ -136,7 +140,11 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
     """The front end, and the metrics its scheduler feeds (for the admin API).
     With the embedded backend this opens the DuckDB database and runs ``config.prepare``."""
     scheduler = Scheduler(
-        config.model, config.policy, config.limits, max_classes=config.max_classes
+        config.model,
+        config.policy,
+        config.limits,
+        max_classes=config.max_classes,
+        workloads=config.workloads,
     )
     metrics = AdminMetrics(scheduler)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
@@ -199,6 +207,18 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
             f"{config.lease_ttl:g} s): global "
             + ", ".join(f"{r} {units}" for r, units in shared.items())
         )
+    if config.workloads is not None:
+        cfg = config.workloads
+        progress(
+            f"workload classes from {cfg.source or 'the config'}: "
+            + ", ".join(
+                f"{w['name']} ({w['priority']}, weight {w['weight']:g})" for w in cfg.describe()
+            )
+        )
+        if cfg.pressure_bound is not None:
+            from proxy.tenants import CpuPressure
+
+            listener.extras = (*listener.extras, CpuPressure(gate))
     if config.extend is not None:
         extra = config.extend(listener)
         if extra is not None:
@@ -359,6 +379,7 @@ async def start_admin(
         token=config.admin_token,
         learning=learning,
         auto_mpl=auto_mpl,
+        workloads_path=config.workloads_path,
     )
     admin = AdminServer(app, host, config.admin_port)
     await admin.start()

@@ -33,6 +33,7 @@ from admission.classify import QueryClass
 from admission.model import EtaModel
 from admission.policies import Policy
 from admission.scheduler import Job, JobState, Limits, Scheduler
+from admission.workloads import WorkloadConfig
 from proxy.wire import protocol as pg
 
 __all__ = ["AdmissionClient", "AdmissionGate", "GateStats"]
@@ -53,6 +54,12 @@ class AdmissionClient(Protocol):
     def backend_pid(self) -> int | None:
         """The database process that runs this client's statements, when there is one (the
         training sampler attributes that process's threads to the job)."""
+        ...
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """The client's startup parameters (user, database, application_name, …): what a
+        workload class matches on."""
         ...
 
 
@@ -148,6 +155,10 @@ class AdmissionGate:
             self._deliver([(waiter.refused, (job, pg.SQLSTATE_TOO_MANY, message))])
             return False
         self._waiters[job] = waiter
+        tenant = tier = None
+        workloads = s.workloads
+        if workloads is not None:
+            tenant, tier = workloads.assign(waiter.parameters, sql)
         granted = s.submit(
             job,
             query_class.fingerprint,
@@ -155,6 +166,8 @@ class AdmissionGate:
             name=query_class.name,
             bypass=bypass,
             sample_sql=sql,
+            tenant=tenant,
+            tier=tier,
         )
         if s.limits.memory is not None and not bypass:
             self._warn_oversized(job, waiter)
@@ -239,6 +252,15 @@ class AdmissionGate:
     def set_limits(self, limits: Limits) -> None:
         self._after(self.scheduler.set_limits(limits, self.now))
 
+    def set_workloads(self, config: WorkloadConfig) -> None:
+        """Serve a reloaded workload-classes config."""
+        self._after(self.scheduler.set_workloads(config, self.now))
+        self._open_lane()
+
+    def set_pressure(self, value: float) -> None:
+        """The feedback signal background work is throttled by (admission.workloads)."""
+        self._after(self.scheduler.set_pressure(value, self.now))
+
     def set_model(self, model: EtaModel, *, base: bool = False) -> None:
         """Serve ``model``; ``base``: one loaded anew (see ``Scheduler.set_model``)."""
         self._after(self.scheduler.set_model(model, self.now, base=base))
@@ -312,6 +334,7 @@ class AdmissionGate:
             or self._delivering
             or limits.threads is not None
             or (self.max_queue is not None and self.max_queue < 1)
+            or self.scheduler.workloads is not None  # (a tenant's limits, background's gate)
         ):
             self._lane = -1
         else:

@@ -395,6 +395,7 @@ class ClientConnection(asyncio.Protocol):
         self._closed = False
         self._key: tuple[int, int] | None = None
         self._reading_paused = False
+        self.parameters: dict[str, str] = {}  # the startup message's (workload classes match)
         self._backend_full = False  # the server's socket takes no more: stop reading
         self._holding = False  # too much of the client's waits for admission: stop reading
         self.buffer_reported = 0  # its bytes in server.buffers
@@ -612,6 +613,7 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(action, Release):
                 self.server.gate.release(action.job)
             elif isinstance(action, ConnectServer):
+                self.parameters = action.parameters
                 self._to_server = []
                 self._server_write = self._to_server.append
                 asyncio.get_running_loop().create_task(self._connect(action.startup))

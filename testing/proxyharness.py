@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from admission import EtaModel, Event, Limits, Scheduler
 from admission.mpl import MplController
+from admission.workloads import WorkloadConfig
 from proxy.admin import AdminMetrics, create_app
 from proxy.app import AdminServer
 from proxy.autompl import AutoMpl
@@ -46,12 +47,19 @@ class ProxyHarness:
         learn: bool = False,
         auto_mpl: MplController | None = None,
         work_mem_grant: int | None = None,
+        workloads_path: Path | None = None,
     ) -> None:
         self.events: list[Event] = []
         self.errors: list[dict[str, Any]] = []
         self.loop = asyncio.new_event_loop()
         self.loop.set_exception_handler(lambda _loop, ctx: self.errors.append(ctx))
-        self.scheduler = Scheduler(model, policy, limits or Limits(), listener=self.events.append)
+        self.scheduler = Scheduler(
+            model,
+            policy,
+            limits or Limits(),
+            listener=self.events.append,
+            workloads=WorkloadConfig.load(workloads_path) if workloads_path else None,
+        )
         self.metrics = AdminMetrics(self.scheduler)
         self.gate = AdmissionGate(self.scheduler, max_queue=max_queue)
         self.server = ProxyServer(
@@ -79,6 +87,7 @@ class ProxyHarness:
                 token=admin_token,
                 learning=self.learning,
                 auto_mpl=self.auto_mpl,
+                workloads_path=workloads_path,
             )
             self.admin = AdminServer(app, "127.0.0.1", port)
             self.call(self.admin.start)
