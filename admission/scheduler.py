@@ -1004,10 +1004,18 @@ class Scheduler:
                 if not self._fg:
                     self.idle.idle(now)  # type: ignore[union-attr]
 
-    def tenant_stats(self) -> list[dict[str, Any]]:
+    def tenant_stats(self, now: float | None = None) -> list[dict[str, Any]]:
         """Per tenant: weight, statements queued and in service, admitted, completed, service
-        (statement-seconds of its completed statements) and total wait, for the admin API."""
+        (statement-seconds of its completed statements) and total wait, for the admin API;
+        with ``now``, also ``busy_seconds``: the service plus what its statements in service
+        have had so far (the exact integral of its statements in service up to ``now``)."""
         out: dict[str, dict[str, Any]] = {}
+        if now is not None:
+            busy: dict[str, float] = {}
+            for job in self._jobs.values():
+                if job.state is _RUNNING and job.admitted_at is not None:
+                    name = job.lane.tenant.name
+                    busy[name] = busy.get(name, 0.0) + max(0.0, now - job.admitted_at)
         for lane in self._lanes:
             t = lane.tenant
             row = out.get(t.name)
@@ -1026,6 +1034,9 @@ class Scheduler:
                     "wait_seconds": t.wait,
                 }
             row["queued"] += lane.live
+        if now is not None:
+            for row in out.values():
+                row["busy_seconds"] = row["service_seconds"] + busy.get(row["tenant"], 0.0)
         return list(out.values())
 
     # Queues. Invariant (per lane): a class's deque is empty or starts with a QUEUED job;

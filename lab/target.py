@@ -14,6 +14,7 @@ import psycopg
 
 from admission.model import EtaModel
 from admission.scheduler import Limits
+from admission.workloads import WorkloadConfig
 from proxy.app import BackgroundProxy, Prepare, Progress, ProxyConfig
 from proxy.server import parse_backend, url_identity
 from workloads.tpch.data import generate, load_duckdb, load_postgres
@@ -58,6 +59,8 @@ def open_target(
     memory_limit: int | None = None,
     max_temp_size: int | None = None,
     memory_auto: bool = False,
+    workloads: WorkloadConfig | None = None,
+    policy: str = "fcfs",
 ) -> Target:
     """``backend``: "duckdb" (embedded, in memory) or postgresql://HOST:PORT/DB, into which
     TPC-H is loaded first (loading is idempotent). ``learn``: the proxy keeps its model current
@@ -75,6 +78,8 @@ def open_target(
             memory_limit=memory_limit,
             max_temp_size=max_temp_size,
             memory_auto=memory_auto,
+            workloads=workloads,
+            policy=policy,
         )
         proxy = BackgroundProxy(config, progress)
         return Target(proxy, proxy.conninfo())
@@ -89,6 +94,8 @@ def open_target(
         limits=limits or Limits(),
         learn=learn,
         auto_mpl=auto_mpl,
+        workloads=workloads,
+        policy=policy,
     )
     proxy = BackgroundProxy(config, progress)
     user, dbname = url_identity(backend)

@@ -322,8 +322,11 @@ class AdmissionGate:
                     self._timer = self._loop.call_at(deadline, self._on_timer)
         # No timer armed: no queued statement has a deadline (one that had would have armed
         # it), so until a statement is queued — which takes the long way — nothing can time
-        # out and no deadline can move.
-        self._calm = limits if self._timer is None else None
+        # out and no deadline can move. Never calm with workload classes: a release there can
+        # make a deadline out of nothing (the DRR hold's end, background's start once the
+        # foreground goes idle), which only ``_after`` arms.
+        calm = self._timer is None and self.scheduler.workloads is None
+        self._calm = limits if calm else None
         self._open_lane()
 
     def _open_lane(self) -> None:

@@ -143,3 +143,39 @@ def test_reload_without_a_file_is_409(make_proxy: MakeProxy) -> None:
     answer = httpx.post(f"{proxy.admin_url}/workloads/reload")
     assert answer.status_code == 409
     assert httpx.get(f"{proxy.admin_url}/status").json()["tenants"] is None
+
+
+def test_background_starts_on_a_timer_after_a_long_busy_period(
+    make_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    """After a long foreground busy period background waits ``idle_wait`` into the idle
+    period — a deadline no client event brings: the gate's timer must (it did not, once)."""
+    path = tmp_path / "workloads.toml"
+    path.write_text(CONFIG + "\n[background]\nidle_wait = 0.3\n")
+    proxy = make_proxy(admin=True, limits=Limits(mpl=1), workloads_path=path)
+
+    def foreground(i: int) -> None:
+        with _connect(proxy, f"gold-{i}") as conn:
+            conn.execute("select pg_sleep(0.05)")
+
+    busy = [threading.Thread(target=foreground, args=(i,)) for i in range(5)]
+    done: list[float] = []
+
+    def background() -> None:
+        with _connect(proxy, "maint") as conn:
+            conn.execute("select 1").fetchall()  # queued while the foreground is busy
+            done.append(time.monotonic())
+
+    for th in busy:
+        th.start()
+    time.sleep(0.05)
+    bg = threading.Thread(target=background)
+    bg.start()
+    for th in busy:
+        th.join()
+    idle_at = time.monotonic()  # (a little after the foreground's last release)
+    bg.join(timeout=10)
+    assert done, "the background statement was never admitted"
+    assert 0.15 <= done[0] - idle_at <= 3.0, done[0] - idle_at
+    idle = proxy.scheduler.idle
+    assert idle is not None and idle.conservative and list(idle.lengths) == [5]
