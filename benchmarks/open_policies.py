@@ -214,7 +214,7 @@ def min_a_order_flips(
     counts = {"decisions with a choice": 0, "longer first": 0}
 
     def on_grant(job: Job, tasks: Sequence[int]) -> None:
-        waiting = [i for i in scheduler._nonempty]
+        waiting = [i for lane in scheduler._lanes for i in lane.nonempty]
         if waiting:
             counts["decisions with a choice"] += 1
             if any(demands[i] < demands[job.klass.index] for i in waiting):
