@@ -355,6 +355,7 @@ class Scheduler:
         self.idle = IdlePredictor(idle_wait_fixed=workloads.idle_wait) if workloads else None
         self.pressure = 0.0  # the feedback signal background work is throttled by
         self.held_for = 0  # decisions that left capacity idle under the DRR hold rule
+        self._skip: set[_Lane] = set()  # lanes set aside within one decision (backfill)
         self._mode = _STATIC
         self._bias: list[float] = []
         self._row: list[float] = []  # a_r, in ROW mode
@@ -693,14 +694,18 @@ class Scheduler:
 
     def set_workloads(self, config: WorkloadConfig, now: float) -> list[Job]:
         """Serve a new workload config (a reload): tenants take their new weights, tiers of
-        new statements and limits; a tenant no longer in it keeps its queued statements (weight
-        1, no limits) and new ones go to ``default``. A scheduler started without tenants
-        starts using them: every job so far is ``default``'s."""
+        new statements and limits; a tenant no longer in it keeps its queued statements
+        (weight 1, no limits; the config assigns new statements elsewhere). A scheduler
+        started without tenants starts using them: every job so far is ``default``'s."""
         self._advance(now)
         if not self._multi:
             self._multi = True
             self._fg = len(self._jobs)
             self.idle = IdlePredictor()
+            if self._fg:
+                self.idle.arrival(now)
+            for job in self._jobs.values():
+                job.cost = 0.0  # (admitted uncharged: their release charges all they took)
         self.workloads = config
         self.idle.idle_wait_fixed = config.idle_wait  # type: ignore[union-attr]
         for t in self._tenants.values():
@@ -836,6 +841,10 @@ class Scheduler:
         costs = sorted(st.cost for st in self._classes)
         self._quantum = costs[len(costs) // 2] if costs else 1.0
 
+    def queue_timeout_of(self, job: Job) -> float | None:
+        """The queue timeout that applies to ``job``: its tenant's, else the global one."""
+        return self._timeout(job.lane)
+
     def _max_wait(self, lane: _Lane) -> float | None:
         return lane.max_wait if lane.max_wait is not None else self.limits.max_wait
 
@@ -844,18 +853,34 @@ class Scheduler:
         return t if t is not None else self.limits.queue_timeout
 
     def _tenant_ok(self, lane: _Lane) -> bool:
-        """Whether the lane's tenant (and tier) has room under its own limits."""
+        """Whether the lane's tenant (and tier) has room under its own limits — for one of the
+        lane's heads at least, so that a tenant at its own thread or memory limit never
+        blocks another's statements — and the lane is not set aside by this decision."""
+        if lane in self._skip:
+            return False
         t = lane.tenant
         if t.mpl is not None and t.running >= t.mpl:
             return False
-        if t.threads is not None and t.held >= t.threads:
+        if lane.tier == _BACKGROUND and self._bg_running >= self.workloads.background_mpl:  # type: ignore[union-attr]
             return False
+        threads = t.threads
         share, memory = t.workload.memory_share, self.limits.memory
-        if share is not None and memory is not None and t.memory_held >= share * memory:
+        cap = None if share is None or memory is None else int(share * memory)
+        if threads is None and cap is None:
+            return True
+        if (threads is not None and t.held >= threads) or (
+            cap is not None and t.memory_held >= cap
+        ):
             return False
-        if lane.tier == _BACKGROUND:
-            return self._bg_running < self.workloads.background_mpl  # type: ignore[union-attr]
-        return True
+        if not lane.live:
+            return True
+        for i in lane.nonempty:
+            head = lane.queues[i][0]
+            if (threads is None or min(head.fork, threads) <= threads - t.held) and (
+                cap is None or min(head.memory, cap) <= cap - t.memory_held
+            ):
+                return True
+        return False
 
     def _open(self, lane: _Lane, now: float) -> bool:
         """A job of this lane may start now, nothing else waiting: its tenant has room and, for
@@ -882,23 +907,23 @@ class Scheduler:
         self.pressure = value
         return self._dispatch(now) if self.queued else []
 
-    def _choose(self, now: float) -> tuple[_Lane | None, Job | None]:
+    def _choose(self, now: float, aging: bool = True) -> tuple[_Lane | None, Job | None]:
         """Tenants mode: the lane to admit from (and the job, when aging picked it).
 
         1. Aging: a foreground lane's head that waited its lane's max_wait (batch: into the top
-           tier) — the oldest such — goes first.
+           tier) — the oldest such — goes first (not under overload: ``aging`` False).
         2. The highest tier with a lane that has work and room, DRR among its lanes.
         3. Background, when open, DRR among the background lanes.
         """
         oldest: Job | None = None
-        for lane in self._lanes:
+        for lane in self._lanes if aging else ():
             if lane.live and lane.tier != _BACKGROUND:
                 wait = self._max_wait(lane)
                 if wait is None:
                     continue
                 head = self._lane_oldest(lane)
                 if (
-                    now - head.arrival >= wait
+                    now >= head.arrival + wait  # (the same sum next_deadline names)
                     and (oldest is None or head.seq < oldest.seq)
                     and self._tenant_ok(lane)
                 ):
@@ -938,7 +963,7 @@ class Scheduler:
                 if lane.live and self._tenant_ok(lane):
                     self._cursor[tier] = cur
                     return lane
-                if not lane.live and lane.running and hold > 0:
+                if not lane.live and lane.running and hold > 0 and self._tenant_ok(lane):
                     if lane.hold_until is None:
                         lane.hold_until = now + hold
                     if now < lane.hold_until:
@@ -969,6 +994,9 @@ class Scheduler:
                 lane.deficit = min(lane.deficit + rounds * quantum, quantum)
             else:
                 lane.deficit = 0.0  # inactive: its tokens vanish (unused share goes to others)
+        while waiting and all(lane.deficit <= 0 for lane in waiting):  # (rounding: one more)
+            for lane in waiting:
+                lane.deficit += self._quantum * lane.tenant.weight
 
     def _left(self, job: Job, now: float) -> None:
         """A queued job left without being admitted (cancelled, timed out, shed)."""
@@ -1253,9 +1281,17 @@ class Scheduler:
         """The job to admit next: an aged job, else the best head (that fits, in backfill);
         with tenants, of the lane ``_choose`` gives."""
         if self._multi:
-            lane, aged = self._choose(now)
-            if lane is None or aged is not None:
-                return aged
+            try:
+                while True:
+                    lane, aged = self._choose(now)
+                    if lane is None or aged is not None:
+                        return aged
+                    job = self._pick_in(lane, now)
+                    if job is not None or not self.limits.backfill:
+                        return job
+                    self._skip.add(lane)  # backfill: nothing of this lane fits; another may
+            finally:
+                self._skip.clear()
         else:
             lane = self._lane0
             if not lane.nonempty:
@@ -1263,11 +1299,16 @@ class Scheduler:
             max_wait = self.limits.max_wait
             if max_wait is not None:
                 oldest = self._lane_oldest(lane)
-                if now - oldest.arrival >= max_wait:
+                if now >= oldest.arrival + max_wait:
                     if not oldest.aged:
                         oldest.aged = True
                         self.stats.aged += 1
                     return oldest
+        return self._pick_in(lane, now)
+
+    def _pick_in(self, lane: _Lane, now: float) -> Job | None:
+        """The lane's job to admit next: its most due head, else its best head (that fits,
+        in backfill; None when none does)."""
         candidates = lane.nonempty
         queues = lane.queues
         due, factor = self._due_scale, self.limits.due_factor
@@ -1301,7 +1342,7 @@ class Scheduler:
         fits), ties going to the latest arrival, and that class's newest job (with tenants,
         within the lane ``_choose`` gives)."""
         if self._multi:
-            lane, _aged = self._choose(now)  # (overloaded: aging waits)
+            lane, _aged = self._choose(now, aging=False)  # (overloaded: aging waits)
             if lane is None:
                 return None
         else:

@@ -97,6 +97,12 @@ class Workload:
     queue_timeout: float | None = None  # its statements fail after waiting this long
     max_wait: float | None = None  # batch aging: waited this long, it competes as interactive
 
+    def __post_init__(self) -> None:
+        if not (self.weight > 0 and math.isfinite(self.weight)):
+            raise WorkloadError(
+                f"workload {self.name!r}: weight must be positive, not {self.weight}"
+            )
+
     def matches(self, attrs: Mapping[str, str]) -> bool:
         if not self.match:
             return False

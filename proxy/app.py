@@ -215,10 +215,10 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
                 f"{w['name']} ({w['priority']}, weight {w['weight']:g})" for w in cfg.describe()
             )
         )
-        if cfg.pressure_bound is not None:
-            from proxy.tenants import CpuPressure
+        # (always: a reload may set a pressure bound the first file had not)
+        from proxy.tenants import CpuPressure
 
-            listener.extras = (*listener.extras, CpuPressure(gate))
+        listener.extras = (*listener.extras, CpuPressure(gate))
     if config.extend is not None:
         extra = config.extend(listener)
         if extra is not None:

@@ -281,7 +281,7 @@ class AdmissionGate:
                 message = (
                     f"canceling statement due to queue timeout: it waited "
                     f"{self.now - job.arrival:.1f} s for admission (limit "
-                    f"{self.scheduler.limits.queue_timeout} s)"
+                    f"{self.scheduler.queue_timeout_of(job)} s)"
                 )
                 batch.append((waiter.refused, (job.id, pg.SQLSTATE_QUERY_CANCELED, message)))
         if batch or self._deliveries:

@@ -179,3 +179,31 @@ def test_background_starts_on_a_timer_after_a_long_busy_period(
     assert 0.15 <= done[0] - idle_at <= 3.0, done[0] - idle_at
     idle = proxy.scheduler.idle
     assert idle is not None and idle.conservative and list(idle.lengths) == [5]
+
+
+def test_the_embedded_backend_assigns_tenants_by_user_and_application_name() -> None:
+    from admission.workloads import WorkloadConfig
+    from testing.embeddedharness import Embedded
+
+    embedded = Embedded(Limits(mpl=2))
+    try:
+        config = WorkloadConfig.from_dict(
+            {
+                "workload": [
+                    {"name": "gold", "weight": 2, "match": {"application_name": "gold-*"}},
+                    {"name": "apps", "priority": "batch", "match": {"user": "app"}},
+                ]
+            }
+        )
+        embedded.call(lambda: embedded.server.gate.set_workloads(config))
+        with psycopg.connect(embedded.url, autocommit=True, application_name="gold-1") as conn:
+            assert conn.execute("select 41 + 1").fetchone() == (42,)
+        with embedded.connect() as conn:  # user app, no application_name: apps (batch)
+            conn.execute("select 1").fetchall()
+            conn.execute("/* admission: tenant=gold */ select 2").fetchall()
+        rows = {r["tenant"]: r for r in embedded.call(embedded.scheduler.tenant_stats)}
+        assert rows["gold"]["completed"] >= 2 and rows["gold"]["priority"] == "interactive"
+        assert rows["apps"]["completed"] >= 1 and rows["apps"]["priority"] == "batch"
+        assert embedded.errors == []
+    finally:
+        embedded.close()

@@ -391,3 +391,94 @@ def test_capacity_always_comes_back_to_every_tenant(
     assert s.running == s.queued == s.threads_in_use == 0
     assert all(t["running"] == t["threads"] == t["queued"] == 0 for t in s.tenant_stats())
     assert s._fg == 0 and s._bg_running == 0
+
+
+def _forked(*forks: int) -> EtaModel:
+    return EtaModel(
+        classes=tuple(
+            ClassProfile(fingerprint=f"q{i}", name=f"Q{i}", D=1.0, f=f) for i, f in enumerate(forks)
+        )
+    )
+
+
+@pytest.mark.parametrize("backfill", [False, True])
+def test_a_tenant_at_its_own_thread_limit_does_not_block_another(backfill: bool) -> None:
+    cfg = _config(workloads=[Tenant("a", threads=4), Tenant("b")], hold=0)
+    limits = Limits(mpl=8, threads=16, backfill=backfill)
+    s = Scheduler(_forked(3, 1), "fcfs", limits, workloads=cfg)
+    assert [j.id for j in s.submit("a0", "q0", 0.0, tenant="a")] == ["a0"]  # 3 of a's 4
+    assert s.submit("a1", "q0", 0.1, tenant="a") == []  # 3 more do not fit a's 1 left
+    assert [j.id for j in s.submit("b0", "q1", 0.2, tenant="b")] == ["b0"]
+    assert [j.id for j in s.complete("a0", 1.0)] == ["a1"]
+
+
+def test_backfill_looks_past_a_tenant_whose_heads_do_not_fit() -> None:
+    cfg = _config(workloads=[Tenant("a"), Tenant("b")], hold=0)
+    s = Scheduler(_forked(4, 1), "fcfs", Limits(mpl=8, threads=5, backfill=True), workloads=cfg)
+    s.submit("a0", "q0", 0.0, tenant="a")  # 4 of 5
+    assert s.submit("a1", "q0", 0.1, tenant="a") == []
+    assert [j.id for j in s.submit("b0", "q1", 0.2, tenant="b")] == ["b0"]
+
+
+def test_aging_acts_at_the_deadline_it_names() -> None:
+    cfg = _config(
+        workloads=[Tenant("web"), Tenant("etl", tier=Tier.BATCH)], hold=0, batch_max_wait=1.0
+    )
+    s = Scheduler(_forked(4, 1), "fcfs", Limits(mpl=4, threads=6), workloads=cfg)
+    s.submit("w0", "q0", 0.0, tenant="web")
+    s.submit("w1", "q0", 0.1, tenant="web")  # does not fit: the interactive head blocks
+    arrival = 15.30999999999999  # (arrival + 1.0 − arrival is not 1.0 in floating point)
+    s.tick(arrival)
+    s.submit("e0", "q1", arrival, tenant="etl")
+    deadline = s.next_deadline()
+    assert deadline is not None
+    assert [j.id for j in s.tick(deadline)] == ["e0"]
+
+
+def test_drr_never_ends_a_decision_with_a_lane_able_to_go_and_no_tokens() -> None:
+    cfg = _config(workloads=[Tenant(n, weight=0.5) for n in "abx"], hold=0)
+    s = Scheduler(_model(0.7), "fcfs", Limits(mpl=1), workloads=cfg)
+    for name, t in (("b", 0.0), ("x", 0.7)):
+        s.submit(f"{name}0", "q0", t, tenant=name)
+        s.complete(f"{name}0", t + 0.7)
+    s.submit("a0", "q0", 1.4, tenant="a")
+    s.submit("a1", "q0", 1.5, tenant="a")
+    lane = s._lane_by_key["a", 0]
+    lane.deficit = -(24 * (s._quantum * 0.5))  # 24 quanta behind: the sum rounds to 0.0
+    for other in s._rings[0]:
+        if other is not lane:
+            other.deficit = 0.0
+    s._cursor[0] = 2
+    assert [j.id for j in s.complete("a0", 2.1)] == ["a1"]
+
+
+def test_no_hold_for_a_tenant_at_its_mpl() -> None:
+    cfg = _config(workloads=[Tenant("a", weight=4, mpl=1), Tenant("b")], hold=0.01)
+    s = Scheduler(_model(1.0), "fcfs", Limits(mpl=2), workloads=cfg)
+    s.submit("a0", "q0", 0.0, tenant="a")
+    s.submit("b0", "q0", 0.0, tenant="b")
+    s.submit("b1", "q0", 0.0, tenant="b")
+    assert [j.id for j in s.complete("b0", 0.1)] == ["b1"] and s.held_for == 0
+
+
+def test_workload_classes_can_be_switched_on_with_statements_live() -> None:
+    s = Scheduler(_model(1.0), "fcfs", Limits(mpl=1))
+    s.submit("j0", "q0", 0.0)
+    s.submit("j1", "q0", 0.1)
+    cfg = _config(workloads=[Tenant("web")], hold=0)
+    assert s.set_workloads(cfg, 0.2) == []
+    assert s._fg == 2 and s.idle is not None and s.idle.busy
+    s.submit("w0", "q0", 0.3, tenant="web")
+    assert [j.id for j in s.complete("j0", 1.0)] in (["j1"], ["w0"])
+    for job in list(s.live_jobs()):
+        s.complete(job.id, 5.0)
+    assert s._fg == 0 and not s.idle.busy
+    default = {r["tenant"]: r for r in s.tenant_stats()}["default"]
+    assert default["service_seconds"] == pytest.approx(
+        1.0 + (5.0 - 1.0) * (default["completed"] - 1)
+    )
+
+
+def test_a_zero_weight_is_refused_however_it_is_made() -> None:
+    with pytest.raises(WorkloadError, match="weight must be positive"):
+        Tenant("a", weight=0)
