@@ -508,7 +508,7 @@ class Scheduler:
         if not self.queued:
             mpl = self.limits.mpl
             if (
-                (mpl is None or self.running < mpl)
+                (mpl is None or self.running - self._bg_running < mpl)
                 and self._fits(job)
                 and (not self._multi or self._open(lane, now))
             ):
@@ -1403,7 +1403,9 @@ class Scheduler:
         self._blocked_until = _NEVER
         lifo = self.limits.lifo_after
         newest = lifo is not None and now - self._busy_since >= lifo
-        while mpl is None or self.running < mpl:
+        # (background statements run beside the MPL: at most [background] mpl of them, only
+        # while no foreground statement is in service, so none ever waits for their slot)
+        while mpl is None or self.running - self._bg_running < mpl:
             job = self._pick_newest(now) if newest else self._pick(now)
             if job is None or not self._fits(job):
                 # head-of-line (faithful, or an aged job); backfill found nothing that fits;

@@ -133,7 +133,7 @@ class WorkloadConfig:
         0.002  # DRR hold rule: seconds a tenant with tokens and work in service keeps its turn
     )
     batch_max_wait: float | None = 30.0  # default aging of batch tiers (a workload may override)
-    background_mpl: int = 1  # background statements in service at most
+    background_mpl: int = 1  # background statements in service at most (beside the MPL)
     idle_wait: float | None = None  # conservative idle wait before background (None: learned)
     pressure_bound: float | None = None  # feedback: no background while the signal is above
     allow_tags: bool = True  # whether a statement's comment tag may choose its tenant

@@ -371,7 +371,8 @@ def test_capacity_always_comes_back_to_every_tenant(
             s.tick(now)
         s.take_timed_out()
         running = [j for j in s.live_jobs() if j.state is JobState.RUNNING]
-        assert s.running == len(running) <= 3
+        assert s.running == len(running)
+        assert s.running - s._bg_running <= 3 and s._bg_running <= 1  # (background: beside)
         assert s.threads_in_use == sum(j.held for j in running) <= 6
         by_tenant = {t["tenant"]: t for t in s.tenant_stats()}
         assert by_tenant.get("a", {"running": 0})["running"] <= 2
@@ -482,3 +483,13 @@ def test_workload_classes_can_be_switched_on_with_statements_live() -> None:
 def test_a_zero_weight_is_refused_however_it_is_made() -> None:
     with pytest.raises(WorkloadError, match="weight must be positive"):
         Tenant("a", weight=0)
+
+
+def test_background_never_holds_a_foreground_slot() -> None:
+    cfg = _config(workloads=[Tenant("web"), Tenant("bg", tier=Tier.BACKGROUND)], hold=0)
+    s = Scheduler(_model(1.0), "fcfs", Limits(mpl=1), workloads=cfg)
+    assert [j.id for j in s.submit("g0", "q0", 0.0, tenant="bg")] == ["g0"]  # idle: at once
+    assert [j.id for j in s.submit("w0", "q0", 0.1, tenant="web")] == ["w0"]  # beside it
+    assert s.submit("w1", "q0", 0.2, tenant="web") == []  # the MPL is the foreground's
+    assert s.running == 2
+    assert [j.id for j in s.complete("w0", 1.0)] == ["w1"]
