@@ -137,6 +137,9 @@ class WorkloadConfig:
     idle_wait: float | None = None  # conservative idle wait before background (None: learned)
     pressure_bound: float | None = None  # feedback: no background while the signal is above
     allow_tags: bool = True  # whether a statement's comment tag may choose its tenant
+    # PostgreSQL on this host: the niceness of a backend process while it runs a batch or
+    # background statement (None: none); interactive statements run at 0 (proxy.server)
+    renice: int | None = None
     source: str = ""  # the file it came from, for messages
 
     def __post_init__(self) -> None:
@@ -146,6 +149,8 @@ class WorkloadConfig:
             raise WorkloadError(f"{self._where}workload names must be unique: {sorted(dup)}")
         if self.hold < 0 or self.background_mpl < 1:
             raise WorkloadError(f"{self._where}hold must be ≥ 0 and background_mpl ≥ 1")
+        if self.renice is not None and not 1 <= self.renice <= 19:
+            raise WorkloadError(f"{self._where}renice must be a niceness from 1 to 19")
 
     @property
     def _where(self) -> str:
@@ -216,13 +221,17 @@ class WorkloadConfig:
         workloads = tuple(_workload(item, i, where) for i, item in enumerate(items))
         sched = _table(data, "scheduler", where)
         bg = _table(data, "background", where)
-        _only(sched, {"hold", "batch_max_wait", "allow_tags"}, f"{where}[scheduler]")
+        _only(sched, {"hold", "batch_max_wait", "allow_tags", "renice"}, f"{where}[scheduler]")
+        renice = sched.get("renice")
+        if renice is not None and (isinstance(renice, bool) or not isinstance(renice, int)):
+            raise WorkloadError(f"{where}renice must be a whole number from 1 to 19")
         _only(bg, {"mpl", "idle_wait", "pressure_bound"}, f"{where}[background]")
         return cls(
             workloads=workloads,
             hold=_number(sched, "hold", where, 0.002, low=0.0),
             batch_max_wait=_optional_number(sched, "batch_max_wait", where, 30.0),
             allow_tags=bool(sched.get("allow_tags", True)),
+            renice=renice,
             background_mpl=int(_number(bg, "mpl", where, 1, low=1)),
             idle_wait=_optional_number(bg, "idle_wait", where, None),
             pressure_bound=_optional_number(bg, "pressure_bound", where, None),

@@ -56,8 +56,9 @@ from admission.sim.study import Estimate
 from admission.workloads import Tier, Workload, WorkloadConfig
 from lab.target import Target, open_target
 from workloads.arrivals import poisson
-from workloads.tpch.queries import random_query
+from workloads.tpch.queries import Dialect, random_query
 
+DIALECT: list[Dialect] = ["duckdb"]  # the backend's (main sets it)
 FAIR_QUERIES = (1, 3, 6, 12, 14)
 INTERACTIVE_QUERIES = (6, 14)
 BATCH_QUERIES = (1, 9, 18, 21)
@@ -120,7 +121,7 @@ def closed_client(
             time.sleep(delay)
         while time.monotonic() < stop:
             q = rng.choice(queries)
-            sql = random_query(q, rng, "duckdb", sf)
+            sql = random_query(q, rng, DIALECT[0], sf)
             t0 = time.monotonic()
             ok = _run(conn, sql)
             rec.add(Record(tenant, q, t0, time.monotonic(), ok))
@@ -151,7 +152,7 @@ def open_load(
             if delay > 0:
                 time.sleep(delay)
             q = rng.choice(queries)
-            work.put((at, q, random_query(q, rng, "duckdb", sf)))
+            work.put((at, q, random_query(q, rng, DIALECT[0], sf)))
         for _ in range(connections):
             work.put(None)
 
@@ -213,8 +214,11 @@ class Sampler:
         return {n: last[n] - first.get(n, 0.0) for n in last}
 
 
-def _config(*workloads: Workload) -> WorkloadConfig:
-    return WorkloadConfig(workloads=tuple(workloads))
+RENICE: list[int | None] = [None]  # --renice (main sets it)
+
+
+def _config(*workloads: Workload, renice: int | None = None) -> WorkloadConfig:
+    return WorkloadConfig(workloads=tuple(workloads), renice=renice)
 
 
 def _match(name: str) -> tuple[tuple[str, str], ...]:
@@ -229,11 +233,11 @@ def measure_demands(
     out: dict[int, float] = {}
     with _connect(target, "probe") as conn:
         for q in queries:
-            _run(conn, random_query(q, rng, "duckdb", sf))
+            _run(conn, random_query(q, rng, DIALECT[0], sf))
             times = []
             for _ in range(runs):
                 t0 = time.perf_counter()
-                _run(conn, random_query(q, rng, "duckdb", sf))
+                _run(conn, random_query(q, rng, DIALECT[0], sf))
                 times.append(time.perf_counter() - t0)
             out[q] = statistics.mean(times)
     return out
@@ -349,11 +353,15 @@ def priority_run(
     seed: int,
 ) -> dict[str, float]:
     web = Workload("web", match=_match("web"))
+    renice = RENICE[0] if setting.endswith("+renice") else None
+    setting = setting.removesuffix("+renice")
     if setting == "tiers":
-        cfg = _config(web, Workload("etl", tier=Tier.BATCH, match=_match("etl")))
+        cfg = _config(web, Workload("etl", tier=Tier.BATCH, match=_match("etl")), renice=renice)
     elif setting == "tiers+cap":
         cfg = _config(
-            web, Workload("etl", tier=Tier.BATCH, mpl=max(1, mpl - 1), match=_match("etl"))
+            web,
+            Workload("etl", tier=Tier.BATCH, mpl=max(1, mpl - 1), match=_match("etl")),
+            renice=renice,
         )
     else:
         cfg = _config()
@@ -399,8 +407,11 @@ def background_run(
     target: Target, setting: str, sf: float, duration: float, rate: float, seed: int
 ) -> dict[str, float]:
     fg = Workload("app", match=_match("app"))
+    renice = RENICE[0] if setting.endswith("+renice") else None
+    setting = setting.removesuffix("+renice")
     if setting == "classes":
-        cfg = _config(fg, Workload("export", tier=Tier.BACKGROUND, match=_match("export")))
+        background = Workload("export", tier=Tier.BACKGROUND, match=_match("export"))
+        cfg = _config(fg, background, renice=renice)
     else:
         cfg = _config()
     target.proxy.call(lambda: target.proxy.gate.set_workloads(cfg))
@@ -471,15 +482,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=40.0, help="seconds per run")
     parser.add_argument("--scenarios", default="fair,priority,background")
     parser.add_argument("--policy", default="fcfs", help="the policy within a tenant")
+    parser.add_argument(
+        "--backend",
+        default="duckdb",
+        help="duckdb (embedded), postgres (a temporary PostgreSQL cluster started here) or "
+        "postgresql://… (TPC-H is loaded into it)",
+    )
+    parser.add_argument(
+        "--renice",
+        type=int,
+        default=None,
+        help="PostgreSQL: run batch and background statements' backends at this niceness "
+        "(adds the settings 'tiers+cap+renice' and 'classes+renice')",
+    )
     args = parser.parse_args(argv)
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = set(scenarios) - {"fair", "priority", "background"}
     if unknown:
         parser.error(f"unknown scenario(s) {sorted(unknown)}")
     sf, reps, duration, mpl = args.tpch, args.repetitions, args.duration, args.mpl
-    _say(f"loading TPC-H SF {sf:g} into the embedded DuckDB …")
+    cluster = None
+    backend = args.backend
+    if backend == "postgres":
+        from testing.pgcluster import start_cluster
+
+        cluster = start_cluster()
+        backend = f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres"
+    if backend != "duckdb":
+        DIALECT[0] = "postgres"
+    RENICE[0] = args.renice
+    _say(f"loading TPC-H SF {sf:g} into {backend} …")
     target = open_target(
-        "duckdb", sf, limits=Limits(mpl=mpl), workloads=WorkloadConfig(), policy=args.policy
+        backend, sf, limits=Limits(mpl=mpl), workloads=WorkloadConfig(), policy=args.policy
     )
     try:
         demands = measure_demands(
@@ -518,7 +552,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "batch saturating"
             )
             pres = _interleaved(
-                ["alone", "no classes", "tiers", "tiers+cap"],
+                ["alone", "no classes", "tiers", "tiers+cap"]
+                + (["tiers+cap+renice"] if args.renice else []),
                 reps,
                 lambda s, r: priority_run(target, s, sf, duration, rate, mpl, r),
             )
@@ -543,7 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rate = 0.6 / statistics.mean(fg_d.values())
             _say(f"background: foreground {rate:.1f}/s (ρ 0.6 by D_r), background 2 clients")
             bres = _interleaved(
-                ["fg-alone", "bg-alone", "no classes", "classes"],
+                ["fg-alone", "bg-alone", "no classes", "classes"]
+                + (["classes+renice"] if args.renice else []),
                 reps,
                 lambda s, r: background_run(target, s, sf, duration, rate, r),
             )
@@ -565,6 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("targets: foreground mean R ≤ 1.05 × alone; background ≥ 0.5 × alone")
     finally:
         target.close()
+        if cluster is not None:
+            cluster.stop()
     return 0
 
 

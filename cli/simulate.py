@@ -184,6 +184,24 @@ def simulate(
             help="Write PNG figures (bars per policy, CCDF) to this directory.", envvar=env("plot")
         ),
     ] = None,
+    workload_classes: Annotated[
+        Path | None,
+        typer.Option(
+            "--workload-classes",
+            help="A workload-classes TOML file (as serve takes): tenants with weights, "
+            "priorities and limits; with --tenants, each class's jobs are a tenant's.",
+            envvar=env("workload_classes"),
+            dir_okay=False,
+        ),
+    ] = None,
+    tenants: Annotated[
+        str | None,
+        typer.Option(
+            help="The tenant of each class, comma-separated in class order (with "
+            "--workload-classes), e.g. web,web,reports.",
+            envvar=env("tenants"),
+        ),
+    ] = None,
     workers: Annotated[
         int,
         typer.Option(
@@ -233,6 +251,7 @@ def simulate(
             lifo_after=resolve_lifo_after(lifo_after, queue_timeout),
             completions=completions,
             warmup=warmup,
+            **_tenants(workload_classes, tenants, len(shares)),
         )
     except (ValueError, ModelError) as e:
         raise fail(str(e)) from None
@@ -248,6 +267,24 @@ def simulate(
 
         for path in write_figures(study, plot):
             err.print(f"wrote {path}")
+
+
+def _tenants(path: Path | None, names: str | None, classes: int) -> dict[str, Any]:
+    """SimConfig's workloads and tenants from --workload-classes and --tenants."""
+    from admission.workloads import WorkloadConfig
+
+    if path is None:
+        if names is not None:
+            raise ValueError("--tenants needs --workload-classes")
+        return {}
+    config = WorkloadConfig.load(path)
+    chosen = tuple(n.strip() for n in (names or "").split(",") if n.strip())
+    if len(chosen) != classes:
+        raise ValueError(
+            f"--tenants names {len(chosen)} tenants for {classes} classes (one per class, "
+            "in class order)"
+        )
+    return {"workloads": config, "tenants": chosen}
 
 
 def _workload(

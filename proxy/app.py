@@ -215,6 +215,11 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
                 f"{w['name']} ({w['priority']}, weight {w['weight']:g})" for w in cfg.describe()
             )
         )
+        if cfg.renice is not None and config.backend is None:
+            progress(
+                "renice: the embedded DuckDB runs in this process, with no backend process to "
+                "renice per statement: ignored"
+            )
         # (always: a reload may set a pressure bound the first file had not)
         from proxy.tenants import CpuPressure
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import ssl
 import struct
 from collections.abc import Callable, Mapping
@@ -272,6 +273,41 @@ class ProxyServer(Listener):
         self.by_key: dict[tuple[int, int], ClientConnection] = {}
         self._work_mem_grant: int | None = None
         self._units: tuple[EtaModel | None, dict[str, float], float] = (None, {}, 0.0)
+        self._renice_failed = False
+
+    def prioritize(self, conn: ClientConnection, job: int) -> None:
+        """Online over batch at the operating system: with ``[scheduler] renice = N`` in the
+        workload classes, the backend process that runs an admitted batch or background
+        statement runs at niceness N, one that runs an interactive statement at 0 (Linux's
+        scheduler then gives an interactive statement the CPU a batch one would take beside
+        it: the non-preemptive admission cannot). Called before the statement is sent; a
+        system call only when the connection's niceness changes. It needs PostgreSQL on this
+        host and the right to renice its processes (CAP_SYS_NICE, or root; lowering the
+        niceness again needs it even for the owner): the first refusal is logged and the
+        feature turned off. PostgreSQL's parallel workers are processes of their own and
+        keep their niceness."""
+        workloads = self.gate.scheduler.workloads
+        if workloads is None or workloads.renice is None or self._renice_failed:
+            return
+        pid = conn.backend_pid
+        record = self.gate.scheduler.job(job)
+        if pid is None or record is None:
+            return
+        want = workloads.renice if record.lane.tier >= 1 else 0
+        if conn.nice == want:
+            return
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, want)
+        except OSError as e:
+            self._renice_failed = True
+            log.warning(
+                "cannot renice PostgreSQL backend %s (%s): batch statements run at the "
+                "backends' own priority from now on",
+                pid,
+                e,
+            )
+            return
+        conn.nice = want
 
     def protocol(self) -> ClientConnection:
         return ClientConnection(self)
@@ -396,6 +432,7 @@ class ClientConnection(asyncio.Protocol):
         self._key: tuple[int, int] | None = None
         self._reading_paused = False
         self.parameters: dict[str, str] = {}  # the startup message's (workload classes match)
+        self.nice = 0  # the niceness its backend process was given (ProxyServer.prioritize)
         self._backend_full = False  # the server's socket takes no more: stop reading
         self._holding = False  # too much of the client's waits for admission: stop reading
         self.buffer_reported = 0  # its bytes in server.buffers
@@ -451,6 +488,7 @@ class ClientConnection(asyncio.Protocol):
                 log.warning("statement forwarded but not admitted at once; not counted")
                 gate.release(job)  # run it uncounted rather than twice
         elif gate.admit(job, query_class, bypass, sql, self):
+            self.server.prioritize(self, job)
             session.fast_sent = True
             self._server_write(data)
         else:
@@ -609,6 +647,7 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(action, Submit):
                 job = action.job
                 if self.server.gate.admit(job, action.query_class, action.bypass, action.sql, self):
+                    self.server.prioritize(self, job)
                     self._apply(self.session.granted(job, self.server.grant(job)))
             elif isinstance(action, Release):
                 self.server.gate.release(action.job)
@@ -649,6 +688,7 @@ class ClientConnection(asyncio.Protocol):
     # -- the gate's answers ------------------------------------------------------------------
 
     def admitted(self, job: int) -> None:
+        self.server.prioritize(self, job)
         self._apply(self.session.granted(job, self.server.grant(job)))
 
     def refused(self, job: int, sqlstate: str, message: str) -> None:

@@ -247,6 +247,7 @@ def test_classify_from_arguments_and_stdin() -> None:
             "--max-temp-size is the embedded DuckDB's",
         ),
         (["--grant-work-mem", "1GB"], "--grant-work-mem sets PostgreSQL's work_mem"),
+        (["--workload-classes", "/nonexistent/w.toml"], "no such workload-classes file"),
         (
             ["--backend", "postgresql://127.0.0.1:1", "--grant-work-mem", "some"],
             "--grant-work-mem takes a size",

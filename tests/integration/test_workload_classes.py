@@ -4,6 +4,7 @@ foreground runs, the admin API's view and reload, and a bad file refused."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 
 from admission import Limits
 from testing.proxyharness import ProxyHarness
@@ -207,3 +209,23 @@ def test_the_embedded_backend_assigns_tenants_by_user_and_application_name() -> 
         assert embedded.errors == []
     finally:
         embedded.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="renicing PostgreSQL's processes needs root here")
+def test_batch_statements_run_in_reniced_backends(make_proxy: MakeProxy, tmp_path: Path) -> None:
+    path = tmp_path / "workloads.toml"
+    path.write_text(
+        CONFIG.replace("hold = 0.005", "hold = 0.005\nrenice = 10")
+        + '\n[[workload]]\nname = "etl"\npriority = "batch"\nmatch = { application_name = "etl" }\n'
+    )
+    proxy = make_proxy(limits=Limits(mpl=2), workloads_path=path)
+    with _connect(proxy, "etl") as conn:
+        (pid,) = conn.execute("select pg_backend_pid()").fetchone()  # type: ignore[misc]
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 10
+    with _connect(proxy, "gold-1") as conn:
+        (pid,) = conn.execute("select pg_backend_pid()").fetchone()  # type: ignore[misc]
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 0
+        conn.execute("/* admission: priority=batch */ select 1").fetchall()
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 10
+        conn.execute("select 2").fetchall()  # interactive again: back to 0 before it runs
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 0
