@@ -366,31 +366,56 @@ def priority_run(
     else:
         cfg = _config()
     target.proxy.call(lambda: target.proxy.gate.set_workloads(cfg))
-    rec = Recorder()
-    t0 = time.monotonic() + 1.0
-    stop = t0 + duration
-    threads = open_load(target, "web", INTERACTIVE_QUERIES, sf, rate, seed, t0, stop, rec)
-    if setting != "alone":
-        for c in range(8):
-            threads.append(
-                threading.Thread(
-                    target=closed_client,
-                    args=(target, "etl", BATCH_QUERIES, sf, seed * 1000 + c, t0, stop, rec),
-                    daemon=True,
-                )
-            )
-            threads[-1].start()
-    for th in threads:
-        th.join()
-    web_rows = [r for r in rec.of("web", t0 + 3.0) if r.ok]
-    etl_rows = [r for r in rec.rows if r.tenant == "etl" and r.ok and r.end >= t0 + 3.0]
-    responses = [r.end - r.arrival for r in web_rows]
+    interactive = OpenLoad("web", INTERACTIVE_QUERIES, rate, on=True)
+    batch = ClosedLoad("etl", BATCH_QUERIES, 8, on=setting != "alone")
+    responses, etl_per_s = open_beside_closed(target, interactive, batch, sf, duration, seed)
     return {
         "web_mean": statistics.mean(responses) if responses else float("nan"),
         "web_p95": _quantile(responses, 0.95),
         "web_n": float(len(responses)),
-        "etl_per_s": len(etl_rows) / (duration - 3.0),
+        "etl_per_s": etl_per_s,
     }
+
+
+@dataclass(frozen=True)
+class OpenLoad:
+    tenant: str
+    queries: Sequence[int]
+    rate: float
+    on: bool
+
+
+@dataclass(frozen=True)
+class ClosedLoad:
+    tenant: str
+    queries: Sequence[int]
+    clients: int
+    on: bool
+
+
+def open_beside_closed(
+    target: Target, open_: OpenLoad, closed: ClosedLoad, sf: float, duration: float, seed: int
+) -> tuple[list[float], float]:
+    """An open load beside a closed one (either may be off) for ``duration`` s: the open
+    statements' response times and the closed tenant's completions per second, both after
+    the first 3 s."""
+    rec = Recorder()
+    t0 = time.monotonic() + 1.0
+    stop = t0 + duration
+    threads: list[threading.Thread] = []
+    if open_.on:
+        threads += open_load(
+            target, open_.tenant, open_.queries, sf, open_.rate, seed, t0, stop, rec
+        )
+    for c in range(closed.clients if closed.on else 0):
+        args = (target, closed.tenant, closed.queries, sf, seed * 1000 + c, t0, stop, rec)
+        threads.append(threading.Thread(target=closed_client, args=args, daemon=True))
+        threads[-1].start()
+    for th in threads:
+        th.join()
+    rows = [r for r in rec.of(open_.tenant, t0 + 3.0) if r.ok]
+    done = [r for r in rec.rows if r.tenant == closed.tenant and r.ok and r.end >= t0 + 3.0]
+    return [r.end - r.arrival for r in rows], len(done) / (duration - 3.0)
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -415,32 +440,14 @@ def background_run(
     else:
         cfg = _config()
     target.proxy.call(lambda: target.proxy.gate.set_workloads(cfg))
-    rec = Recorder()
-    t0 = time.monotonic() + 1.0
-    stop = t0 + duration
-    threads: list[threading.Thread] = []
-    if setting != "bg-alone":
-        threads += open_load(target, "app", FOREGROUND_QUERIES, sf, rate, seed, t0, stop, rec)
-    if setting != "fg-alone":
-        for c in range(2):
-            threads.append(
-                threading.Thread(
-                    target=closed_client,
-                    args=(target, "export", BACKGROUND_QUERIES, sf, seed * 1000 + c, t0, stop, rec),
-                    daemon=True,
-                )
-            )
-            threads[-1].start()
-    for th in threads:
-        th.join()
-    fg_rows = [r for r in rec.of("app", t0 + 3.0) if r.ok]
-    bg_rows = [r for r in rec.rows if r.tenant == "export" and r.ok and r.end >= t0 + 3.0]
-    responses = [r.end - r.arrival for r in fg_rows]
+    app = OpenLoad("app", FOREGROUND_QUERIES, rate, on=setting != "bg-alone")
+    export = ClosedLoad("export", BACKGROUND_QUERIES, 2, on=setting != "fg-alone")
+    responses, bg_per_s = open_beside_closed(target, app, export, sf, duration, seed)
     return {
         "fg_mean": statistics.mean(responses) if responses else float("nan"),
         "fg_p95": _quantile(responses, 0.95),
         "fg_n": float(len(responses)),
-        "bg_per_s": len(bg_rows) / (duration - 3.0),
+        "bg_per_s": bg_per_s,
     }
 
 
