@@ -24,6 +24,7 @@ from admission.policies import POLICIES, policy_by_name
 from admission.policies.interference import interference_matrix
 from admission.sim.engine import RunResult, SimConfig, simulate
 from admission.sim.workload import Workload
+from admission.workloads import WorkloadConfig
 
 __all__ = [
     "Estimate",
@@ -344,10 +345,17 @@ class StudyResult:
             "workload": self.workload,
             "mix": self.mix,
             "replications": self.replications,
-            "config": {k: getattr(self.config, k) for k in self.config.__slots__},
+            "config": {k: _plain(getattr(self.config, k)) for k in self.config.__slots__},
             "classes": self.class_rows(),
             "policies": {name: s.json() for name, s in self.policies.items()},
         }
+
+
+def _plain(value: Any) -> Any:
+    """A config field as JSON holds it (the workload classes: as the admin API shows them)."""
+    if isinstance(value, WorkloadConfig):
+        return value.describe()
+    return value
 
 
 def model_of_run(base: EtaModel, run: RunResult) -> EtaModel:

@@ -99,6 +99,29 @@ def test_simulate_options_from_environment() -> None:
     assert json.loads(result.stdout)["workload"] == "lin-increase"
 
 
+def test_simulate_with_tenants(tmp_path: Path) -> None:
+    path = tmp_path / "w.toml"
+    path.write_text("[[workload]]\nname = 'web'\n[[workload]]\nname = 'etl'\npriority = 'batch'\n")
+    common = ("simulate", "--policies", "fcfs", "--completions", "600", "--warmup", "60")
+    result = run(
+        *common,
+        "--replications",
+        "1",
+        "--mpl",
+        "4",
+        "--format",
+        "json",
+        "--workload-classes",
+        str(path),
+        "--tenants",
+        "web,etl,etl",
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["policies"]
+    wrong = run(*common, "--workload-classes", str(path), "--tenants", "web")
+    assert wrong.returncode == 2 and "one per class" in wrong.stderr.replace("\n", " ")
+
+
 def test_simulate_table_output() -> None:
     result = run(
         "simulate",
@@ -126,6 +149,7 @@ def test_simulate_table_output() -> None:
         (["--model", "/nonexistent/model.json"], "cannot read the model file"),
         (["--lifo-after", "1"], "--lifo-after needs --queue-timeout"),
         (["--mpl", "lots"], "--mpl takes a whole number or 'auto'"),
+        (["--tenants", "a,b,c"], "--tenants needs --workload-classes"),
     ],
 )
 def test_simulate_bad_arguments_are_clear(args: list[str], message: str) -> None:
