@@ -245,14 +245,6 @@ class Job:
     cost: float = 0.0  # the expected service charged to its tenant's DRR deficit
 
     @property
-    def tenant(self) -> str:
-        return self.lane.tenant.name  # type: ignore[no-any-return]
-
-    @property
-    def tier(self) -> Tier:
-        return Tier(self.lane.tier)
-
-    @property
     def fingerprint(self) -> str:
         return self.klass.fingerprint
 
@@ -545,7 +537,8 @@ class Scheduler:
                 self._rescore(st, -tasks)
         self._held -= job.held
         self._memory_held -= job.memory_held
-        self._account_release(job, now)
+        if self._multi:
+            self._account_release(job, now)
         job.held = 0
         job.memory_held = 0
         self.running -= 1
@@ -573,7 +566,8 @@ class Scheduler:
         freed = min(release, job.held)
         job.held -= freed
         self._held -= freed
-        job.lane.tenant.held -= freed
+        if self._multi:
+            job.lane.tenant.held -= freed
         return self._dispatch(now) if freed else []
 
     def cancel(self, job_id: Hashable, now: float) -> list[Job]:
@@ -704,8 +698,14 @@ class Scheduler:
             self.idle = IdlePredictor()
             if self._fg:
                 self.idle.arrival(now)
+            lane, t = self._lane0, self._lane0.tenant
             for job in self._jobs.values():
                 job.cost = 0.0  # (admitted uncharged: their release charges all they took)
+                if job.state is _RUNNING:  # (one lane kept no books: they start now)
+                    lane.running += 1
+                    t.running += 1
+                    t.held += job.held
+                    t.memory_held += job.memory_held
         self.workloads = config
         self.idle.idle_wait_fixed = config.idle_wait  # type: ignore[union-attr]
         for t in self._tenants.values():
@@ -1006,8 +1006,9 @@ class Scheduler:
                 self.idle.idle(now)  # type: ignore[union-attr]
 
     def _account_release(self, job: Job, now: float) -> None:
-        """An admitted job left: its tenant gets its capacity back and is charged for the
-        difference between the service it was expected to take and what it took."""
+        """An admitted job left (tenants mode): its tenant gets its capacity back and is
+        charged for the difference between the service it was expected to take and what it
+        took."""
         lane = job.lane
         t = lane.tenant
         lane.running -= 1
@@ -1016,28 +1017,30 @@ class Scheduler:
         t.memory_held -= job.memory_held
         t.completed += 1
         admitted = job.admitted_at if job.admitted_at is not None else now
-        t.service += now - admitted
-        if self._multi:
-            took = now - admitted
-            lane.deficit -= took - job.cost
-            if not job.bypass:  # the costs and the quantum follow what statements take
-                st = job.klass
-                st.cost += 0.2 * (max(1e-4, took) - st.cost)
-                self._quantum += 0.05 * (max(1e-4, took) - self._quantum)
-                self._served += 1
-            if lane.tier == _BACKGROUND:
-                self._bg_running -= 1
-            else:
-                self._fg -= 1
-                if not self._fg:
-                    self.idle.idle(now)  # type: ignore[union-attr]
+        took = now - admitted
+        t.service += took
+        lane.deficit -= took - job.cost
+        if not job.bypass:  # the costs and the quantum follow what statements take
+            st = job.klass
+            st.cost += 0.2 * (max(1e-4, took) - st.cost)
+            self._quantum += 0.05 * (max(1e-4, took) - self._quantum)
+            self._served += 1
+        if lane.tier == _BACKGROUND:
+            self._bg_running -= 1
+        else:
+            self._fg -= 1
+            if not self._fg:
+                self.idle.idle(now)  # type: ignore[union-attr]
 
     def tenant_stats(self, now: float | None = None) -> list[dict[str, Any]]:
         """Per tenant: weight, statements queued and in service, admitted, completed, service
         (statement-seconds of its completed statements) and total wait, for the admin API;
         with ``now``, also ``busy_seconds``: the service plus what its statements in service
-        have had so far (the exact integral of its statements in service up to ``now``)."""
+        have had so far (the exact integral of its statements in service up to ``now``).
+        Empty without tenants (one lane keeps no books)."""
         out: dict[str, dict[str, Any]] = {}
+        if not self._multi:
+            return []
         if now is not None:
             busy: dict[str, float] = {}
             for job in self._jobs.values():
@@ -1177,15 +1180,15 @@ class Scheduler:
             job.memory_held = min(job.memory, memory)
             self._memory_held += job.memory_held
         self.running += 1
-        lane = job.lane
-        t = lane.tenant
-        lane.running += 1
-        t.running += 1
-        t.held += held
-        t.memory_held += job.memory_held
-        t.admitted += 1
-        t.wait += now - job.arrival
-        if self._multi:
+        if self._multi:  # (one lane, no tenants: nothing to keep per tenant)
+            lane = job.lane
+            t = lane.tenant
+            lane.running += 1
+            t.running += 1
+            t.held += held
+            t.memory_held += job.memory_held
+            t.admitted += 1
+            t.wait += now - job.arrival
             lane.deficit -= job.cost
             lane.hold_until = None
             if lane.tier == _BACKGROUND:
@@ -1393,7 +1396,7 @@ class Scheduler:
         return best
 
     def _dispatch(self, now: float) -> list[Job]:
-        if self._timeouts():
+        if self.limits.queue_timeout is not None or (self._multi and self._timeouts()):
             self._expire(now)
         if not self.queued:
             self._blocked_until = _NEVER

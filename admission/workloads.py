@@ -115,8 +115,8 @@ _PAIR = re.compile(r"([A-Za-z_]+)\s*=\s*([A-Za-z0-9_.\-]+)")
 
 def parse_tag(sql: str) -> dict[str, str]:
     """The ``/* admission: key=value, … */`` comment of a statement (keys lowercased), or {}.
-    A cheap substring test first: most statements carry no tag."""
-    if "admission:" not in sql and "ADMISSION:" not in sql.upper()[:4096]:
+    A cheap substring test first: most statements carry no comment at all."""
+    if "/*" not in sql:
         return {}
     found = _TAG.search(sql)
     if found is None:
@@ -141,6 +141,9 @@ class WorkloadConfig:
     # background statement (None: none); interactive statements run at 0 (proxy.server)
     renice: int | None = None
     source: str = ""  # the file it came from, for messages
+    _matched: dict[tuple[str, ...], Workload] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         names = [w.name for w in self.workloads]
@@ -182,15 +185,26 @@ class WorkloadConfig:
             except KeyError:
                 chosen = None
         if chosen is None:
-            chosen = next((w for w in self.workloads if w.matches(attrs)), None)
-        if chosen is None:
-            chosen = self.workload(DEFAULT_WORKLOAD)
+            chosen = self._by_connection(attrs)
         tier = chosen.tier
         if tag and "priority" in tag:
             # an unknown priority in a comment is ignored, not an error for the client
             with contextlib.suppress(WorkloadError):
                 tier = max(tier, Tier.parse(tag["priority"]))
         return chosen.name, tier
+
+    def _by_connection(self, attrs: Mapping[str, str]) -> Workload:
+        """The first workload whose match fits the connection, else ``default``; remembered
+        per (user, database, application_name): a connection's statements ask it each."""
+        key = tuple(attrs.get(k, "") for k in _MATCH_KEYS)
+        found = self._matched.get(key)
+        if found is None:
+            found = next((w for w in self.workloads if w.matches(attrs)), None)
+            found = found or self.workload(DEFAULT_WORKLOAD)
+            if len(self._matched) >= 4096:  # (bounded: application names may vary freely)
+                self._matched.clear()
+            self._matched[key] = found
+        return found
 
     @classmethod
     def load(cls, path: str | Path) -> WorkloadConfig:

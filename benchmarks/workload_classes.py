@@ -8,7 +8,9 @@ One embedded DuckDB (TPC-H at ``--tpch``) behind the proxy, in this process; cli
 psycopg connections in threads, each tenant's with its own application_name, which the
 workload config matches. Settings are interleaved within each repetition, in a new order each
 time; a setting's workload config is swapped into the running proxy (``gate.set_workloads``;
-"no classes" is a config with no workload: every statement is ``default``'s, one FCFS queue).
+"no classes" is a config with no workload: every statement is ``default``'s, one FCFS queue;
+the baselines are the load without classes under no admission at all ("none") and FCFS pools
+of 1, 2 and 4, "fcfs@2" being the bench's MPL; the other settings run at ``--mpl``).
 
 **fair** — tenants gold (weight 2) and silver (weight 1), 8 closed-loop clients each running
 TPC-H queries 1, 3, 6, 12, 14 with fresh parameters; a third tenant, bronze (weight 1, 8
@@ -215,6 +217,25 @@ class Sampler:
 
 
 RENICE: list[int | None] = [None]  # --renice (main sets it)
+BASELINES = ("none", "fcfs@1", "fcfs@2", "fcfs@4")  # no classes: no admission, FCFS pools
+
+
+def _renice_of(setting: str) -> tuple[str, int | None]:
+    """A setting without its "+renice", and the niceness it asks for (None: none)."""
+    if setting.endswith("+renice"):
+        return setting.removesuffix("+renice"), RENICE[0]
+    return setting, None
+
+
+def _limits_for(target: Target, setting: str, mpl: int) -> None:
+    """The MPL a setting runs at: none (no admission), fcfs@N (a pool of N), else ``mpl``."""
+    if setting == "none":
+        limits = Limits()
+    elif setting.startswith("fcfs@"):
+        limits = Limits(mpl=int(setting.removeprefix("fcfs@")))
+    else:
+        limits = Limits(mpl=mpl)
+    target.proxy.call(lambda: target.proxy.gate.set_limits(limits))
 
 
 def _config(*workloads: Workload, renice: int | None = None) -> WorkloadConfig:
@@ -353,8 +374,7 @@ def priority_run(
     seed: int,
 ) -> dict[str, float]:
     web = Workload("web", match=_match("web"))
-    renice = RENICE[0] if setting.endswith("+renice") else None
-    setting = setting.removesuffix("+renice")
+    setting, renice = _renice_of(setting)
     if setting == "tiers":
         cfg = _config(web, Workload("etl", tier=Tier.BATCH, match=_match("etl")), renice=renice)
     elif setting == "tiers+cap":
@@ -366,6 +386,7 @@ def priority_run(
     else:
         cfg = _config()
     target.proxy.call(lambda: target.proxy.gate.set_workloads(cfg))
+    _limits_for(target, setting, mpl)
     interactive = OpenLoad("web", INTERACTIVE_QUERIES, rate, on=True)
     batch = ClosedLoad("etl", BATCH_QUERIES, 8, on=setting != "alone")
     responses, etl_per_s = open_beside_closed(target, interactive, batch, sf, duration, seed)
@@ -429,17 +450,17 @@ def _quantile(values: Sequence[float], q: float) -> float:
 
 
 def background_run(
-    target: Target, setting: str, sf: float, duration: float, rate: float, seed: int
+    target: Target, setting: str, sf: float, duration: float, rate: float, mpl: int, seed: int
 ) -> dict[str, float]:
     fg = Workload("app", match=_match("app"))
-    renice = RENICE[0] if setting.endswith("+renice") else None
-    setting = setting.removesuffix("+renice")
+    setting, renice = _renice_of(setting)
     if setting == "classes":
         background = Workload("export", tier=Tier.BACKGROUND, match=_match("export"))
         cfg = _config(fg, background, renice=renice)
     else:
         cfg = _config()
     target.proxy.call(lambda: target.proxy.gate.set_workloads(cfg))
+    _limits_for(target, setting, mpl)
     app = OpenLoad("app", FOREGROUND_QUERIES, rate, on=setting != "bg-alone")
     export = ClosedLoad("export", BACKGROUND_QUERIES, 2, on=setting != "fg-alone")
     responses, bg_per_s = open_beside_closed(target, app, export, sf, duration, seed)
@@ -559,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "batch saturating"
             )
             pres = _interleaved(
-                ["alone", "no classes", "tiers", "tiers+cap"]
+                ["alone", *BASELINES, "tiers", "tiers+cap"]
                 + (["tiers+cap+renice"] if args.renice else []),
                 reps,
                 lambda s, r: priority_run(target, s, sf, duration, rate, mpl, r),
@@ -585,10 +606,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             rate = 0.6 / statistics.mean(fg_d.values())
             _say(f"background: foreground {rate:.1f}/s (ρ 0.6 by D_r), background 2 clients")
             bres = _interleaved(
-                ["fg-alone", "bg-alone", "no classes", "classes"]
+                ["fg-alone", "bg-alone", *BASELINES, "classes"]
                 + (["classes+renice"] if args.renice else []),
                 reps,
-                lambda s, r: background_run(target, s, sf, duration, rate, r),
+                lambda s, r: background_run(target, s, sf, duration, rate, mpl, r),
             )
             print(f"\n## background in idle periods (foreground {rate:.1f}/s, ρ = 0.6 by D_r)")
             fg_alone = [r["fg_mean"] for r in bres["fg-alone"]]
