@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from proxy.app import Prepare, ProxyConfig
+    from proxy.pool import PoolConfig
     from proxy.server import Listener, Tuner
 
 
@@ -229,6 +230,56 @@ def serve(
             dir_okay=False,
         ),
     ] = None,
+    pool_mode: Annotated[
+        str,
+        typer.Option(
+            help="With --backend: 'session' (default) gives each client a server connection of "
+            "its own for its whole session, so every PostgreSQL feature works as directly; "
+            "'transaction' shares --pool-size server connections per (database, user) among "
+            "all clients, each holding one only from a statement's admission to the end of "
+            "its transaction — the admission queue is the pool's queue (FCFS is a PgBouncer "
+            "pool). Prepared statements and settings follow a client between connections; "
+            "LISTEN, session advisory locks, temporary tables and WITH HOLD cursors are "
+            "refused (0A000). See the README.",
+            envvar=env("pool_mode"),
+            metavar="session|transaction",
+        ),
+    ] = "session",
+    pool_size: Annotated[
+        int,
+        typer.Option(
+            help="Transaction pool mode: server connections per (database, user); the MPL is "
+            "at most this.",
+            envvar=env("pool_size"),
+            min=1,
+        ),
+    ] = 20,
+    max_client_conn: Annotated[
+        int | None,
+        typer.Option(
+            help="Clients connected at once, at most; more are refused with SQLSTATE 53300 "
+            "('sorry, too many clients already'). Default: no limit.",
+            envvar=env("max_client_conn"),
+            min=1,
+        ),
+    ] = None,
+    server_idle_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Transaction pool mode: close a server connection idle this many seconds.",
+            envvar=env("server_idle_timeout"),
+            min=0.1,
+        ),
+    ] = 600.0,
+    server_lifetime: Annotated[
+        float,
+        typer.Option(
+            help="Transaction pool mode: close a server connection this many seconds old once "
+            "its client is done with it.",
+            envvar=env("server_lifetime"),
+            min=0.1,
+        ),
+    ] = 3600.0,
     max_message: Annotated[
         int,
         typer.Option(
@@ -410,6 +461,12 @@ def serve(
             memory_budget,
         )
         prepare, dataset = _tpch(tpch)
+        pool = _pool(pool_mode, backend, pool_size, server_idle_timeout, server_lifetime)
+        if pool is not None and grant is not None:
+            raise ValueError(
+                "--grant-work-mem needs --pool-mode session: a grant is set on a client's own "
+                "server connection"
+            )
         config = ProxyConfig(
             backend=address,
             listen_host=host or "127.0.0.1",
@@ -451,10 +508,34 @@ def serve(
             users_file=users,
             insecure=insecure,
             startup_timeout=startup_timeout,
+            pool=pool,
+            max_client_conn=max_client_conn,
         )
     except (ValueError, ModelError) as e:
         raise fail(str(e)) from None
     _run(config, listen)
+
+
+def _pool(
+    mode: str, backend: str | None, size: int, idle_timeout: float, lifetime: float
+) -> PoolConfig | None:
+    from proxy.pool import POOL_MODES, PoolConfig, backend_password
+
+    if mode not in POOL_MODES:
+        raise ValueError(f"--pool-mode must be session or transaction, not {mode!r}")
+    if mode == "session":
+        return None
+    if backend is None:
+        raise ValueError(
+            "--pool-mode transaction pools PostgreSQL's connections (--backend); the embedded "
+            "DuckDB has none to pool"
+        )
+    return PoolConfig(
+        size=size,
+        idle_timeout=idle_timeout,
+        lifetime=lifetime,
+        password=backend_password(backend),
+    )
 
 
 def _live_profile(

@@ -28,6 +28,7 @@ from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel, Planner
 from proxy.planner import PostgresPlanner
+from proxy.pool import PoolConfig, Pools
 from proxy.server import MAX_BUFFERED, BackendAddress, Listener, ProxyServer, Tuner
 
 if TYPE_CHECKING:
@@ -100,6 +101,10 @@ class ProxyConfig:
     users_file: Path | None = None  # embedded: who may connect (else ADMISSION_PASSWORD)
     insecure: bool = False  # allow listening beyond loopback without authentication and TLS
     startup_timeout: float = 60.0  # seconds from connecting to ready for queries
+    # PostgreSQL: transaction pooling (proxy.pool); None: session mode, a server connection
+    # per client
+    pool: PoolConfig | None = None
+    max_client_conn: int | None = None  # clients at once, at most (53300 beyond)
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -136,9 +141,25 @@ def tls_context(config: ProxyConfig) -> ssl.SSLContext | None:
     return context
 
 
+def pooled_limits(limits: Limits, pool: PoolConfig | None) -> Limits:
+    """In transaction pool mode the MPL is at most the pool size: a statement admitted finds
+    a server connection (proxy.pool)."""
+    if pool is None:
+        return limits
+    mpl = pool.size if not limits.mpl else min(limits.mpl, pool.size)
+    return dataclasses.replace(limits, mpl=mpl)
+
+
 def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, AdminMetrics]:
     """The front end, and the metrics its scheduler feeds (for the admin API).
     With the embedded backend this opens the DuckDB database and runs ``config.prepare``."""
+    if config.pool is not None and config.backend is None:
+        raise ValueError(
+            "--pool-mode transaction pools PostgreSQL's connections (--backend); the embedded "
+            "DuckDB has none to pool"
+        )
+    if config.pool is not None:
+        config = dataclasses.replace(config, limits=pooled_limits(config.limits, config.pool))
     scheduler = Scheduler(
         config.model,
         config.policy,
@@ -165,6 +186,13 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
             tls=tls,
             max_buffered=config.max_buffered,
         )
+        listener.max_client_conn = config.max_client_conn
+        if config.pool is not None:
+            listener.pool_transactions(Pools(config.pool, config.backend, listener.open_backend))
+            progress(
+                f"transaction pooling: {config.pool.size} server connections per (database, "
+                f"user), MPL {config.limits.mpl}"
+            )
         if config.work_mem_grant is not None:
             listener.work_mem_grant = config.work_mem_grant
             progress(
@@ -180,6 +208,8 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         start = config.limits.mpl or os.cpu_count() or 1
         # embedded: more statements in service than worker threads would only queue there
         high = config.workers if config.backend is None else MPL_HIGH
+        if config.pool is not None:  # never beyond the server connections there are
+            high = config.pool.size
         listener.auto_mpl = AutoMpl(gate, MplController(start, high=max(high, start)))
     if config.coordinator is not None:
         from proxy.coordinator import Coordinator

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import ssl
 import struct
 from collections.abc import Callable, Mapping
@@ -33,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 from admission.grants import default_units, grant_setting, work_mem_grant
 from admission.model import EtaModel
 from proxy.gate import AdmissionGate
+from proxy.pool import SETS_TEXT, Link, Pool, Pools, Statements, client_settings, pooling_refusal
 from proxy.wire import protocol as pg
 from proxy.wire.framing import DEFAULT_MAX_MESSAGE
 from proxy.wire.session import (
@@ -112,6 +114,9 @@ def url_identity(url: str) -> tuple[str, str]:
 
 def _drop(data: bytes) -> None:
     pass
+
+
+_TERMINATE = pg.message(b"X")
 
 
 class CancelTarget(Protocol):
@@ -274,6 +279,26 @@ class ProxyServer(Listener):
         self._work_mem_grant: int | None = None
         self._units: tuple[EtaModel | None, dict[str, float], float] = (None, {}, 0.0)
         self._renice_failed = False
+        # transaction pooling (proxy.pool; None: session mode, a server connection per client)
+        self.pools: Pools | None = None
+        self.max_client_conn: int | None = None  # clients at once, at most (None: no limit)
+        self.clients_refused = 0
+        # logins at once in transaction mode (each authenticates on a connection of its own)
+        self._logins: asyncio.Semaphore | None = None
+
+    def pool_transactions(self, pools: Pools, logins: int = 8) -> None:
+        """Serve in transaction pool mode (see proxy.pool) with these pools."""
+        if self.work_mem_grant is not None:
+            raise ValueError("work_mem grants need session pool mode (--pool-mode session)")
+        self.pools = pools
+        self._logins = asyncio.Semaphore(logins)
+
+    def new_key(self) -> tuple[int, int]:
+        """A backend key of the proxy's own for a pooled client (a CancelRequest names it)."""
+        while True:
+            key = (secrets.randbelow(1 << 31) | 1, secrets.randbelow(1 << 32))
+            if key not in self.by_key:
+                return key
 
     def prioritize(self, conn: ClientConnection, job: int) -> None:
         """Online over batch at the operating system: with ``[scheduler] renice = N`` in the
@@ -287,7 +312,7 @@ class ProxyServer(Listener):
         feature turned off. PostgreSQL's parallel workers are processes of their own and
         keep their niceness."""
         workloads = self.gate.scheduler.workloads
-        if workloads is None or workloads.renice is None or self._renice_failed:
+        if workloads is None or workloads.renice is None or self._renice_failed or conn.pooled:
             return
         pid = conn.backend_pid
         record = self.gate.scheduler.job(job)
@@ -317,6 +342,8 @@ class ProxyServer(Listener):
             self._server.close()
         for conn in list(self.connections):
             conn.shutdown("the proxy is shutting down")
+        if self.pools is not None:
+            self.pools.close()
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -393,8 +420,21 @@ class _Backend(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.owner.from_server(data)
 
+    def retire(self) -> None:
+        """Its client no longer reads it (a pooled client's login connection, closed)."""
+        self.retired = True
+        self.data_received = _drop  # type: ignore[method-assign]
+        if self.transport is not None:
+            self.transport.write(pg.message(b"X"))
+            self.transport.close()
+
+    retired = False
+
     def connection_lost(self, exc: Exception | None) -> None:
         owner = self.owner
+        if self.retired:
+            self.__dict__.pop("data_received", None)
+            return
         owner.backend_lost(exc)
         # no reference cycle left behind: a closed connection is freed when its last reference
         # goes, not at the next garbage collection
@@ -440,12 +480,37 @@ class ClientConnection(asyncio.Protocol):
         self._startup_timer: asyncio.TimerHandle | None = None
         # bytes decrypted before ``start_tls`` returned the TLS transport to answer them on
         self._early: list[bytes] | None = None
+        # transaction pooling (proxy.pool): the server connection held now, if any
+        self.pooled = server.pools is not None
+        self.link: Link | None = None
+        if self.pooled:
+            self._pool: Pool | None = None
+            self._pending: list[bytes] = []  # bytes for a link still to come
+            self._waiting_link = False
+            self._txn_job: int | None = None  # the job a transaction keeps until it ends
+            self._finished: list[int] = []  # jobs ended while it held a connection
+            self._capture = False  # read the session's settings back when it ends
+            self._capturing = False
+            self._login = False  # holds one of the server's login slots
+            self._server_paused = False
+            self.statements = Statements()
+            self.settings: dict[str, str] = {}
+            self.session.admit_all = True
+            self.session.key_override = server.new_key()
 
     @property
     def backend_pid(self) -> int | None:
-        """The PostgreSQL backend process serving this client (from BackendKeyData)."""
-        key = self.session.backend_key
+        """The PostgreSQL backend process serving this client (from BackendKeyData; pooled:
+        the server connection it holds now)."""
+        key = self.server_key
         return key[0] if key is not None else None
+
+    @property
+    def server_key(self) -> tuple[int, int] | None:
+        """The key of the server process that runs this client's statements now."""
+        if self.pooled:
+            return self.link.key if self.link is not None else None
+        return self.session.backend_key
 
     # -- client side -----------------------------------------------------------------------
 
@@ -479,6 +544,15 @@ class ClientConnection(asyncio.Protocol):
             return
         job, query_class, bypass, sql = submit
         gate = self.server.gate
+        if self.pooled:
+            why = pooling_refusal(sql)
+            if why is not None:
+                session.fast_wait()
+                self._apply(session.rejected(job, "0A000", why))
+                return
+            bypass = bypass and self.link is not None
+            if SETS_TEXT.search(sql):
+                self._capture = True
         if gate.admits_at_once():
             # Admitted at once for certain: the database starts on it
             # while the gate does its bookkeeping (about 10 µs a statement at -c 1: README).
@@ -497,7 +571,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed:
-            key = self.session.backend_key
+            key = self.server_key
             if self.session.statement_running and key is not None:
                 # nobody will read the result: stop the work on the server too
                 asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
@@ -505,11 +579,18 @@ class ClientConnection(asyncio.Protocol):
         self._teardown()
 
     def pause_writing(self) -> None:
-        if self.backend is not None and self.backend.transport is not None:
+        if self.link is not None and self.link.transport is not None:
+            self._server_paused = True
+            self.link.transport.pause_reading()
+        elif self.backend is not None and self.backend.transport is not None:
             self.backend.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        if self.backend is not None and self.backend.transport is not None:
+        if self.pooled:
+            self._server_paused = False
+            if self.link is not None and self.link.transport is not None:
+                self.link.transport.resume_reading()
+        elif self.backend is not None and self.backend.transport is not None:
             self.backend.transport.resume_reading()
 
     def pause_client_reading(self) -> None:
@@ -592,7 +673,11 @@ class ClientConnection(asyncio.Protocol):
             if transport is not None and not transport.is_closing():
                 transport.write(data)
             if done:
-                self.server.gate.release(done)
+                if self.link is not None:
+                    self._done(done)
+                    self._after_server()
+                else:
+                    self.server.gate.release(done)
                 if self._holding or self.buffer_reported:
                     self._check_held()
             return
@@ -600,8 +685,155 @@ class ClientConnection(asyncio.Protocol):
         if self._key is None and self.session.backend_key is not None:
             self._key = self.session.backend_key
             self.server.by_key[self._key] = self
+        if self.pooled:
+            if self.backend is not None and session.state is State.READY:
+                self._end_login()
+            else:
+                self._after_server()
+
+    # -- transaction pooling ----------------------------------------------------------------
+
+    def _done(self, job: int) -> None:
+        """``job``'s statement ended. A pooled client holding a server connection releases it
+        after the connection is back in the pool (``_after_server``): the job admitted next
+        finds it there."""
+        if self.link is not None and not self._closed and self.session.state is State.READY:
+            self._finished.append(job)
+            return
+        self.server.gate.release(job)
+
+    def _after_server(self) -> None:
+        """Pooled, after the server's bytes: the connection back to the pool if the server
+        holds nothing of the client's; a transaction keeps its first job (its slot under the
+        MPL, and so its connection) until it ends."""
+        if self.link is None:
+            return
+        if self.session.server_idle:
+            self._detach()
+            return
+        finished = self._finished
+        if finished:
+            self._finished = []
+            gate = self.server.gate
+            for job in finished:
+                if self._txn_job is None and self.session.transaction_status != b"I":
+                    self._txn_job = job
+                else:
+                    gate.release(job)
+
+    def _end_login(self) -> None:
+        """Authenticated (on a server connection of its own, relayed): close that one; the
+        client's statements go to the pool's connections from now on."""
+        backend, self.backend = self.backend, None
+        if backend is not None:
+            backend.retire()
+        self._login_done()
+        self._server_write = self._pooled_write
+
+    def _login_done(self) -> None:
+        if self._login:
+            self._login = False
+            assert self.server._logins is not None
+            self.server._logins.release()
+
+    def _pooled_write(self, data: bytes) -> None:
+        link = self.link
+        if link is not None:
+            link.send(data, self.statements, self.settings)
+            return
+        if data == _TERMINATE:
+            return  # the client leaves: no server connection needs to hear it
+        self._pending.append(data)
+        if self._waiting_link or self._closed:
+            return
+        pool = self._pool
+        assert pool is not None
+        found = pool.acquire(self, asyncio.get_running_loop().time())
+        if found is None:
+            self._waiting_link = True
+        else:
+            self._attach(found)
+
+    def _attach(self, link: Link) -> None:
+        self.link = link
+        pending, self._pending = self._pending, []
+        if pending:
+            link.send(b"".join(pending), self.statements, self.settings)
+
+    def link_granted(self, link: Link) -> None:
+        self._waiting_link = False
+        if self._closed:
+            link.pool.release(link, asyncio.get_running_loop().time())
+            return
+        self._attach(link)
+
+    def link_failed(self, message: str) -> None:
+        self._waiting_link = False
+        self._pending = []
+        if not self._closed:
+            self._apply(self.session.server_lost(f"no server connection: {message}"))
+
+    def _detach(self) -> None:
+        """The server holds nothing of the client's: its connection goes back to the pool
+        (after reading the session's settings back, when it ran a SET)."""
+        link = self.link
+        assert link is not None
+        if self._capturing:
+            return
+        if self._capture and not link.closed:
+            self._capture = False
+            self._capturing = True
+            link.capture().add_done_callback(lambda f: self._captured(link, f))
+            return
+        self.link = None
+        if self._server_paused and link.transport is not None:
+            self._server_paused = False
+            link.transport.resume_reading()
+        if self._backend_full:
+            self.resume_client_reading()
+        link.pool.release(link, asyncio.get_running_loop().time())
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """Release the jobs a pooled client kept while it held a connection."""
+        gate = self.server.gate
+        job, self._txn_job = self._txn_job, None
+        if job is not None:
+            gate.release(job)
+        finished, self._finished = self._finished, []
+        for job in finished:
+            gate.release(job)
+
+    def _captured(self, link: Link, result: asyncio.Future[dict[str, str]]) -> None:
+        self._capturing = False
+        if not result.cancelled() and result.exception() is None:
+            self.settings = result.result()
+        if self.link is link and not self._closed and self.session.server_idle:
+            self._detach()
+
+    def _drop_link(self) -> None:
+        """The client is gone: its connection back to the pool if the server holds nothing of
+        its, else closed (a transaction left open, a reply still coming)."""
+        if not self.pooled:
+            return
+        if self._waiting_link and self._pool is not None:
+            self._waiting_link = False
+            self._pool.forget(self)
+        link, self.link = self.link, None
+        if link is not None:
+            if self._server_paused and link.transport is not None:
+                link.transport.resume_reading()
+            if self.session.server_idle and not self._capturing and not link.closed:
+                link.pool.release(link, asyncio.get_running_loop().time())
+            else:
+                link.pool.discard(link)
+        self._release_held()
 
     def backend_lost(self, exc: Exception | None) -> None:
+        if self.pooled:
+            self._login_done()
+            if self.link is not None and self.link.closed:
+                self.link = None  # (the pool has forgotten it)
         if self._closed:
             return
         why = "the database closed the connection"
@@ -610,6 +842,13 @@ class ClientConnection(asyncio.Protocol):
         self._apply(self.session.server_lost(why))
 
     async def _connect(self, startup: bytes) -> None:
+        logins = self.server._logins
+        if logins is not None:
+            await logins.acquire()
+            self._login = True
+            if self._closed:
+                self._login_done()
+                return
         try:
             await self.server.open_backend(lambda: self._make_backend())
         except (TimeoutError, OSError) as e:
@@ -622,6 +861,7 @@ class ClientConnection(asyncio.Protocol):
                     *self.session.server_lost(message),
                 ]
             )
+            self._login_done()
             return
         if self._closed:
             self._close_backend()
@@ -646,13 +886,39 @@ class ClientConnection(asyncio.Protocol):
                     self.transport.write(action.data)
             elif isinstance(action, Submit):
                 job = action.job
-                if self.server.gate.admit(job, action.query_class, action.bypass, action.sql, self):
+                bypass = action.bypass
+                if self.pooled:
+                    why = pooling_refusal(action.sql)
+                    if why is not None:
+                        self._apply(self.session.rejected(job, "0A000", why))
+                        continue
+                    bypass = bypass and self.link is not None
+                    if SETS_TEXT.search(action.sql):
+                        self._capture = True
+                if self.server.gate.admit(job, action.query_class, bypass, action.sql, self):
                     self.server.prioritize(self, job)
                     self._apply(self.session.granted(job, self.server.grant(job)))
             elif isinstance(action, Release):
-                self.server.gate.release(action.job)
+                self._done(action.job)
             elif isinstance(action, ConnectServer):
+                limit = self.server.max_client_conn
+                if limit is not None and len(self.server.connections) > limit:
+                    self.server.clients_refused += 1
+                    error = pg.error_response(
+                        pg.SQLSTATE_TOO_MANY,
+                        f"sorry, too many clients already (the proxy's --max-client-conn is "
+                        f"{limit})",
+                        severity="FATAL",
+                    )
+                    self._apply([SendToClient(error), *self.session.client_lost()])
+                    return
                 self.parameters = action.parameters
+                if self.pooled:
+                    assert self.server.pools is not None
+                    user = action.parameters.get("user", "")
+                    database = action.parameters.get("database") or user
+                    self._pool = self.server.pools.pool(user, database)
+                    self.settings = client_settings(action.parameters)
                 self._to_server = []
                 self._server_write = self._to_server.append
                 asyncio.get_running_loop().create_task(self._connect(action.startup))
@@ -682,8 +948,9 @@ class ClientConnection(asyncio.Protocol):
             if gate.cancel(job):
                 log.info("cancelled queued statement job=%s", job)
                 return
-        if self._key is not None:
-            asyncio.get_running_loop().create_task(self.server._forward_cancel(*self._key))
+        key = self.server_key
+        if key is not None:
+            asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
 
     # -- the gate's answers ------------------------------------------------------------------
 
@@ -721,6 +988,9 @@ class ClientConnection(asyncio.Protocol):
             self.backend.transport.close()
 
     def _teardown(self) -> None:
+        self._drop_link()
+        if self.pooled:
+            self._login_done()
         self.server.buffers.forget(self)
         if self._startup_timer is not None:
             self._startup_timer.cancel()

@@ -20,10 +20,11 @@ from admission import EtaModel, Event, Limits, Scheduler
 from admission.mpl import MplController
 from admission.workloads import WorkloadConfig
 from proxy.admin import AdminMetrics, create_app
-from proxy.app import AdminServer
+from proxy.app import AdminServer, pooled_limits
 from proxy.autompl import AutoMpl
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel
+from proxy.pool import PoolConfig, Pools
 from proxy.server import BackendAddress, ProxyServer
 from testing.pgcluster import free_port
 
@@ -48,6 +49,8 @@ class ProxyHarness:
         auto_mpl: MplController | None = None,
         work_mem_grant: int | None = None,
         workloads_path: Path | None = None,
+        pool: PoolConfig | None = None,
+        max_client_conn: int | None = None,
     ) -> None:
         self.events: list[Event] = []
         self.errors: list[dict[str, Any]] = []
@@ -56,7 +59,7 @@ class ProxyHarness:
         self.scheduler = Scheduler(
             model,
             policy,
-            limits or Limits(),
+            pooled_limits(limits or Limits(), pool),
             listener=self.events.append,
             workloads=WorkloadConfig.load(workloads_path) if workloads_path else None,
         )
@@ -66,6 +69,10 @@ class ProxyHarness:
             self.gate, BackendAddress("127.0.0.1", backend_port), max_message=max_message, tls=tls
         )
         self.server.work_mem_grant = work_mem_grant
+        self.server.max_client_conn = max_client_conn
+        if pool is not None:
+            self.pools = Pools(pool, self.server.backend, self.server.open_backend)
+            self.server.pool_transactions(self.pools)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.call(lambda: self.server.start("127.0.0.1", 0))

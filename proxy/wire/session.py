@@ -343,6 +343,12 @@ class ProxySession:
         self.watch_settings = False
         self._setting: bytes | None = None  # the proxy's last setting on this session
         self.grants_stopped = False  # the session copied (see client_data): no more settings
+        # transaction pooling (proxy.pool): every batch is an admission job, for the server
+        # connection it needs, not only those that execute
+        self.admit_all = False
+        # transaction pooling: the key the client is given in place of the server's (its
+        # server connection changes; a CancelRequest names the client, the proxy finds it)
+        self.key_override: tuple[int, int] | None = None
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -357,6 +363,17 @@ class ProxySession:
         """Whether a statement was forwarded and its reply is not complete yet."""
         self._leave_fast()
         return any(batch.forwarded for batch in self._jobs.values())
+
+    @property
+    def server_idle(self) -> bool:
+        """Whether the server owes the session nothing and holds nothing of it: outside a
+        transaction block, no reply outstanding, no batch partly forwarded (extended messages
+        sent without their Sync). A pooled server connection may then go to another client."""
+        if self.transaction_status != b"I" or self._replies:
+            return False
+        if self._fast_job is not None and self.fast_sent:
+            return False
+        return not any(batch.forwarded for batch in self._queue)
 
     def job_is_queued(self, job: int) -> bool:
         self._leave_fast()
@@ -718,7 +735,7 @@ class ProxySession:
             batch = self._queue[0]
             if not batch.ready:
                 return
-            if batch.executes and batch.job is None:
+            if (batch.executes or self.admit_all) and batch.job is None:
                 out.append(self._submit(batch))
                 return  # granted() resumes the pump
             if batch.submitted and not batch.forwarded:
@@ -909,6 +926,13 @@ class ProxySession:
                     span.answer(kind)
                 if kind == pg.BACKEND_KEY_DATA and length >= 12:
                     self.backend_key = struct.unpack_from("!II", data, pos + 5)
+                    if self.key_override is not None:
+                        self.backend_key = self.key_override
+                        if pieces is None:
+                            pieces = []
+                        pieces.append(data[start:pos])
+                        pieces.append(pg.message(b"K", struct.pack("!II", *self.key_override)))
+                        start = nxt
                 elif kind == pg.ERROR_RESPONSE and _fatal(data, pos + 5, nxt):
                     self._server_ends = True
             pos = nxt
