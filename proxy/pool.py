@@ -108,7 +108,7 @@ class PoolClient(Protocol):
 # -- what a link cannot carry ------------------------------------------------------------------
 
 _REFUSED = re.compile(
-    r"(?:^|;)\s*(?:listen|prepare|execute|deallocate)\b"
+    r"(?:^|;)\s*(?:listen|prepare|execute)\b"
     r"|\bpg_(?:try_)?advisory_lock(?:_shared)?\s*\("
     r"|\bwith\s+hold\b"
     r"|\bcreate\s+(?:global\s+|local\s+)?temp(?:orary)?\s+(?:table|sequence|view)\b",
@@ -131,7 +131,6 @@ def pooling_refusal(sql: str) -> str | None:
         "listen": "LISTEN",
         "prepare": "SQL PREPARE",
         "execute": "SQL EXECUTE",
-        "deallocate": "SQL DEALLOCATE",
         "with": "a WITH HOLD cursor",
         "create": "a temporary object that outlives its transaction",
     }
@@ -241,6 +240,11 @@ def _close_statement(name: bytes) -> bytes:
 
 
 _SYNC = pg.message(b"S")
+_DEALLOCATE = re.compile(
+    rb"\s*(?:deallocate\s+(?:prepare\s+)?(?P<name>\"(?:[^\"]|\"\")+\"|[^\s;\"]+)"
+    rb"|(?P<discard>discard)\s+(?P<all>all))\s*;?\s*",
+    re.IGNORECASE,
+)
 # a client's Close is answered by closing this (it never exists: CloseComplete, nothing closed)
 _NO_STATEMENT = b"_ap_none"
 
@@ -303,7 +307,7 @@ class Link(asyncio.Protocol):
         self._buf = bytearray()
         self._swallow = 0  # ReadyForQuery of the proxy's own statements still to cut
         self._auth: _Scram | None = None
-        self._capture: asyncio.Future[dict[str, str]] | None = None
+        self._capture: Callable[[dict[str, str] | None], None] | None = None
         self._rows: dict[str, str] = {}
         self.failure: str | None = None  # why it could not be opened
 
@@ -338,8 +342,9 @@ class Link(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         owner = self.owner
-        if self._capture is not None and not self._capture.done():
-            self._capture.set_exception(ConnectionError("the server connection closed"))
+        capture, self._capture = self._capture, None
+        if capture is not None:
+            capture(None)
         self.pool.lost(self, exc)
         if owner is not None:
             owner.backend_lost(exc)
@@ -475,6 +480,8 @@ class Link(asyncio.Protocol):
         kind = data[0]
         if kind != pg.QUERY or _TYPED.unpack_from(data)[1] + 1 != len(data):
             data = self._rewrite(data, statements, prelude)
+        elif data[5:40].lstrip()[:7].lower() in (b"dealloc", b"discard"):
+            data = self._deallocate(data, statements, prelude)
         if prelude:
             self.transport.write(b"".join(prelude) + data)
         elif data:
@@ -548,6 +555,33 @@ class Link(asyncio.Protocol):
         out.append(data[start:])
         return b"".join(out)
 
+    def _deallocate(self, data: bytes, statements: Statements, prelude: list[bytes]) -> bytes:
+        """SQL DEALLOCATE of a protocol-level statement (drivers do it: psycopg), DEALLOCATE
+        ALL or DISCARD ALL (a simple Query): the client's statements, as the link names them."""
+        found = _DEALLOCATE.fullmatch(data[5:-1])
+        if found is None:
+            return data
+        target = found.group("name")
+        if target is None or target.lower() == b"all":  # everything on the link goes
+            statements.names.clear()
+            self.prepared.clear()
+            return data
+        if target.startswith(b'"'):
+            name = target[1:-1].replace(b'""', b'"')
+        else:
+            name = target.lower()
+        mapped = statements.names.pop(name, None)
+        if mapped is None:
+            return data  # not the client's: the server answers
+        sname, tail = mapped
+        need: list[bytes] = []
+        self._need(sname, tail, need)
+        if need:
+            prelude.append(b"".join(need) + _SYNC)
+            self._swallow += 1
+        self.prepared.discard(sname)
+        return pg.message(b"Q", b'DEALLOCATE "' + sname + b'"\0')
+
     def _need(self, sname: bytes, tail: bytes, need: list[bytes]) -> None:
         if sname not in self.prepared:
             self.prepared.add(sname)
@@ -555,13 +589,13 @@ class Link(asyncio.Protocol):
 
     # -- reading the session's settings back -------------------------------------------------
 
-    def capture(self) -> asyncio.Future[dict[str, str]]:
-        """Read the link's session settings (after a client's SET): a future of them."""
+    def capture(self, done: Callable[[dict[str, str] | None], None]) -> None:
+        """Read the link's session settings (after a client's SET); ``done`` gets them (None:
+        the connection closed first) the moment they are read, before any byte after them."""
         assert self.transport is not None
-        self._capture = asyncio.get_running_loop().create_future()
+        self._capture = done
         self._rows = {}
         self.transport.write(pg.message(b"Q", CAPTURE + b"\0"))
-        return self._capture
 
     def _capture_message(self, kind: int, body: bytes) -> None:
         if kind == ord("D"):
@@ -578,10 +612,10 @@ class Link(asyncio.Protocol):
             log.warning("reading a session's settings failed: %s", _error_text(body))
             self._rows = dict(self.settings)
         elif kind == pg.READY_FOR_QUERY:
-            future, self._capture = self._capture, None
+            done, self._capture = self._capture, None
             self.settings = dict(self._rows)
-            if future is not None and not future.done():
-                future.set_result(dict(self._rows))
+            if done is not None:
+                done(dict(self._rows))
 
 
 def _error_text(body: bytes) -> str:

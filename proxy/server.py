@@ -737,12 +737,12 @@ class ClientConnection(asyncio.Protocol):
             self.server._logins.release()
 
     def _pooled_write(self, data: bytes) -> None:
+        if data.endswith(_TERMINATE) and self._terminates(data):
+            return
         link = self.link
         if link is not None:
             link.send(data, self.statements, self.settings)
             return
-        if data == _TERMINATE:
-            return  # the client leaves: no server connection needs to hear it
         self._pending.append(data)
         if self._waiting_link or self._closed:
             return
@@ -753,6 +753,23 @@ class ClientConnection(asyncio.Protocol):
             self._waiting_link = True
         else:
             self._attach(found)
+
+    def _terminates(self, data: bytes) -> bool:
+        """The client's Terminate (at the end of ``data``, the way the session forwards it):
+        the server connection is not the client's to close. What came before it goes on; the
+        client's connection is closed, as PostgreSQL would (its server connection goes back
+        to the pool, or is closed if the server still owes the client something)."""
+        pos = 0
+        end = len(data) - len(_TERMINATE)
+        while pos < end:  # (is it a message boundary?)
+            pos += 1 + int.from_bytes(data[pos + 1 : pos + 5], "big")
+        if pos != end:
+            return False
+        if end:
+            self._pooled_write(data[:end])
+        if self.transport is not None:
+            self.transport.close()
+        return True
 
     def _attach(self, link: Link) -> None:
         self.link = link
@@ -783,7 +800,7 @@ class ClientConnection(asyncio.Protocol):
         if self._capture and not link.closed:
             self._capture = False
             self._capturing = True
-            link.capture().add_done_callback(lambda f: self._captured(link, f))
+            link.capture(lambda settings: self._captured(link, settings))
             return
         self.link = None
         if self._server_paused and link.transport is not None:
@@ -804,10 +821,10 @@ class ClientConnection(asyncio.Protocol):
         for job in finished:
             gate.release(job)
 
-    def _captured(self, link: Link, result: asyncio.Future[dict[str, str]]) -> None:
+    def _captured(self, link: Link, settings: dict[str, str] | None) -> None:
         self._capturing = False
-        if not result.cancelled() and result.exception() is None:
-            self.settings = result.result()
+        if settings is not None:
+            self.settings = settings
         if self.link is link and not self._closed and self.session.server_idle:
             self._detach()
 

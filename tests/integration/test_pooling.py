@@ -1,0 +1,469 @@
+"""Transaction pooling (``--pool-mode transaction``) against a real PostgreSQL, with real clients.
+
+Many clients share a few server connections: each test checks what the clients see (results,
+their own settings and prepared statements, clear errors for what a shared connection cannot
+carry) and what the server sees (never more connections than the pool), and that the proxy's
+books balance afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import asyncpg
+import psycopg
+import pytest
+from sqlalchemy import Integer, String, create_engine, select, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from admission import Limits
+from proxy.pool import PoolConfig
+from testing.pgcluster import USERS, Cluster
+from testing.proxyharness import ProxyHarness
+
+POOL_APP = "admission pool"
+
+
+@pytest.fixture
+def pooled(make_proxy: Callable[..., ProxyHarness]) -> Callable[..., ProxyHarness]:
+    def make(size: int = 3, **kwargs: object) -> ProxyHarness:
+        config = PoolConfig(
+            size=size,
+            idle_timeout=float(kwargs.pop("idle_timeout", 600.0)),  # type: ignore[arg-type]
+            password=kwargs.pop("password", None),  # type: ignore[arg-type]
+        )
+        return make_proxy(pool=config, **kwargs)
+
+    return make
+
+
+def dsn(proxy: ProxyHarness, user: str = "postgres", **extra: str) -> str:
+    password = USERS[user][0] if user in USERS else ""
+    parts = [f"host=127.0.0.1 port={proxy.port} user={user} dbname=postgres"]
+    if password:
+        parts.append(f"password={password}")
+    parts += [f"{k}={v}" for k, v in extra.items()]
+    return " ".join(parts)
+
+
+def server_connections(pg: Cluster) -> int:
+    return int(
+        pg.psql(
+            f"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+            f"AND pid <> pg_backend_pid() AND usename = 'postgres' "
+            f"AND query NOT LIKE '%pg_stat_activity%'"
+        )
+    )
+
+
+def pool_pids(pg: Cluster) -> list[int]:
+    out = pg.psql(
+        "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' "
+        "AND pid <> pg_backend_pid() AND query NOT LIKE '%pg_stat_activity%' "
+        "AND usename = 'postgres'"
+    )
+    return [int(line) for line in out.split()]
+
+
+@pytest.fixture
+def sampler(pg: Cluster) -> Iterator[list[int]]:
+    """The server's client connections, sampled every 20 ms while the test runs."""
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        with psycopg.connect(
+            f"host=127.0.0.1 port={pg.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            while not stop.is_set():
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                    " AND pid <> pg_backend_pid() AND application_name = %s",
+                    (POOL_APP,),
+                ).fetchone()
+                seen.append(row[0] if row else 0)
+                time.sleep(0.02)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    yield seen
+    stop.set()
+    thread.join(5)
+
+
+def test_many_psycopg_clients_share_few_server_connections(
+    pooled: Callable[..., ProxyHarness], pg: Cluster, sampler: list[int]
+) -> None:
+    proxy = pooled(size=3)
+    pg.psql("DROP TABLE IF EXISTS pool_t; CREATE TABLE pool_t (client int, n int)")
+    errors: list[str] = []
+
+    def work(client: int) -> None:
+        try:
+            with psycopg.connect(dsn(proxy)) as conn:  # transactions (not autocommit)
+                for n in range(15):
+                    with conn.transaction():
+                        conn.execute("INSERT INTO pool_t VALUES (%s, %s)", (client, n))
+                        got = conn.execute(
+                            "SELECT count(*) FROM pool_t WHERE client = %s", (client,)
+                        ).fetchone()
+                        assert got == (n + 1,), got
+                    value = conn.execute("SELECT %s::int * 2", (n,), prepare=n % 2 == 0)
+                    assert value.fetchone() == (2 * n,)
+                    conn.commit()  # (else the next block would be a savepoint inside it)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(f"{client}: {e!r}")
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[:3]
+    assert pg.psql("SELECT count(*) FROM pool_t") == str(24 * 15)
+    assert sampler and max(sampler) <= 3, max(sampler)
+    status = proxy.call(lambda: proxy.pools.status())[0]
+    assert status["opened"] <= 3 and status["waited"] == 0, status
+    assert status["handovers"] >= 24 * 15
+    proxy.wait_idle()
+
+
+def test_a_transaction_is_isolated_and_keeps_its_connection(
+    pooled: Callable[..., ProxyHarness], pg: Cluster
+) -> None:
+    proxy = pooled(size=2)
+    pg.psql("DROP TABLE IF EXISTS pool_iso; CREATE TABLE pool_iso (v int)")
+    with psycopg.connect(dsn(proxy)) as a, psycopg.connect(dsn(proxy), autocommit=True) as b:
+        a.execute("INSERT INTO pool_iso VALUES (1)")
+        pid = a.execute("SELECT pg_backend_pid()").fetchone()
+        for _ in range(5):  # b's statements take the other connection meanwhile
+            assert b.execute("SELECT count(*) FROM pool_iso").fetchone() == (0,)
+        assert a.execute("SELECT pg_backend_pid()").fetchone() == pid
+        a.commit()
+        assert b.execute("SELECT count(*) FROM pool_iso").fetchone() == (1,)
+        a.execute("INSERT INTO pool_iso VALUES (2)")
+        a.rollback()
+        assert b.execute("SELECT count(*) FROM pool_iso").fetchone() == (1,)
+    proxy.wait_idle()
+
+
+def test_prepared_statements_follow_a_client_between_connections(
+    pooled: Callable[..., ProxyHarness],
+) -> None:
+    proxy = pooled(size=2)
+    with (
+        psycopg.connect(dsn(proxy), autocommit=True, prepare_threshold=0) as a,
+        psycopg.connect(dsn(proxy), autocommit=True, prepare_threshold=0) as b,
+    ):
+        pids: set[int] = set()
+        for n in range(12):
+            # a holds a transaction on one connection now and then, so b moves
+            if n % 3 == 0:
+                with a.transaction():
+                    a.execute("SELECT 1")
+                    row = b.execute("SELECT pg_backend_pid(), %s::int + 1", (n,)).fetchone()
+            else:
+                row = b.execute("SELECT pg_backend_pid(), %s::int + 1", (n,)).fetchone()
+            assert row is not None and row[1] == n + 1
+            pids.add(row[0])
+            assert a.execute("SELECT %s::text || 'x'", (str(n),)).fetchone() == (f"{n}x",)
+        assert len(pids) == 2, pids  # the same prepared statement ran on both connections
+    status = proxy.call(lambda: proxy.pools.status())[0]
+    assert status["opened"] == 2
+    proxy.wait_idle()
+
+
+def test_asyncpg_with_its_statement_cache(pooled: Callable[..., ProxyHarness]) -> None:
+    proxy = pooled(size=3)
+
+    async def main() -> None:
+        conns = [
+            await asyncpg.connect(
+                host="127.0.0.1", port=proxy.port, user="postgres", database="postgres"
+            )
+            for _ in range(10)
+        ]
+
+        async def work(conn: asyncpg.Connection, k: int) -> None:
+            for i in range(20):
+                assert await conn.fetchval("SELECT $1::int + $2::int", i, k) == i + k
+                async with conn.transaction():
+                    rows = await conn.fetch(
+                        "SELECT oid FROM pg_class WHERE relname = $1", "pg_class"
+                    )
+                    assert len(rows) == 1
+                stmt = await conn.prepare("SELECT $1::text || '!'")
+                assert await stmt.fetchval(str(i)) == f"{i}!"
+
+        await asyncio.wait_for(asyncio.gather(*(work(c, k) for k, c in enumerate(conns))), 60)
+        for conn in conns:
+            await conn.close()
+
+    asyncio.run(main())
+    status = proxy.call(lambda: proxy.pools.status())[0]
+    assert status["opened"] <= 3 and status["waited"] == 0
+    proxy.wait_idle()
+
+
+def test_pgbench_prepared_and_extended(
+    pooled: Callable[..., ProxyHarness], pg: Cluster, sampler: list[int]
+) -> None:
+    proxy = pooled(size=4)
+    direct = f"host=127.0.0.1 port={pg.port} user=postgres dbname=postgres"
+    subprocess.run(
+        ["pgbench", "-i", "-s", "1", "-q", direct], check=True, capture_output=True, timeout=120
+    )
+    runs = (
+        ["-S", "-M", "prepared", "-c", "40"],  # 40 clients, 4 connections
+        ["-M", "extended", "-c", "12"],  # TPC-B: multi-statement transactions
+    )
+    for args in runs:
+        result = subprocess.run(
+            ["pgbench", *args, "-j", "2", "-t", "50", "-n", dsn(proxy)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "number of failed transactions: 0" in result.stdout, result.stdout
+    assert sampler and max(sampler) <= 4
+    proxy.wait_idle()
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Item(Base):
+    __tablename__ = "pool_items"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(50))
+
+
+def test_sqlalchemy_orm(pooled: Callable[..., ProxyHarness]) -> None:
+    proxy = pooled(size=2)
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{proxy.port}/postgres"
+    engine = create_engine(url, pool_size=6)
+    Base.metadata.drop_all(engine)
+    Base.metadata.create_all(engine)
+    with Session(engine) as session:
+        session.add_all([Item(id=i, name=f"item {i}") for i in range(20)])
+        session.commit()
+    with Session(engine) as session:
+        names = session.scalars(select(Item.name).where(Item.id < 3).order_by(Item.id)).all()
+        assert names == ["item 0", "item 1", "item 2"]
+        assert session.execute(text("SELECT count(*) FROM pool_items")).scalar() == 20
+    engine.dispose()
+    proxy.wait_idle()
+
+
+def test_settings_are_the_clients_own(pooled: Callable[..., ProxyHarness]) -> None:
+    proxy = pooled(size=1)  # one connection: every client gets the same one
+    with (
+        psycopg.connect(
+            dsn(proxy, application_name="first", options="'-c DateStyle=German'"), autocommit=True
+        ) as a,
+        psycopg.connect(dsn(proxy), autocommit=True) as b,
+    ):
+        a.execute("SET search_path = pg_catalog, public")
+        a.execute("SET statement_timeout = '7s'")
+        for _ in range(3):
+            assert b.execute("SHOW application_name").fetchone() == ("",)
+            assert b.execute("SHOW DateStyle").fetchone() == ("ISO, MDY",)
+            assert b.execute("SHOW statement_timeout").fetchone() == ("0",)
+            assert b.execute("SHOW search_path").fetchone() == ('"$user", public',)
+            assert a.execute("SHOW application_name").fetchone() == ("first",)
+            assert a.execute("SHOW DateStyle").fetchone() == ("German, DMY",)
+            assert a.execute("SHOW statement_timeout").fetchone() == ("7s",)
+            assert a.execute("SHOW search_path").fetchone() == ("pg_catalog, public",)
+        a.execute("RESET statement_timeout")
+        b.execute("SELECT 1")
+        assert a.execute("SHOW statement_timeout").fetchone() == ("0",)
+    proxy.wait_idle()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "LISTEN pool_channel",
+        "SELECT pg_advisory_lock(7)",
+        "CREATE TEMP TABLE pool_tmp (x int)",
+        "PREPARE pool_p AS SELECT 1",
+        "DECLARE pool_c CURSOR WITH HOLD FOR SELECT 1",
+    ],
+)
+def test_session_features_are_refused_clearly(
+    pooled: Callable[..., ProxyHarness], sql: str
+) -> None:
+    proxy = pooled(size=1)
+    with psycopg.connect(dsn(proxy), autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="transaction pool mode"):
+            conn.execute(sql)
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
+    proxy.wait_idle()
+
+
+def test_what_lives_inside_a_transaction_works(pooled: Callable[..., ProxyHarness]) -> None:
+    proxy = pooled(size=1)
+    with psycopg.connect(dsn(proxy)) as conn:
+        conn.execute("CREATE TEMP TABLE pool_scratch (x int) ON COMMIT DROP")
+        conn.execute("INSERT INTO pool_scratch VALUES (1), (2)")
+        conn.execute("SELECT pg_advisory_xact_lock(11)")
+        assert conn.execute("SELECT sum(x) FROM pool_scratch").fetchone() == (3,)
+        conn.commit()
+    proxy.wait_idle()
+
+
+def test_server_connections_killed_idle_and_in_use(
+    pooled: Callable[..., ProxyHarness], pg: Cluster
+) -> None:
+    proxy = pooled(size=2)
+    with psycopg.connect(dsn(proxy), autocommit=True) as a:
+        assert a.execute("SELECT 1").fetchone() == (1,)
+        # killed while idle in the pool: the next statement gets a new connection
+        pg.psql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE application_name = '{POOL_APP}'"
+        )
+        deadline = time.monotonic() + 5
+        while proxy.call(lambda: proxy.pools.status())[0]["sv_idle"] and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+        assert a.execute("SELECT 2").fetchone() == (2,)
+        # killed while in use: that client hears why; the others go on
+        with psycopg.connect(dsn(proxy), autocommit=True) as b:
+            done = threading.Event()
+            failure: list[BaseException] = []
+
+            def sleeper() -> None:
+                try:
+                    b.execute("SELECT pg_sleep(30)")
+                except psycopg.Error as e:
+                    failure.append(e)
+                done.set()
+
+            thread = threading.Thread(target=sleeper)
+            thread.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                out = pg.psql(
+                    "SELECT pid FROM pg_stat_activity WHERE query = "
+                    "'SELECT pg_sleep(30)' AND state = 'active'"
+                )
+                if out:
+                    break
+                time.sleep(0.05)
+            pg.psql(f"SELECT pg_terminate_backend({int(out.split()[0])})")
+            assert done.wait(10)
+            thread.join()
+            assert failure and isinstance(failure[0], psycopg.OperationalError)
+        for n in range(5):
+            assert a.execute("SELECT %s::int", (n,)).fetchone() == (n,)
+    proxy.wait_idle()
+
+
+def test_a_client_that_dies_inside_a_transaction(
+    pooled: Callable[..., ProxyHarness], pg: Cluster
+) -> None:
+    proxy = pooled(size=1)
+    dying = psycopg.connect(dsn(proxy))
+    dying.execute("SELECT 1")  # BEGIN … : a transaction open on the only connection
+    dying.pgconn.finish()  # gone without COMMIT or ROLLBACK
+    with psycopg.connect(dsn(proxy), autocommit=True) as other:
+        assert other.execute("SELECT 42").fetchone() == (42,)
+    status = proxy.call(lambda: proxy.pools.status())[0]
+    assert status["closed"] >= 1  # the connection left inside a transaction was not reused
+    proxy.wait_idle()
+
+
+def test_cancel_reaches_the_statement_on_its_connection(
+    pooled: Callable[..., ProxyHarness],
+) -> None:
+    proxy = pooled(size=2)
+    with psycopg.connect(dsn(proxy), autocommit=True) as conn:
+        timer = threading.Timer(0.5, conn.cancel_safe)  # (cancel() holds the GIL)
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute("SELECT pg_sleep(20)")
+        assert time.monotonic() - started < 10
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    proxy.wait_idle()
+
+
+def test_the_client_limit(pooled: Callable[..., ProxyHarness]) -> None:
+    proxy = pooled(size=1, max_client_conn=2)
+    with psycopg.connect(dsn(proxy)), psycopg.connect(dsn(proxy)):
+        with pytest.raises(psycopg.OperationalError, match="too many clients") as caught:
+            psycopg.connect(dsn(proxy))
+        assert "53300" in str(caught.value) or caught.value.sqlstate in (None, "53300")
+    with psycopg.connect(dsn(proxy), autocommit=True) as conn:  # room again
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert proxy.server.clients_refused == 1
+    proxy.wait_idle()
+
+
+@pytest.mark.parametrize("user", ["scram_user", "md5_user"])
+def test_password_authentication_on_both_sides(
+    pooled: Callable[..., ProxyHarness], user: str
+) -> None:
+    password = USERS[user][0]
+    proxy = pooled(size=1, password=password)
+    with psycopg.connect(dsn(proxy, user), autocommit=True) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == (user,)
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(dsn(proxy, user).replace(password, "wrong"))
+    proxy.wait_idle()
+
+
+def test_no_password_for_the_pool_is_a_clear_error(pooled: Callable[..., ProxyHarness]) -> None:
+    proxy = pooled(size=1)  # the client authenticates; the pool has nothing to log in with
+    with psycopg.connect(dsn(proxy, "scram_user"), autocommit=True) as conn:
+        with pytest.raises(psycopg.OperationalError, match="PGPASSWORD"):
+            conn.execute("SELECT 1")
+    proxy.wait_idle()
+
+
+def test_idle_server_connections_are_closed(pooled: Callable[..., ProxyHarness]) -> None:
+    proxy = pooled(size=2, idle_timeout=0.3)
+    with psycopg.connect(dsn(proxy), autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        deadline = time.monotonic() + 5
+        while proxy.call(lambda: proxy.pools.status())[0]["sv_idle"] and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.1)
+        assert proxy.call(lambda: proxy.pools.status())[0]["sv_idle"] == 0
+        assert conn.execute("SELECT 2").fetchone() == (2,)  # a new one when needed
+    proxy.wait_idle()
+
+
+def test_admission_orders_the_pool(pooled: Callable[..., ProxyHarness]) -> None:
+    """The MPL is at most the pool size, and a client waits in the scheduler's queue."""
+    proxy = pooled(size=2, limits=Limits(mpl=8))
+    assert proxy.scheduler.limits.mpl == 2
+    results: list[float] = []
+
+    def sleeper() -> None:
+        with psycopg.connect(dsn(proxy), autocommit=True) as conn:
+            started = time.monotonic()
+            conn.execute("SELECT pg_sleep(0.4)")
+            results.append(time.monotonic() - started)
+
+    threads = [threading.Thread(target=sleeper) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    state = proxy.state()
+    assert state["in_service"] == 2 and state["queued"] == 2, state
+    for t in threads:
+        t.join(10)
+    assert sorted(results)[-1] >= 0.75  # the last two waited for the first two
+    status = proxy.call(lambda: proxy.pools.status())[0]
+    assert status["waited"] == 0  # they waited in admission, not for a connection
+    proxy.wait_idle()
