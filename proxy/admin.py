@@ -153,6 +153,8 @@ class AdminMetrics:
         self.per_class: dict[str, _Counts] = {}  # the statements that left, by class name
         # the lease keeper when the MPL is a global budget (proxy.coordinator), set by build
         self.coordinator: Any = None
+        # the relay's server connection pools in transaction pool mode (proxy.pool), likewise
+        self.pools: Any = None
         self.recent: deque[tuple[float, str, float, float]] = deque(maxlen=500)
 
     def on_finish(self, job: Job, now: float) -> None:
@@ -253,6 +255,8 @@ class AdminMetrics:
             yield GaugeMetricFamily(name, doc, value=float(value))
         if s is not None and s.workloads is not None:
             yield from _tenant_metrics(s)
+        if self.pools is not None:
+            yield from _pool_metrics(self.pools)
         c = self.coordinator
         if c is not None:
             shared = (
@@ -272,6 +276,49 @@ class AdminMetrics:
             )
             for name, doc, value in shared:
                 yield GaugeMetricFamily(name, doc, value=float(value))
+
+
+def _pool_metrics(pools: Any) -> Iterator[Metric]:
+    """Transaction pooling, per (database, user): named like PgBouncer's SHOW POOLS/STATS."""
+    label = ["database", "user"]
+    rows = pools.status()
+    gauges = (
+        ("admission_pool_server_active", "Server connections held by a client", "sv_active"),
+        ("admission_pool_server_idle", "Server connections idle in the pool", "sv_idle"),
+        ("admission_pool_server_login", "Server connections being opened", "sv_login"),
+        (
+            "admission_pool_clients_waiting",
+            "Clients admitted that wait for a server connection being opened",
+            "cl_waiting",
+        ),
+        ("admission_pool_size", "Server connections per pool, at most", "pool_size"),
+    )
+    for name, doc, key in gauges:
+        family = GaugeMetricFamily(name, doc, labels=label)
+        for row in rows:
+            family.add_metric([row["database"], row["user"]], float(row[key]))
+        yield family
+    counters = (
+        ("admission_pool_handovers", "Server connections given to a client", "handovers"),
+        ("admission_pool_opened", "Server connections opened", "opened"),
+        ("admission_pool_closed", "Server connections closed by the pool", "closed"),
+        ("admission_pool_failed", "Server connections that could not be opened", "failed"),
+        (
+            "admission_pool_waited",
+            "Clients admitted that found every server connection held",
+            "waited",
+        ),
+        (
+            "admission_pool_wait_seconds",
+            "Seconds admitted clients waited for a server connection",
+            "wait_seconds",
+        ),
+    )
+    for name, doc, key in counters:
+        cfamily = CounterMetricFamily(name, doc, labels=label)
+        for row in rows:
+            cfamily.add_metric([row["database"], row["user"]], float(row[key]))
+        yield cfamily
 
 
 def _tenant_metrics(s: Scheduler) -> Iterator[Metric]:
@@ -452,6 +499,9 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         # several proxies, one budget: global MPL, what this proxy holds, the coordinator's
         # state (None: the MPL is this proxy's alone)
         "coordinator": None if gate.coordinator is None else gate.coordinator.status(),
+        # transaction pooling: per (database, user) its server connections (None: session
+        # mode, each client its own)
+        "pools": None if gate.pools is None else gate.pools.status(),
         # workload classes: per tenant its weight, share of service, queue and waits (None:
         # the proxy serves one tenant)
         "tenants": _tenants_json(scheduler),

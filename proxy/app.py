@@ -188,7 +188,9 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         )
         listener.max_client_conn = config.max_client_conn
         if config.pool is not None:
-            listener.pool_transactions(Pools(config.pool, config.backend, listener.open_backend))
+            pools = Pools(config.pool, config.backend, listener.open_backend)
+            listener.pool_transactions(pools)
+            metrics.pools = pools
             progress(
                 f"transaction pooling: {config.pool.size} server connections per (database, "
                 f"user), MPL {config.limits.mpl}"

@@ -81,6 +81,8 @@ class AdmissionGate:
         self.work_mem_grant: int | None = None
         # the lease keeper when the MPL is a global budget (proxy.coordinator), for the admin API
         self.coordinator: Any = None
+        # the relay's server connection pools in transaction pool mode (proxy.pool), likewise
+        self.pools: Any = None
         # job ids: unique among everything this gate sees (sessions draw from it directly)
         self.job_ids = itertools.count(1)
         self._waiters: dict[int, AdmissionClient] = {}

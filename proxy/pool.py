@@ -255,10 +255,10 @@ _NO_STATEMENT = b"_ap_none"
 class _Scram:
     """SCRAM-SHA-256 as a client (RFC 5802/7677, no channel binding)."""
 
-    def __init__(self, password: str) -> None:
+    def __init__(self, password: str, nonce: str | None = None, user: str = "") -> None:
         self.password = password
-        self.nonce = base64.b64encode(secrets.token_bytes(18)).decode()
-        self.first_bare = f"n=,r={self.nonce}"
+        self.nonce = nonce or base64.b64encode(secrets.token_bytes(18)).decode()
+        self.first_bare = f"n={user},r={self.nonce}"  # (PostgreSQL ignores the user here)
         self.server_signature = b""
 
     def first(self) -> bytes:
@@ -566,10 +566,8 @@ class Link(asyncio.Protocol):
             statements.names.clear()
             self.prepared.clear()
             return data
-        if target.startswith(b'"'):
-            name = target[1:-1].replace(b'""', b'"')
-        else:
-            name = target.lower()
+        quoted = target.startswith(b'"')
+        name = target[1:-1].replace(b'""', b'"') if quoted else target.lower()
         mapped = statements.names.pop(name, None)
         if mapped is None:
             return data  # not the client's: the server answers

@@ -290,7 +290,7 @@ class ProxyServer(Listener):
         """Serve in transaction pool mode (see proxy.pool) with these pools."""
         if self.work_mem_grant is not None:
             raise ValueError("work_mem grants need session pool mode (--pool-mode session)")
-        self.pools = pools
+        self.pools = self.gate.pools = pools
         self._logins = asyncio.Semaphore(logins)
 
     def new_key(self) -> tuple[int, int]:
@@ -731,7 +731,7 @@ class ClientConnection(asyncio.Protocol):
         self._server_write = self._pooled_write
 
     def _login_done(self) -> None:
-        if self._login:
+        if self.pooled and self._login:
             self._login = False
             assert self.server._logins is not None
             self.server._logins.release()

@@ -107,7 +107,7 @@ class Cluster:
         shutil.rmtree(self.data.parent, ignore_errors=True)
 
 
-def start_cluster() -> Cluster:
+def start_cluster(max_connections: int = 200) -> Cluster:
     binary = pg_bin()
     run_as = "postgres" if os.geteuid() == 0 else None
     base = Path(tempfile.mkdtemp(prefix="admission-pg-"))
@@ -142,7 +142,7 @@ def start_cluster() -> Cluster:
     (data / "pg_hba.conf").write_text(hba)
     options = (
         f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off "
-        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
+        f"-c synchronous_commit=off -c full_page_writes=off -c max_connections={max_connections} "
         "-c max_parallel_workers_per_gather=2"
     )
     subprocess.run(

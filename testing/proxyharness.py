@@ -73,6 +73,7 @@ class ProxyHarness:
         if pool is not None:
             self.pools = Pools(pool, self.server.backend, self.server.open_backend)
             self.server.pool_transactions(self.pools)
+            self.metrics.pools = self.pools
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.call(lambda: self.server.start("127.0.0.1", 0))

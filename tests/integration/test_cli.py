@@ -284,6 +284,32 @@ def test_classify_from_arguments_and_stdin() -> None:
             ["--backend", "postgresql://127.0.0.1:1", "--grant-work-mem", "1GB", "--mpl", "0"],
             "it needs an MPL",
         ),
+        (["--pool-mode", "statement"], "--pool-mode must be session or transaction"),
+        (["--pool-mode", "transaction"], "the embedded DuckDB has none to pool"),
+        (
+            [
+                "--backend",
+                "postgresql://127.0.0.1:1",
+                "--pool-mode",
+                "transaction",
+                "--pool-size",
+                "0",
+            ],
+            "--pool-size",
+        ),
+        (
+            [
+                "--backend",
+                "postgresql://127.0.0.1:1",
+                "--pool-mode",
+                "transaction",
+                "--grant-work-mem",
+                "1GB",
+                "--mpl",
+                "4",
+            ],
+            "--grant-work-mem needs --pool-mode session",
+        ),
     ],
 )
 def test_serve_bad_arguments_are_clear(args: list[str], message: str) -> None:

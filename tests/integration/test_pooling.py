@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 
 import asyncpg
+import httpx
 import psycopg
 import pytest
 from sqlalchemy import Integer, String, create_engine, select, text
@@ -53,9 +54,9 @@ def dsn(proxy: ProxyHarness, user: str = "postgres", **extra: str) -> str:
 def server_connections(pg: Cluster) -> int:
     return int(
         pg.psql(
-            f"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
-            f"AND pid <> pg_backend_pid() AND usename = 'postgres' "
-            f"AND query NOT LIKE '%pg_stat_activity%'"
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+            "AND pid <> pg_backend_pid() AND usename = 'postgres' "
+            "AND query NOT LIKE '%pg_stat_activity%'"
         )
     )
 
@@ -115,7 +116,7 @@ def test_many_psycopg_clients_share_few_server_connections(
                     value = conn.execute("SELECT %s::int * 2", (n,), prepare=n % 2 == 0)
                     assert value.fetchone() == (2 * n,)
                     conn.commit()  # (else the next block would be a savepoint inside it)
-        except Exception as e:  # noqa: BLE001 (reported below)
+        except Exception as e:
             errors.append(f"{client}: {e!r}")
 
     threads = [threading.Thread(target=work, args=(c,)) for c in range(24)]
@@ -423,9 +424,11 @@ def test_password_authentication_on_both_sides(
 
 def test_no_password_for_the_pool_is_a_clear_error(pooled: Callable[..., ProxyHarness]) -> None:
     proxy = pooled(size=1)  # the client authenticates; the pool has nothing to log in with
-    with psycopg.connect(dsn(proxy, "scram_user"), autocommit=True) as conn:
-        with pytest.raises(psycopg.OperationalError, match="PGPASSWORD"):
-            conn.execute("SELECT 1")
+    with (
+        psycopg.connect(dsn(proxy, "scram_user"), autocommit=True) as conn,
+        pytest.raises(psycopg.OperationalError, match="PGPASSWORD"),
+    ):
+        conn.execute("SELECT 1")
     proxy.wait_idle()
 
 
@@ -466,4 +469,20 @@ def test_admission_orders_the_pool(pooled: Callable[..., ProxyHarness]) -> None:
     assert sorted(results)[-1] >= 0.75  # the last two waited for the first two
     status = proxy.call(lambda: proxy.pools.status())[0]
     assert status["waited"] == 0  # they waited in admission, not for a connection
+    proxy.wait_idle()
+
+
+def test_pools_in_status_and_metrics(pooled: Callable[..., ProxyHarness]) -> None:
+    proxy = pooled(size=2, admin=True)
+    with psycopg.connect(dsn(proxy), autocommit=True) as conn:
+        for n in range(3):
+            conn.execute("SELECT %s::int", (n,))
+    status = httpx.get(f"{proxy.admin_url}/status").json()
+    (pool,) = status["pools"]
+    assert pool["database"] == "postgres" and pool["user"] == "postgres"
+    assert pool["sv_idle"] + pool["sv_active"] == pool["opened"] - pool["closed"] >= 1
+    assert pool["handovers"] >= 3 and pool["pool_size"] == 2
+    metrics = httpx.get(f"{proxy.admin_url}/metrics").text
+    assert 'admission_pool_handovers_total{database="postgres",user="postgres"}' in metrics
+    assert 'admission_pool_size{database="postgres",user="postgres"} 2.0' in metrics
     proxy.wait_idle()

@@ -1,0 +1,250 @@
+"""Transaction pooling side by side with PgBouncer: many clients, few server connections.
+
+Starts a PostgreSQL server of its own (``max_connections`` 100, pgbench's tables at scale 1),
+then, per round in an order shuffled per round, with the same pgbench command:
+
+* ``pgbouncer``: PgBouncer (when installed) in transaction pool mode, ``default_pool_size`` P;
+* ``proxy``: ``admission serve --pool-mode transaction --pool-size P`` (FCFS: exactly a
+  PgBouncer pool; ``--no-learn``);
+* ``proxy-learn``: the same with the proxy's defaults (learning each class's service time).
+
+Each runs ``pgbench -S -M MODE -c C -j 2 -T S`` (select-only: one statement per transaction)
+and, with ``--tpcb``, pgbench's TPC-B-like transactions. Prints per setting and round the
+throughput (transactions/s, pgbench's, without the connection time), failed transactions,
+the connection time and the most server connections seen in pg_stat_activity (sampled every
+20 ms); then per setting the median over rounds and the ratio to PgBouncer's in the same round
+(median and range).
+
+PgBouncer before 1.21 does not carry protocol-level prepared statements in transaction mode:
+``-M prepared`` fails through it. Use ``--mode extended`` (or simple) for the comparison with
+such a PgBouncer; ``--mode prepared`` measures the proxy alone (PgBouncer's row is then its
+``extended`` run, labelled so).
+
+    python -m benchmarks.pooling [--clients 500] [--pool-size 20] [--seconds 10]
+        [--rounds 3] [--mode extended] [--tpcb]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+
+from testing.pgcluster import Cluster, free_port, start_cluster
+
+ADMISSION = shutil.which("admission") or str(Path(sys.executable).parent / "admission")
+
+
+def _wait(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"exited: {proc.communicate()[1]!r}")
+        try:
+            psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres").close()
+            return
+        except psycopg.OperationalError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+def start_pgbouncer(pg: Cluster, pool: int, work: Path) -> tuple[subprocess.Popen[bytes], int]:
+    binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+    port = free_port()
+    (work / "users.txt").write_text('"postgres" ""\n')
+    ini = work / "pgbouncer.ini"
+    ini.write_text(
+        "[databases]\n"
+        f"* = host=127.0.0.1 port={pg.port}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {work / 'users.txt'}\n"
+        f"pool_mode = transaction\ndefault_pool_size = {pool}\nmax_client_conn = 20000\n"
+        "max_db_connections = 0\nlogfile =\npidfile =\nserver_reset_query =\n"
+        "ignore_startup_parameters = extra_float_digits,options\n"
+    )
+    proc = subprocess.Popen(
+        [binary, "-q", str(ini)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _wait(port, proc)
+    return proc, port
+
+
+def start_proxy(pg: Cluster, pool: int, learn: bool) -> tuple[subprocess.Popen[bytes], int]:
+    port = free_port()
+    args = [
+        ADMISSION,
+        "serve",
+        "--backend",
+        f"postgresql://127.0.0.1:{pg.port}",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--pool-mode",
+        "transaction",
+        "--pool-size",
+        str(pool),
+        "--log-level",
+        "warning",
+    ]
+    if not learn:
+        args += ["--no-learn", "--policy", "fcfs"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _wait(port, proc)
+    return proc, port
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+class Sampler:
+    """The most client connections PostgreSQL serves at once (every 20 ms)."""
+
+    def __init__(self, pg: Cluster) -> None:
+        self.pg = pg
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with psycopg.connect(
+            host="127.0.0.1",
+            port=self.pg.port,
+            user="postgres",
+            dbname="postgres",
+            autocommit=True,
+        ) as conn:
+            while not self._stop.is_set():
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                    " AND pid <> pg_backend_pid()"
+                ).fetchone()
+                self.most = max(self.most, row[0] if row else 0)
+                time.sleep(0.02)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(5)
+        return self.most
+
+
+def pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
+    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+    result = subprocess.run(
+        ["pgbench", *args, "-T", str(int(seconds)), "-n", dsn],
+        capture_output=True,
+        text=True,
+        timeout=seconds * 10 + 120,
+    )
+    out = result.stdout + result.stderr
+    tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
+    failed = re.search(r"number of failed transactions: (\d+)", out)
+    connect = re.search(r"initial connection time = ([\d.]+) ms", out)
+    errors = len(re.findall(r"(?m)^pgbench: error", out))
+    return {
+        "tps": float(tps.group(1)) if tps else 0.0,
+        "failed": float(failed.group(1)) if failed else float("nan"),
+        "connect_ms": float(connect.group(1)) if connect else float("nan"),
+        "errors": float(errors + (result.returncode != 0)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=500)
+    parser.add_argument("--pool-size", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--mode", default="extended", choices=("simple", "extended", "prepared"))
+    parser.add_argument("--tpcb", action="store_true", help="also TPC-B-like transactions")
+    parser.add_argument("--max-connections", type=int, default=100)
+    args = parser.parse_args(argv)
+
+    have_bouncer = shutil.which("pgbouncer") or Path("/usr/sbin/pgbouncer").exists()
+    work = Path(tempfile.mkdtemp(prefix="admission-pooling-"))
+    pg = start_cluster(max_connections=args.max_connections)
+    direct = f"host=127.0.0.1 port={pg.port} user=postgres dbname=postgres"
+    subprocess.run(["pgbench", "-i", "-s", "1", "-q", direct], check=True, capture_output=True)
+    settings = (["pgbouncer"] if have_bouncer else []) + ["proxy", "proxy-learn"]
+    workloads = [("select-only", ["-S"])] + ([("tpcb", [])] if args.tpcb else [])
+    print(
+        f"PostgreSQL max_connections {args.max_connections}; {args.clients} clients, pool "
+        f"{args.pool_size}, pgbench -M {args.mode} -j 2, {args.seconds:g} s, "
+        f"{args.rounds} rounds{'' if have_bouncer else ' (PgBouncer not installed)'}"
+    )
+    results: dict[tuple[str, str], list[dict[str, float]]] = {}
+    try:
+        for rnd in range(args.rounds):
+            order = settings[:]
+            random.Random(rnd).shuffle(order)
+            for setting in order:
+                if setting == "pgbouncer":
+                    proc, port = start_pgbouncer(pg, args.pool_size, work)
+                else:
+                    proc, port = start_proxy(pg, args.pool_size, setting == "proxy-learn")
+                try:
+                    for name, extra in workloads:
+                        mode = args.mode
+                        if setting == "pgbouncer" and mode == "prepared":
+                            mode = "extended"  # (PgBouncer < 1.21 cannot; see the docstring)
+                        sampler = Sampler(pg)
+                        row = pgbench(
+                            port,
+                            [*extra, "-M", mode, "-c", str(args.clients), "-j", "2"],
+                            args.seconds,
+                        )
+                        row["server_connections"] = sampler.stop()
+                        results.setdefault((setting, name), []).append(row)
+                        print(
+                            f"round {rnd + 1} {setting:12} {name:11} -M {mode:8} "
+                            f"tps {row['tps']:9.0f}  failed {row['failed']:.0f}  "
+                            f"errors {row['errors']:.0f}  connect {row['connect_ms']:8.0f} ms  "
+                            f"server connections ≤ {row['server_connections']:.0f}",
+                            flush=True,
+                        )
+                finally:
+                    stop(proc)
+    finally:
+        pg.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print("\nmedian over rounds (ratio to PgBouncer in the same round: median [least, most])")
+    for name, _ in workloads:
+        for setting in settings:
+            rows = results.get((setting, name), [])
+            if not rows:
+                continue
+            tps = statistics.median(r["tps"] for r in rows)
+            line = (
+                f"{setting:12} {name:11} tps {tps:9.0f}  failed "
+                f"{sum(r['failed'] for r in rows):.0f}  server connections ≤ "
+                f"{max(r['server_connections'] for r in rows):.0f}"
+            )
+            base = results.get(("pgbouncer", name))
+            if base and setting != "pgbouncer":
+                ratios = [r["tps"] / b["tps"] for r, b in zip(rows, base, strict=False) if b["tps"]]
+                if ratios:
+                    line += (
+                        f"  vs PgBouncer {statistics.median(ratios):.2f} "
+                        f"[{min(ratios):.2f}, {max(ratios):.2f}]"
+                    )
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
