@@ -27,6 +27,8 @@ such a PgBouncer; ``--mode prepared`` measures the proxy alone (PgBouncer's row 
 from __future__ import annotations
 
 import argparse
+import os
+import pwd
 import random
 import re
 import shutil
@@ -73,9 +75,13 @@ def start_pgbouncer(pg: Cluster, pool: int, work: Path) -> tuple[subprocess.Pope
         "max_db_connections = 0\nlogfile =\npidfile =\nserver_reset_query =\n"
         "ignore_startup_parameters = extra_float_digits,options\n"
     )
-    proc = subprocess.Popen(
-        [binary, "-q", str(ini)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
+    command = [binary, "-q", str(ini)]
+    if os.geteuid() == 0:  # PgBouncer refuses to run as root: as PostgreSQL's own user
+        entry = pwd.getpwnam("postgres")
+        for path in (work, work / "users.txt", ini):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+        command = ["runuser", "-u", "postgres", "--", *command]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _wait(port, proc)
     return proc, port
 

@@ -566,7 +566,8 @@ class ClientConnection(asyncio.Protocol):
             session.fast_sent = True
             self._server_write(data)
         else:
-            session.fast_wait()
+            # it waits, still as the fast path's statement: admitted untouched, its bytes go
+            # out as they came and its reply takes the fast path (``admitted``)
             self._check_held()  # what waits counts against the total like any held batch
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -973,6 +974,10 @@ class ClientConnection(asyncio.Protocol):
 
     def admitted(self, job: int) -> None:
         self.server.prioritize(self, job)
+        data = self.session.fast_granted(job)
+        if data is not None:
+            self._server_write(data)
+            return
         self._apply(self.session.granted(job, self.server.grant(job)))
 
     def refused(self, job: int, sqlstate: str, message: str) -> None:

@@ -522,6 +522,16 @@ class ProxySession:
         """``fast_client``'s job was not admitted at once: the general path takes over."""
         self._leave_fast()
 
+    def fast_granted(self, job: int) -> bytes | None:
+        """The gate admitted ``job``, ``fast_client``'s statement, which the caller let wait
+        without ``fast_wait`` and nothing has touched since (any other event turns it into a
+        queued batch first): the bytes to forward now — the caller writes them, and the reply
+        takes the fast path. None: not that case (call ``granted``)."""
+        if self._fast_job != job or self.fast_sent:
+            return None
+        self.fast_sent = True
+        return self._fast_data
+
     def fast_server(self, data: bytes) -> int | None:
         """During the usual cycle: the job the server's ``data`` ends (to release), 0 if the
         reply is not over yet; the caller relays ``data`` untouched either way. None: not

@@ -31,6 +31,7 @@ from proxy.wire.session import (
     FastClient,
     FastServer,
     ProxySession,
+    SendToServer,
     Submit,
     fast_client,
     fast_server,
@@ -449,3 +450,32 @@ def test_sessions_of_one_gate_draw_job_ids_from_it(impl: Impl) -> None:
         assert submit is not None
         ids.append(submit[0])
     assert len(set(ids)) == 2 and gate.new_job() not in ids
+
+
+@pytest.mark.parametrize("impl", IMPLEMENTATIONS, ids=lambda impl: impl[0].__qualname__)  # type: ignore[index]
+def test_a_statement_that_waited_untouched_goes_out_and_back_on_the_fast_path(impl: Impl) -> None:
+    """The shell lets a queued statement wait as the fast path's (no ``fast_wait``): once
+    admitted its bytes go out as they came and its reply is read by ``fast_server``; any other
+    event first turns it into the queued batch the general path would hold."""
+    assert impl is not None
+    session = ProxySession()
+    session.client_data(startup())
+    session.server_data(AUTH_OK + RFQ)
+    query = m("Q", cstr("select 1"))
+    submit = impl[0](session, query)
+    assert submit is not None
+    job = submit[0]
+    assert session.held_bytes == len(query)  # it waits: held
+    assert session.fast_granted(job + 1) is None  # not its job
+    assert session.fast_granted(job) == query
+    assert session.fast_granted(job) is None  # once
+    assert impl[1](session, m("C", cstr("SELECT 1")) + RFQ) == job
+    # waiting, then the client sends more: the general path takes it over, in order
+    submit = impl[0](session, query)
+    assert submit is not None
+    second = submit[0]
+    actions = session.client_data(query)
+    assert not any(isinstance(a, SendToServer) for a in actions)
+    assert session.fast_granted(second) is None
+    forwarded = [a for a in session.granted(second) if isinstance(a, SendToServer)]
+    assert b"".join(a.data for a in forwarded) == query
