@@ -31,6 +31,7 @@ import os
 import pwd
 import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -60,19 +61,20 @@ def _wait(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None
     raise RuntimeError(f"nothing listens on port {port}")
 
 
-def start_pgbouncer(pg: Cluster, pool: int, work: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_pgbouncer(pg_port: int, pool: int, work: Path) -> tuple[subprocess.Popen[bytes], int]:
     binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
     port = free_port()
     (work / "users.txt").write_text('"postgres" ""\n')
     ini = work / "pgbouncer.ini"
     ini.write_text(
         "[databases]\n"
-        f"* = host=127.0.0.1 port={pg.port}\n"
+        f"* = host=127.0.0.1 port={pg_port}\n"
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {work / 'users.txt'}\n"
         f"pool_mode = transaction\ndefault_pool_size = {pool}\nmax_client_conn = 20000\n"
         "max_db_connections = 0\nlogfile =\npidfile =\nserver_reset_query =\n"
+        "listen_backlog = 4096\n"
         "ignore_startup_parameters = extra_float_digits,options\n"
     )
     command = [binary, "-q", str(ini)]
@@ -80,7 +82,10 @@ def start_pgbouncer(pg: Cluster, pool: int, work: Path) -> tuple[subprocess.Pope
         entry = pwd.getpwnam("postgres")
         for path in (work, work / "users.txt", ini):
             os.chown(path, entry.pw_uid, entry.pw_gid)
-        command = ["runuser", "-u", "postgres", "--", *command]
+        # (with as many files as root may open: runuser's session starts at 1024)
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        raise_limit = f'ulimit -n {hard} 2>/dev/null; exec "$0" "$@"'
+        command = ["runuser", "-u", "postgres", "--", "sh", "-c", raise_limit, *command]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _wait(port, proc)
     return proc, port
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             random.Random(rnd).shuffle(order)
             for setting in order:
                 if setting == "pgbouncer":
-                    proc, port = start_pgbouncer(pg, args.pool_size, work)
+                    proc, port = start_pgbouncer(pg.port, args.pool_size, work)
                 else:
                     proc, port = start_proxy(pg, args.pool_size, setting == "proxy-learn")
                 try:
