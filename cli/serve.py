@@ -164,7 +164,8 @@ def serve(
             help="While learning: sample the database's threads in execution every this many "
             "seconds (training's sampler: the embedded DuckDB's threads, or a PostgreSQL on "
             "this machine, from /proc) and keep each class's U_r, Q_r, A_r and A^c_r current "
-            "from it, window by window (0: off; D_r is learned either way).",
+            "from it, window by window (0: off; D_r is learned either way). Off in "
+            "transaction pool mode.",
             envvar=env("sample_interval"),
             min=0,
         ),
@@ -481,8 +482,10 @@ def serve(
             coordinator=coordinator,
             lease_ttl=lease_ttl,
             coordinator_fallback=coordinator_fallback,
+            # (not in transaction pool mode: a statement's server process is known only once
+            # its connection is, and the per-statement /proc reads cost a pool's throughput)
             extend=_live_profile(sample_interval, profile_window, backend is None)
-            if learn and sample_interval > 0
+            if learn and sample_interval > 0 and pool is None
             else None,
             max_queue=max_queue,
             memory_limit=duckdb_limit,
