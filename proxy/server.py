@@ -117,6 +117,43 @@ def _drop(data: bytes) -> None:
 
 
 _TERMINATE = pg.message(b"X")
+# transaction mode: a login the database let in without a password is answered by the proxy
+# for this long after (ClientConnection._login_from_cache)
+TRUST_TTL = 60.0
+_PLAIN_LOGIN = frozenset(("user", "database", "application_name", "client_encoding"))
+
+
+def _cacheable(parameters: Mapping[str, str]) -> bool:
+    """A startup packet that asks for no settings beyond these (what the cache can answer)."""
+    return all(name.lower() in _PLAIN_LOGIN for name in parameters)
+
+
+def _login_key(parameters: Mapping[str, str]) -> tuple[str, str, str]:
+    user = parameters.get("user", "")
+    encoding = parameters.get("client_encoding", "").upper().replace("-", "").replace("_", "")
+    return user, parameters.get("database") or user, encoding
+
+
+def _trusted_login(replies: bytes) -> dict[str, str] | None:
+    """The ParameterStatus of a login the server answered with AuthenticationOk alone (no
+    password asked), up to its ReadyForQuery; None if it asked for anything."""
+    parameters: dict[str, str] = {}
+    pos = 0
+    while len(replies) - pos >= 5:
+        kind = replies[pos]
+        end = pos + 1 + int.from_bytes(replies[pos + 1 : pos + 5], "big")
+        body = replies[pos + 5 : end]
+        if kind == pg.AUTHENTICATION and body[:4] != b"\0\0\0\0":
+            return None
+        if kind == ord("S"):
+            name, _, value = body.rstrip(b"\0").partition(b"\0")
+            parameters[name.decode()] = value.decode("utf-8", "replace")
+        elif kind == pg.READY_FOR_QUERY:
+            return parameters
+        elif kind == pg.ERROR_RESPONSE:
+            return None
+        pos = end
+    return None
 
 
 class CancelTarget(Protocol):
@@ -285,6 +322,11 @@ class ProxyServer(Listener):
         self.clients_refused = 0
         # logins at once in transaction mode (each authenticates on a connection of its own)
         self._logins: asyncio.Semaphore | None = None
+        # transaction mode: (user, database) the database let in without a password, when
+        # (loop time) and with what parameters (see ClientConnection._login_from_cache)
+        # (keyed by user, database and the client_encoding asked for, normalized; "": none)
+        self.trusted: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
+        self.logins_answered = 0  # logins the proxy answered from ``trusted``
 
     def pool_transactions(self, pools: Pools, logins: int = 8) -> None:
         """Serve in transaction pool mode (see proxy.pool) with these pools."""
@@ -492,6 +534,7 @@ class ClientConnection(asyncio.Protocol):
             self._capture = False  # read the session's settings back when it ends
             self._capturing = False
             self._login = False  # holds one of the server's login slots
+            self._login_replies: bytearray | None = None  # the server's, while logging in
             self._server_paused = False
             self.statements = Statements()
             self.settings: dict[str, str] = {}
@@ -682,6 +725,8 @@ class ClientConnection(asyncio.Protocol):
                 if self._holding or self.buffer_reported:
                     self._check_held()
             return
+        if self.pooled and self._login_replies is not None:
+            self._login_replies += data
         self._apply(session.server_data(data))
         if self._key is None and self.session.backend_key is not None:
             self._key = self.session.backend_key
@@ -730,6 +775,40 @@ class ClientConnection(asyncio.Protocol):
             backend.retire()
         self._login_done()
         self._server_write = self._pooled_write
+        replies, self._login_replies = self._login_replies, None
+        if replies is not None and _cacheable(self.parameters):
+            trusted = _trusted_login(bytes(replies))
+            if trusted is not None:
+                key = _login_key(self.parameters)
+                self.server.trusted[key] = (asyncio.get_running_loop().time(), trusted)
+
+    def _login_from_cache(self) -> bool:
+        """A login the proxy may answer itself: the database let this (user, database) in
+        without a password within TRUST_TTL seconds — from the proxy's address, which is the
+        address every login through the proxy comes from — and the client asks for nothing
+        but its application_name and the same client_encoding. AuthenticationOk, the
+        parameters the database sent then (application_name the client's), a key of the
+        proxy's, ReadyForQuery: no server connection for the login."""
+        key = _login_key(self.parameters)
+        found = self.server.trusted.get(key)
+        if found is None or not _cacheable(self.parameters):
+            return False
+        when, parameters = found
+        if asyncio.get_running_loop().time() - when > TRUST_TTL:
+            del self.server.trusted[key]
+            return False
+        reply = [pg.message(b"R", b"\0\0\0\0")]
+        shown = {**parameters, "application_name": self.parameters.get("application_name", "")}
+        reply += [pg.message(b"S", f"{k}\0{v}\0".encode()) for k, v in shown.items()]
+        reply.append(pg.message(b"K", b"\0" * 8))  # (the session gives its own key)
+        reply.append(pg.ready_for_query(b"I"))
+        self.server.logins_answered += 1
+        self._server_write = self._pooled_write
+        self._apply(self.session.server_data(b"".join(reply)))
+        if self._key is None and self.session.backend_key is not None:
+            self._key = self.session.backend_key
+            self.server.by_key[self._key] = self
+        return True
 
     def _login_done(self) -> None:
         if self.pooled and self._login:
@@ -788,6 +867,8 @@ class ClientConnection(asyncio.Protocol):
     def link_failed(self, message: str) -> None:
         self._waiting_link = False
         self._pending = []
+        # (logins are relayed again: the database says why)
+        self.server.trusted.pop(_login_key(self.parameters), None)
         if not self._closed:
             self._apply(self.session.server_lost(f"no server connection: {message}"))
 
@@ -937,6 +1018,9 @@ class ClientConnection(asyncio.Protocol):
                     database = action.parameters.get("database") or user
                     self._pool = self.server.pools.pool(user, database)
                     self.settings = client_settings(action.parameters)
+                    if self._login_from_cache():
+                        continue
+                    self._login_replies = bytearray()
                 self._to_server = []
                 self._server_write = self._to_server.append
                 asyncio.get_running_loop().create_task(self._connect(action.startup))

@@ -486,3 +486,28 @@ def test_pools_in_status_and_metrics(pooled: Callable[..., ProxyHarness]) -> Non
     assert 'admission_pool_handovers_total{database="postgres",user="postgres"}' in metrics
     assert 'admission_pool_size{database="postgres",user="postgres"} 2.0' in metrics
     proxy.wait_idle()
+
+
+def test_logins_the_database_trusts_are_answered_by_the_proxy(
+    pooled: Callable[..., ProxyHarness],
+) -> None:
+    proxy = pooled(size=1, password=USERS["scram_user"][0])
+    with psycopg.connect(dsn(proxy), autocommit=True) as first:  # relayed: PostgreSQL trusts it
+        assert first.execute("SELECT 1").fetchone() == (1,)
+    assert proxy.server.logins_answered == 0
+    for name in ("second", "third"):
+        with psycopg.connect(dsn(proxy, application_name=name), autocommit=True) as conn:
+            assert conn.info.parameter_status("application_name") == name
+            assert conn.info.parameter_status("server_version")
+            assert conn.execute("SHOW application_name").fetchone() == (name,)
+    assert proxy.server.logins_answered == 2
+    # a login that asks for a setting, or a password, goes to the database every time
+    with psycopg.connect(dsn(proxy, options="'-c DateStyle=German'"), autocommit=True) as c:
+        assert c.execute("SHOW DateStyle").fetchone() == ("German, DMY",)
+    for _ in range(2):
+        with psycopg.connect(dsn(proxy, "scram_user"), autocommit=True) as conn:
+            assert conn.execute("SELECT current_user").fetchone() == ("scram_user",)
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(dsn(proxy, "scram_user").replace("scram-pass", "wrong"))
+    assert proxy.server.logins_answered == 2
+    proxy.wait_idle()
