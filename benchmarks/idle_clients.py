@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -61,7 +62,7 @@ async def _one(port: int, packet: bytes, timeout: float) -> tuple[str, object]:
         return "reset", repr(e)
 
 
-async def hold(port: int, n: int, in_flight: int, pid: int, user: str) -> dict[str, object]:
+async def hold(port: int, n: int, in_flight: int, pid: int, user: str) -> dict[str, Any]:
     packet = startup_packet(user, "postgres")
     gate = asyncio.Semaphore(in_flight)
     rss_before = rss(pid)
@@ -73,7 +74,11 @@ async def hold(port: int, n: int, in_flight: int, pid: int, user: str) -> dict[s
     started = time.monotonic()
     results = await asyncio.gather(*(one() for _ in range(n)))
     elapsed = time.monotonic() - started
-    held = [r[1] for r in results if r[0] == "held"]
+    held: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = [
+        r[1]  # type: ignore[misc]
+        for r in results
+        if r[0] == "held"
+    ]
     await asyncio.sleep(1.0)
     rss_after = rss(pid)
     counts = {
@@ -82,7 +87,7 @@ async def hold(port: int, n: int, in_flight: int, pid: int, user: str) -> dict[s
     examples = [r[1] for r in results if r[0] != "held"][:2]
     latencies = await asyncio.to_thread(select_one, port, user)
     alive = 0
-    for reader, writer in held:  # type: ignore[misc]
+    for reader, writer in held:
         if not reader.at_eof() and not writer.is_closing():
             alive += 1
         writer.close()

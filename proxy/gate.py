@@ -22,6 +22,7 @@ whoever wants to watch registers an observer on the scheduler (``Scheduler.obser
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import sys
 from collections import deque
@@ -252,6 +253,10 @@ class AdmissionGate:
         self._after(self.scheduler.set_policy(policy, self.now))
 
     def set_limits(self, limits: Limits) -> None:
+        if self.pools is not None:  # transaction pooling: never more than the connections
+            size = self.pools.config.size
+            mpl = size if not limits.mpl else min(limits.mpl, size)
+            limits = dataclasses.replace(limits, mpl=mpl)
         self._after(self.scheduler.set_limits(limits, self.now))
 
     def set_workloads(self, config: WorkloadConfig) -> None:

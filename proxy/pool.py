@@ -109,6 +109,7 @@ class PoolClient(Protocol):
 
 _REFUSED = re.compile(
     r"(?:^|;)\s*(?:listen|prepare|execute)\b"
+    r"|(?:^|;)\s*set\s+(?:session\s+)?(?:role|session\s+authorization)\b"
     r"|\bpg_(?:try_)?advisory_lock(?:_shared)?\s*\("
     r"|\bwith\s+hold\b"
     r"|\bcreate\s+(?:global\s+|local\s+)?temp(?:orary)?\s+(?:table|sequence|view)\b",
@@ -116,7 +117,16 @@ _REFUSED = re.compile(
 )
 _ON_COMMIT_DROP = re.compile(r"\bon\s+commit\s+drop\b", re.IGNORECASE)
 # a statement that may change the session's settings: read them back after its transaction
+RESETS_ALL = re.compile(r"\b(?:reset|discard)\s+all\b", re.IGNORECASE)
 SETS_TEXT = re.compile(r"(?:^|;)\s*(?:set|reset|discard)\b|\bset_config\s*\(", re.IGNORECASE)
+
+
+# string literals, quoted identifiers, dollar-quoted bodies and comments: what a statement says
+# inside them is not what it does (a function body's EXECUTE, a literal 'listen')
+_QUOTED = re.compile(
+    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$[A-Za-z_0-9]*\$).*?\1|--[^\n]*|/\*.*?\*/",
+    re.DOTALL,
+)
 
 
 def pooling_refusal(sql: str) -> str | None:
@@ -124,7 +134,15 @@ def pooling_refusal(sql: str) -> str | None:
     found = _REFUSED.search(sql)
     if found is None:
         return None
-    what = found.group(0).strip(" ;(").split()[0].lower()
+    if "'" in sql or "$" in sql or '"' in sql or "-" in sql or "/*" in sql:
+        sql = _QUOTED.sub(" ", sql)
+        found = _REFUSED.search(sql)
+        if found is None:
+            return None
+    words = found.group(0).strip(" ;(").split()
+    what = words[0].lower()
+    if what == "set":
+        what = "role"
     if what == "create" and _ON_COMMIT_DROP.search(sql):
         return None
     names = {
@@ -133,6 +151,7 @@ def pooling_refusal(sql: str) -> str | None:
         "execute": "SQL EXECUTE",
         "with": "a WITH HOLD cursor",
         "create": "a temporary object that outlives its transaction",
+        "role": "SET ROLE or SET SESSION AUTHORIZATION (SET LOCAL ROLE inside a transaction works)",
     }
     feature = names.get(what, "a session advisory lock")
     return (
@@ -305,7 +324,10 @@ class Link(asyncio.Protocol):
         self.settings: dict[str, str] = {}  # its session settings (beyond the defaults)
         self.uses = 0
         self._buf = bytearray()
-        self._swallow = 0  # ReadyForQuery of the proxy's own statements still to cut
+        # the proxy's own statements whose replies are still to cut, up to a ReadyForQuery
+        # each, with the statements each prepares (forgotten if it fails)
+        self._swallow: deque[tuple[bytes, ...]] = deque()
+        self._swallow_failed = False
         self._auth: _Scram | None = None
         self._capture: Callable[[dict[str, str] | None], None] | None = None
         self._rows: dict[str, str] = {}
@@ -388,8 +410,12 @@ class Link(asyncio.Protocol):
             elif self._swallow:
                 if kind == pg.ERROR_RESPONSE:
                     log.warning("a statement of the pool's own failed: %s", _error_text(body))
+                    self._swallow_failed = True
                 if kind == pg.READY_FOR_QUERY:
-                    self._swallow -= 1
+                    names = self._swallow.popleft()
+                    if self._swallow_failed:  # which failed is not known: prepared again
+                        self._swallow_failed = False
+                        self.prepared.difference_update(names)
             else:  # relayed: the rest goes to the owner as it came
                 rest = bytes(buf[pos - 1 - length :])
                 buf.clear()
@@ -466,33 +492,50 @@ class Link(asyncio.Protocol):
 
     # -- the client's bytes ------------------------------------------------------------------
 
-    def send(self, data: bytes, statements: Statements, settings: dict[str, str]) -> None:
-        """Write a client's bytes (whole messages), with what the link must do first."""
-        assert self.transport is not None
+    def attach(self, statements: Statements, settings: dict[str, str]) -> bytes:
+        """What the link must run before a client's first bytes, the link idle and owing
+        nothing (the only moment a statement of the proxy's own cannot land between a
+        client's messages and their replies): the client's settings where they differ, and
+        every statement of the client's the link has not prepared — so that whatever the
+        client binds while it holds the link is there. Counted to be cut from the replies."""
         prelude: list[bytes] = []
         if self.settings != settings:
             query = settings_query(self.settings, settings)
             if query is not None:
                 prelude.append(query)
-                self._swallow += 1
+                self._swallow.append(())
                 self.pool.stats.settings_replayed += 1
             self.settings = dict(settings)
+        missing = [
+            (sname, tail) for sname, tail in statements.names.values() if sname not in self.prepared
+        ]
+        if missing:
+            # (Close first: preparing again is harmless where a failed prelude left doubt)
+            parses = [_close_statement(n) + _parse(n, t) for n, t in missing]
+            prelude.append(b"".join(parses) + _SYNC)
+            names = tuple(n for n, _ in missing)
+            self.prepared.update(names)
+            self._swallow.append(names)
+            self.pool.stats.reprepared += len(missing)
+        return b"".join(prelude)
+
+    def send(self, data: bytes, statements: Statements, prelude: bytes = b"") -> None:
+        """Write a client's bytes (whole messages), statements named as the link names them,
+        after ``prelude`` (``attach``'s)."""
+        assert self.transport is not None
         kind = data[0]
         if kind != pg.QUERY or _TYPED.unpack_from(data)[1] + 1 != len(data):
-            data = self._rewrite(data, statements, prelude)
+            data = self._rewrite(data, statements)
         elif data[5:40].lstrip()[:7].lower() in (b"dealloc", b"discard"):
-            data = self._deallocate(data, statements, prelude)
+            data = self._deallocate(data, statements)
         if prelude:
-            self.transport.write(b"".join(prelude) + data)
+            self.transport.write(prelude + data)
         elif data:
             self.transport.write(data)
 
-    def _rewrite(self, data: bytes, statements: Statements, prelude: list[bytes]) -> bytes:
-        """Name a client's statements as the link does; what the link lacks goes first."""
+    def _rewrite(self, data: bytes, statements: Statements) -> bytes:
+        """Name a client's statements as the link does (see ``attach`` for what it lacks)."""
         out: list[bytes] | None = None
-        need: list[bytes] = []
-        closes: list[bytes] = []
-        parsed: set[bytes] = set()  # server names this write's own Parses create
         pos = start = 0
         end = len(data)
         names = statements.names
@@ -506,15 +549,13 @@ class Link(asyncio.Protocol):
                 stop = data.find(0, pos + 5, nxt)
                 if stop > pos + 5:
                     tail = data[stop + 1 : nxt]
-                    name = data[pos + 5 : stop]
                     sname = server_name(tail)
-                    if sname in parsed:  # the same text twice in one write: its own name
-                        sname = server_name(tail + b"\0" + name)
-                    names[name] = (sname, tail)
-                    if sname in self.prepared and sname not in parsed:
-                        closes.append(_close_statement(sname))
+                    n = 0
+                    while sname in self.prepared:  # (the link has it: another name for this)
+                        n += 1
+                        sname = server_name(tail) + b"_" + str(n).encode()
+                    names[data[pos + 5 : stop]] = (sname, tail)
                     self.prepared.add(sname)
-                    parsed.add(sname)
                     new = _parse(sname, tail)
             elif kind == pg.BIND:
                 first = data.find(0, pos + 5, nxt)
@@ -522,18 +563,16 @@ class Link(asyncio.Protocol):
                 if second > first + 1:
                     found = names.get(data[first + 1 : second])
                     if found is not None:
-                        sname, tail = found
-                        self._need(sname, tail, need)
-                        new = pg.message(b"B", data[pos + 5 : first + 1] + sname + data[second:nxt])
+                        new = pg.message(
+                            b"B", data[pos + 5 : first + 1] + found[0] + data[second:nxt]
+                        )
             elif kind == pg.DESCRIBE or kind == pg.CLOSE:
                 if data[pos + 5 : pos + 6] == b"S" and nxt - pos > 7:
                     name = data[pos + 6 : nxt - 1]
                     found = names.get(name)
                     if found is not None:
-                        sname, tail = found
                         if kind == pg.DESCRIBE:
-                            self._need(sname, tail, need)
-                            new = pg.message(b"D", b"S" + sname + b"\0")
+                            new = pg.message(b"D", b"S" + found[0] + b"\0")
                         else:  # the link keeps it for whoever runs that text next
                             del names[name]
                             new = _close_statement(_NO_STATEMENT)
@@ -546,16 +585,12 @@ class Link(asyncio.Protocol):
                 out.append(new)
                 start = nxt
             pos = nxt
-        if need or closes:
-            prelude.append(b"".join(closes) + b"".join(need) + _SYNC)
-            self._swallow += 1
-            self.pool.stats.reprepared += len(need)
         if out is None:
             return data
         out.append(data[start:])
         return b"".join(out)
 
-    def _deallocate(self, data: bytes, statements: Statements, prelude: list[bytes]) -> bytes:
+    def _deallocate(self, data: bytes, statements: Statements) -> bytes:
         """SQL DEALLOCATE of a protocol-level statement (drivers do it: psycopg), DEALLOCATE
         ALL or DISCARD ALL (a simple Query): the client's statements, as the link names them."""
         found = _DEALLOCATE.fullmatch(data[5:-1])
@@ -571,19 +606,11 @@ class Link(asyncio.Protocol):
         mapped = statements.names.pop(name, None)
         if mapped is None:
             return data  # not the client's: the server answers
-        sname, tail = mapped
-        need: list[bytes] = []
-        self._need(sname, tail, need)
-        if need:
-            prelude.append(b"".join(need) + _SYNC)
-            self._swallow += 1
+        sname = mapped[0]
+        if sname not in self.prepared:  # (attach prepared it unless that failed: the
+            return data  # server answers, about the client's name)
         self.prepared.discard(sname)
         return pg.message(b"Q", b'DEALLOCATE "' + sname + b'"\0')
-
-    def _need(self, sname: bytes, tail: bytes, need: list[bytes]) -> None:
-        if sname not in self.prepared:
-            self.prepared.add(sname)
-            need.append(_parse(sname, tail))
 
     # -- reading the session's settings back -------------------------------------------------
 
@@ -609,6 +636,7 @@ class Link(asyncio.Protocol):
         elif kind == pg.ERROR_RESPONSE:
             log.warning("reading a session's settings failed: %s", _error_text(body))
             self._rows = dict(self.settings)
+            self.failure = "its session settings could not be read back"  # (not reused)
         elif kind == pg.READY_FOR_QUERY:
             done, self._capture = self._capture, None
             self.settings = dict(self._rows)
@@ -692,7 +720,7 @@ class Pool:
         link.owner = None
         if link.closed:
             return
-        if now - link.created > self.config.lifetime:
+        if link.failure is not None or now - link.created > self.config.lifetime:
             self.stats.closed += 1
             link.close()
             self._open_for_waiters()
@@ -728,6 +756,13 @@ class Pool:
             link.failure = f"cannot connect to the database at {self.pools.backend}: {reason}"
             link.closed = True
             self.lost(link, None)
+            return
+        timeout = self.config.connect_timeout
+        asyncio.get_running_loop().call_later(timeout, self._login_expired, link, timeout)
+
+    def _login_expired(self, link: Link, timeout: float) -> None:
+        if not link.ready and not link.closed:
+            link._fail(f"the database did not finish the connection's startup in {timeout:g} s")
 
     def opened(self, link: Link) -> None:
         self.opening.discard(link)

@@ -34,7 +34,16 @@ from urllib.parse import unquote, urlsplit
 from admission.grants import default_units, grant_setting, work_mem_grant
 from admission.model import EtaModel
 from proxy.gate import AdmissionGate
-from proxy.pool import SETS_TEXT, Link, Pool, Pools, Statements, client_settings, pooling_refusal
+from proxy.pool import (
+    RESETS_ALL,
+    SETS_TEXT,
+    Link,
+    Pool,
+    Pools,
+    Statements,
+    client_settings,
+    pooling_refusal,
+)
 from proxy.wire import protocol as pg
 from proxy.wire.framing import DEFAULT_MAX_MESSAGE
 from proxy.wire.session import (
@@ -117,6 +126,7 @@ def _drop(data: bytes) -> None:
 
 
 _TERMINATE = pg.message(b"X")
+_FLUSH = pg.message(b"H")
 # transaction mode: a login the database let in without a password is answered by the proxy
 # for this long after (ClientConnection._login_from_cache)
 TRUST_TTL = 60.0
@@ -328,7 +338,7 @@ class ProxyServer(Listener):
         self.trusted: dict[tuple[str, str, str], tuple[float, dict[str, str]]] = {}
         self.logins_answered = 0  # logins the proxy answered from ``trusted``
 
-    def pool_transactions(self, pools: Pools, logins: int = 8) -> None:
+    def pool_transactions(self, pools: Pools, logins: int = 32) -> None:
         """Serve in transaction pool mode (see proxy.pool) with these pools."""
         if self.work_mem_grant is not None:
             raise ValueError("work_mem grants need session pool mode (--pool-mode session)")
@@ -536,6 +546,10 @@ class ClientConnection(asyncio.Protocol):
             self._login = False  # holds one of the server's login slots
             self._login_replies: bytearray | None = None  # the server's, while logging in
             self._server_paused = False
+            self._client_full = False  # the client's socket takes no more for now
+            self._sets: set[int] = set()  # jobs that may change the session's settings
+            self._resets = False  # one of them was a RESET ALL or DISCARD ALL
+            self._terminating = False  # a Terminate came: close once the server is done
             self.statements = Statements()
             self.settings: dict[str, str] = {}
             self.session.admit_all = True
@@ -595,7 +609,7 @@ class ClientConnection(asyncio.Protocol):
                 return
             bypass = bypass and self.link is not None
             if SETS_TEXT.search(sql):
-                self._capture = True
+                self._note_sets(job, sql)
         if gate.admits_at_once():
             # Admitted at once for certain: the database starts on it
             # while the gate does its bookkeeping (about 10 µs a statement at -c 1: README).
@@ -616,13 +630,17 @@ class ClientConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed:
             key = self.server_key
-            if self.session.statement_running and key is not None:
+            # (after a Terminate what the client sent runs on, as PostgreSQL would run it)
+            terminated = self.pooled and self._terminating
+            if self.session.statement_running and key is not None and not terminated:
                 # nobody will read the result: stop the work on the server too
                 asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
             self._apply(self.session.client_lost())
         self._teardown()
 
     def pause_writing(self) -> None:
+        if self.pooled:
+            self._client_full = True
         if self.link is not None and self.link.transport is not None:
             self._server_paused = True
             self.link.transport.pause_reading()
@@ -631,6 +649,7 @@ class ClientConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         if self.pooled:
+            self._client_full = False
             self._server_paused = False
             if self.link is not None and self.link.transport is not None:
                 self.link.transport.resume_reading()
@@ -739,10 +758,22 @@ class ClientConnection(asyncio.Protocol):
 
     # -- transaction pooling ----------------------------------------------------------------
 
+    def _note_sets(self, job: int, sql: str) -> None:
+        """``job`` may change the session's settings: read them back once it has run."""
+        self._sets.add(job)
+        if RESETS_ALL.search(sql):
+            self._resets = True
+
     def _done(self, job: int) -> None:
         """``job``'s statement ended. A pooled client holding a server connection releases it
         after the connection is back in the pool (``_after_server``): the job admitted next
         finds it there."""
+        if self.link is None:
+            self.server.gate.release(job)
+            return
+        if self._sets and job in self._sets:
+            self._sets.discard(job)
+            self._capture = True
         if self.link is not None and not self._closed and self.session.state is State.READY:
             self._finished.append(job)
             return
@@ -756,7 +787,11 @@ class ClientConnection(asyncio.Protocol):
             return
         if self.session.server_idle:
             self._detach()
+            if self._terminating and not self.session.in_flight:
+                self._close_client()
             return
+        if self._terminating and not self.session.in_flight:
+            self._close_client()  # (inside a transaction: closed, its connection with it)
         finished = self._finished
         if finished:
             self._finished = []
@@ -821,8 +856,10 @@ class ClientConnection(asyncio.Protocol):
             return
         link = self.link
         if link is not None:
-            link.send(data, self.statements, self.settings)
+            link.send(data, self.statements)
             return
+        if not data.replace(_FLUSH, b""):
+            return  # a Flush with no server connection held: there is nothing to flush
         self._pending.append(data)
         if self._waiting_link or self._closed:
             return
@@ -847,15 +884,26 @@ class ClientConnection(asyncio.Protocol):
             return False
         if end:
             self._pooled_write(data[:end])
-        if self.transport is not None:
-            self.transport.close()
+        # what the client sent before runs to its end, as PostgreSQL would run it; the client
+        # is closed once the server owes it nothing (its replies are not read)
+        self._terminating = True
+        if not self.session.in_flight:
+            self._close_client()
         return True
+
+    def _close_client(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
 
     def _attach(self, link: Link) -> None:
         self.link = link
+        if self._client_full and link.transport is not None:  # (the client reads slowly)
+            self._server_paused = True
+            link.transport.pause_reading()
+        prelude = link.attach(self.statements, self.settings)
         pending, self._pending = self._pending, []
         if pending:
-            link.send(b"".join(pending), self.statements, self.settings)
+            link.send(b"".join(pending), self.statements, prelude)
 
     def link_granted(self, link: Link) -> None:
         self._waiting_link = False
@@ -906,9 +954,14 @@ class ClientConnection(asyncio.Protocol):
     def _captured(self, link: Link, settings: dict[str, str] | None) -> None:
         self._capturing = False
         if settings is not None:
+            if self._resets:  # RESET ALL and DISCARD ALL keep what the startup packet set
+                self._resets = False
+                settings = {**client_settings(self.parameters), **settings}
             self.settings = settings
         if self.link is link and not self._closed and self.session.server_idle:
             self._detach()
+            if self._terminating and not self.session.in_flight:
+                self._close_client()
 
     def _drop_link(self) -> None:
         """The client is gone: its connection back to the pool if the server holds nothing of
@@ -993,7 +1046,7 @@ class ClientConnection(asyncio.Protocol):
                         continue
                     bypass = bypass and self.link is not None
                     if SETS_TEXT.search(action.sql):
-                        self._capture = True
+                        self._note_sets(job, action.sql)
                 if self.server.gate.admit(job, action.query_class, bypass, action.sql, self):
                     self.server.prioritize(self, job)
                     self._apply(self.session.granted(job, self.server.grant(job)))

@@ -630,6 +630,15 @@ class ProxySession:
             else:
                 out.append(SendToServer(frame.raw))
             return
+        if kind == pg.FLUSH and self.admit_all and self._client.open is None:
+            # (pooled: a Flush outside any batch asks nothing of a server the client may not
+            # hold; it goes along, after what is queued before it, and starts no batch)
+            if not self._client.discarding:
+                if self._queue and not self._queue[-1].forwarded:
+                    self._queue[-1].held.append(frame.raw)
+                else:
+                    out.append(SendToServer(frame.raw))
+            return
         batch = self._join(kind)
         if batch is None:  # skipped up to the Sync of a batch the proxy failed
             if kind == pg.SYNC:

@@ -511,3 +511,41 @@ def test_logins_the_database_trusts_are_answered_by_the_proxy(
         psycopg.connect(dsn(proxy, "scram_user").replace("scram-pass", "wrong"))
     assert proxy.server.logins_answered == 2
     proxy.wait_idle()
+
+
+def test_pipelines_with_prepared_statements_between_connections(
+    pooled: Callable[..., ProxyHarness],
+) -> None:
+    """psycopg's pipeline mode: Parses, Binds and Syncs back to back while the connection
+    still owes replies — what the proxy must prepare goes only where nothing is owed."""
+    proxy = pooled(size=2)
+    with (
+        psycopg.connect(dsn(proxy), autocommit=True, prepare_threshold=0) as a,
+        psycopg.connect(dsn(proxy), prepare_threshold=0) as b,
+    ):
+        for rnd in range(6):
+            b.execute("SELECT %s::int", (rnd,))  # b holds a connection (its transaction)
+            with a.pipeline():
+                cursors = [a.execute("SELECT %s::int * 3", (n,)) for n in range(5)]
+                cursors += [a.execute("SELECT %s::text || 'p'", (str(n),)) for n in range(5)]
+            got = [c.fetchone() for c in cursors]
+            assert got == [(n * 3,) for n in range(5)] + [(f"{n}p",) for n in range(5)]
+            b.commit()
+    proxy.wait_idle()
+
+
+def test_settings_set_by_a_queued_statement_are_kept(
+    pooled: Callable[..., ProxyHarness],
+) -> None:
+    proxy = pooled(size=1)
+    with (
+        psycopg.connect(dsn(proxy), autocommit=True) as c,
+        psycopg.connect(dsn(proxy), autocommit=True) as d,
+    ):
+        with c.pipeline():
+            c.execute("SET search_path = pg_catalog")
+            c.execute("SELECT set_config('work_mem', '77MB', false)")
+        assert d.execute("SHOW work_mem").fetchone() == ("4MB",)
+        assert c.execute("SHOW work_mem").fetchone() == ("77MB",)
+        assert c.execute("SHOW search_path").fetchone() == ("pg_catalog",)
+    proxy.wait_idle()

@@ -36,6 +36,8 @@ from proxy.wire import protocol as pg
         "CREATE TEMP TABLE t AS SELECT 1",
         "PREPARE p AS SELECT 1",
         "  execute p",
+        "SET ROLE someone",
+        "set session authorization someone",
     ],
 )
 def test_session_features_are_refused(sql: str) -> None:
@@ -52,6 +54,11 @@ def test_session_features_are_refused(sql: str) -> None:
         "SELECT * FROM listeners WHERE prepared",
         "UPDATE t SET listen = 1",
         "DEALLOCATE ALL",
+        "SET LOCAL ROLE someone",
+        "DO $$ BEGIN PERFORM 1; EXECUTE format('SELECT 1'); END $$",
+        "CREATE FUNCTION f() RETURNS void AS $body$ BEGIN EXECUTE 'x'; END $body$ LANGUAGE plpgsql",
+        "INSERT INTO t VALUES ('call me; listen to this')",
+        "SELECT 1 WHERE note = 'with hold' -- ; LISTEN x",
         "",
     ],
 )
@@ -128,52 +135,71 @@ SYNC = pg.message(b"S")
 def test_statements_are_renamed_and_prepared_where_missing() -> None:
     link, other = _link(), _link()
     client = Statements()
-    prelude: list[bytes] = []
-    out = link._rewrite(parse(b"s1", b"SELECT 1") + bind(b"s1") + SYNC, client, prelude)
+    out = link._rewrite(parse(b"s1", b"SELECT 1") + bind(b"s1") + SYNC, client)
     sname = server_name(b"SELECT 1\0\0\0")
-    assert prelude == []  # its own Parse prepares it
     assert _messages(out) == [
         (b"P", sname + b"\0SELECT 1\0\0\0"),
         (b"B", b"\0" + sname + b"\0\0\0\0\0\0\0"),
         (b"S", b""),
     ]
-    # the same client on another connection: the statement is prepared there first
-    out = other._rewrite(bind(b"s1") + SYNC, client, prelude)
-    assert [m[0] for m in _messages(prelude[0])] == [b"P", b"S"]
+    # the same client takes another connection: attach prepares what it lacks, first
+    prelude = other.attach(client, {})
+    assert [m[0] for m in _messages(prelude)] == [b"C", b"P", b"S"]
+    assert other.attach(client, {}) == b""  # (now it has it)
+    assert len(other._swallow) == 1
+    out = other._rewrite(bind(b"s1") + SYNC, client)
     assert _messages(out)[0] == (b"B", b"\0" + sname + b"\0\0\0\0\0\0\0")
-    assert other._swallow == 1
     # a client's Close leaves the connection's statement for whoever runs that text next
-    prelude = []
-    out = other._rewrite(pg.message(b"C", b"Ss1\0") + SYNC, client, prelude)
+    out = other._rewrite(pg.message(b"C", b"Ss1\0") + SYNC, client)
     assert _messages(out)[0] == (b"C", b"S_ap_none\0")
     assert sname in other.prepared and b"s1" not in client.names
-    # another client parses the same text where it exists: closed first, then parsed
+    # another client parses the same text where it exists: a name of its own, no prelude
     second = Statements()
-    out = other._rewrite(parse(b"mine", b"SELECT 1") + SYNC, second, prelude)
-    assert [m[0] for m in _messages(prelude[0])] == [b"C", b"S"]
+    out = other._rewrite(parse(b"mine", b"SELECT 1") + SYNC, second)
+    renamed = second.names[b"mine"][0]
+    assert renamed != sname and _messages(out)[0][1].startswith(renamed + b"\0")
     # unnamed statements and unknown names pass untouched
-    prelude = []
     data = parse(b"", b"SELECT 2") + bind(b"") + bind(b"nobody") + SYNC
-    assert link._rewrite(data, Statements(), prelude) == data and prelude == []
+    assert link._rewrite(data, Statements()) == data
+
+
+def test_settings_go_first_when_they_differ() -> None:
+    link = _link()
+    prelude = link.attach(Statements(), {"application_name": "a"})
+    assert _messages(prelude) == [(b"Q", b"SELECT set_config('application_name', 'a', false)\0")]
+    assert link.attach(Statements(), {"application_name": "a"}) == b""
+
+
+def test_a_failed_prelude_forgets_what_it_prepared() -> None:
+    link = _link()
+    client = Statements()
+    link._rewrite(parse(b"s", b"SELECT 1"), client)
+    other = _link()
+    other.attach(client, {})
+    sname = client.names[b"s"][0]
+    assert sname in other.prepared
+    other.ready = True
+    error = pg.error_response("42P01", "relation does not exist")
+    other.data_received(error + pg.ready_for_query(b"I"))
+    assert sname not in other.prepared and not other._swallow
 
 
 def test_terminate_is_not_forwarded() -> None:
     link = _link()
-    assert link._rewrite(SYNC + pg.message(b"X"), Statements(), []) == SYNC
+    assert link._rewrite(SYNC + pg.message(b"X"), Statements()) == SYNC
 
 
 def test_sql_deallocate_of_a_protocol_statement() -> None:
     link = _link()
     client = Statements()
-    link._rewrite(parse(b"_pg3_0", b"SELECT 1"), client, [])
+    link._rewrite(parse(b"_pg3_0", b"SELECT 1"), client)
     sname = client.names[b"_pg3_0"][0]
-    prelude: list[bytes] = []
-    out = link._deallocate(pg.message(b"Q", b"DEALLOCATE _pg3_0\0"), client, prelude)
+    out = link._deallocate(pg.message(b"Q", b"DEALLOCATE _pg3_0\0"), client)
     assert out == pg.message(b"Q", b'DEALLOCATE "' + sname + b'"\0')
-    assert sname not in link.prepared and not client.names and prelude == []
-    link._rewrite(parse(b"a", b"SELECT 3"), client, [])
+    assert sname not in link.prepared and not client.names
+    link._rewrite(parse(b"a", b"SELECT 3"), client)
     query = pg.message(b"Q", b"deallocate all;\0")
-    assert link._deallocate(query, client, []) == query
+    assert link._deallocate(query, client) == query
     assert not link.prepared and not client.names
 
 
