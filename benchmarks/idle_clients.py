@@ -31,7 +31,8 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.pooling import ADMISSION, _wait, start_pgbouncer, stop
+from benchmarks.coordinator import ADMISSION, _wait
+from benchmarks.pooling import start_pgbouncer, stop
 from testing.pgcluster import free_port, start_cluster
 
 

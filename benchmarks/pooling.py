@@ -35,7 +35,6 @@ import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -43,22 +42,8 @@ from pathlib import Path
 
 import psycopg
 
+from benchmarks.coordinator import ADMISSION, _wait
 from testing.pgcluster import Cluster, free_port, start_cluster
-
-ADMISSION = shutil.which("admission") or str(Path(sys.executable).parent / "admission")
-
-
-def _wait(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"exited: {proc.communicate()[1]!r}")
-        try:
-            psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres").close()
-            return
-        except psycopg.OperationalError:
-            time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on port {port}")
 
 
 def start_pgbouncer(pg_port: int, pool: int, work: Path) -> tuple[subprocess.Popen[bytes], int]:

@@ -725,6 +725,10 @@ class Pool:
             link.close()
             self._open_for_waiters()
             return
+        self._give(link, now)
+
+    def _give(self, link: Link, now: float) -> None:
+        """A link ready for a client: to the first waiting, else idle."""
         link.idle_since = now
         if self.waiting:
             client, since = self.waiting.popleft()
@@ -767,14 +771,7 @@ class Pool:
     def opened(self, link: Link) -> None:
         self.opening.discard(link)
         self.stats.opened += 1
-        now = self.pools.now()
-        link.idle_since = now
-        if self.waiting:
-            client, since = self.waiting.popleft()
-            self.stats.wait_seconds += now - since
-            client.link_granted(self._hand(link, client))
-        else:
-            self.idle.append(link)
+        self._give(link, self.pools.now())
 
     def lost(self, link: Link, exc: Exception | None) -> None:
         """A link closed (the server, the network, or the pool itself)."""
