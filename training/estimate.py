@@ -346,7 +346,9 @@ class Estimator:
                 a = point[ri][ci]
                 if interval is not None:
                     low[ri][ci] = max(0.0, min(interval[0], a))
-                    high[ri][ci] = max(interval[1], a)
+                    # (≥ 0: a point a hair below zero — tasks attributed by weight, summed in
+                    # floating point — made a model the loader refuses)
+                    high[ri][ci] = max(interval[1], a, 0.0)
         return low, high
 
     def a_matrix(self, order: Sequence[str]) -> list[list[float]]:
