@@ -826,6 +826,8 @@ class Pool:
             "waited": self.stats.waited,
             "wait_seconds": round(self.stats.wait_seconds, 6),
             "handovers": self.stats.handovers,
+            "settings_replayed": self.stats.settings_replayed,
+            "reprepared": self.stats.reprepared,
         }
 
 

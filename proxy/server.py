@@ -747,9 +747,7 @@ class ClientConnection(asyncio.Protocol):
         if self.pooled and self._login_replies is not None:
             self._login_replies += data
         self._apply(session.server_data(data))
-        if self._key is None and self.session.backend_key is not None:
-            self._key = self.session.backend_key
-            self.server.by_key[self._key] = self
+        self._note_key()
         if self.pooled:
             if self.backend is not None and session.state is State.READY:
                 self._end_login()
@@ -774,7 +772,7 @@ class ClientConnection(asyncio.Protocol):
         if self._sets and job in self._sets:
             self._sets.discard(job)
             self._capture = True
-        if self.link is not None and not self._closed and self.session.state is State.READY:
+        if not self._closed and self.session.state is State.READY:
             self._finished.append(job)
             return
         self.server.gate.release(job)
@@ -840,10 +838,14 @@ class ClientConnection(asyncio.Protocol):
         self.server.logins_answered += 1
         self._server_write = self._pooled_write
         self._apply(self.session.server_data(b"".join(reply)))
+        self._note_key()
+        return True
+
+    def _note_key(self) -> None:
+        """Once the client has been given its backend key: findable by it (CancelRequest)."""
         if self._key is None and self.session.backend_key is not None:
             self._key = self.session.backend_key
             self.server.by_key[self._key] = self
-        return True
 
     def _login_done(self) -> None:
         if self.pooled and self._login:
