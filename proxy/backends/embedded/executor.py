@@ -37,7 +37,9 @@ from proxy.planner import PLANNABLE_HEAD as _PLANNABLE_HEAD
 from proxy.wire import protocol as pg
 
 __all__ = [
+    "Cursors",
     "DuckDBBackend",
+    "Lease",
     "Measurement",
     "QueryError",
     "Refused",
@@ -86,6 +88,9 @@ class DuckDBBackend:
             self.connection.execute(f"SET max_temp_directory_size = '{int(max_temp_size)}B'")
         catalog.install(self.connection)  # PostgreSQL's catalogs, for tools that read them
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="duckdb")
+        # DuckDB connections shared between sessions' transactions; idle ones kept, at most
+        self.cursors = Cursors(self, keep=max(8, 2 * workers))
+        self._utility: duckdb.DuckDBPyConnection | None = None
         self.version = duckdb.__version__
         self.profile = profile
         self.server_version = f"{SERVER_VERSION} (admission, DuckDB {self.version})"
@@ -121,6 +126,14 @@ class DuckDBBackend:
         cursor.execute(catalog.session_setup(user))
         return cursor  # its profiler is off until someone observes (``set_profiling``)
 
+    @property
+    def utility(self) -> duckdb.DuckDBPyConnection:
+        """A cursor the event loop's thread uses for what needs no session of its own: splitting
+        a Query into statements, the catalog for parameter types, a SELECT's columns."""
+        if self._utility is None:
+            self._utility = self.connection.cursor()
+        return self._utility
+
     async def plan_cost(self, sql: str) -> float | None:
         """DuckDB's own cost estimate of one SELECT: the estimated cardinalities of its plan's
         operators, summed (EXPLAIN, nothing run); None for anything else — several statements
@@ -146,6 +159,84 @@ class DuckDBBackend:
         self.pool.shutdown(wait=True, cancel_futures=True)
         with contextlib.suppress(duckdb.Error):
             self.connection.close()
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    """A DuckDB connection (a cursor of the database) lent to one session at a time."""
+
+    cursor: duckdb.DuckDBPyConnection
+    user: str
+    profiling: bool = False  # DuckDB's profiler is on for this cursor
+
+
+class Cursors:
+    """The DuckDB connections sessions share (a DuckDB connection costs ~26 kB and 1.5 ms to
+    open with a session's macros; an idle client costs none).
+
+    A session takes one when a statement of it first needs DuckDB and gives it back at the
+    ReadyForQuery that leaves nothing on it — no transaction open, no result half read, no
+    state of the session's own in DuckDB (a SET, a temporary object, a prepared statement, a
+    PRAGMA: such a session keeps its connection to its end, and the connection is closed
+    then, never lent again). Connections are per user (each carries its user's macros and
+    ``admission_user``); at most ``keep`` idle ones are kept, the rest closed. How many are
+    lent at once is bounded by what runs and what is inside a transaction, not here: the
+    admission gate bounds what runs.
+
+    Used from the event loop's thread only."""
+
+    __slots__ = ("backend", "closed", "idle", "idle_count", "keep", "lent", "opened", "reused")
+
+    def __init__(self, backend: DuckDBBackend, keep: int) -> None:
+        self.backend = backend
+        self.keep = keep
+        self.idle: dict[str, list[Lease]] = {}
+        self.idle_count = 0
+        self.lent = 0
+        self.opened = 0
+        self.reused = 0
+        self.closed = 0
+
+    async def lend(self, user: str) -> Lease:
+        """A connection of ``user``'s: an idle one, or a new one opened in a worker thread."""
+        idle = self.idle.get(user)
+        if idle:
+            lease = idle.pop()
+            self.idle_count -= 1
+            self.reused += 1
+        else:
+            loop = asyncio.get_running_loop()
+            cursor = await loop.run_in_executor(self.backend.pool, self.backend.cursor, user)
+            lease = Lease(cursor, user)
+            self.opened += 1
+        self.lent += 1
+        return lease
+
+    def give(self, lease: Lease) -> None:
+        """A clean connection back: kept idle, or closed beyond ``keep``."""
+        self.lent -= 1
+        if self.idle_count >= self.keep:
+            self.closed += 1
+            with contextlib.suppress(duckdb.Error):
+                lease.cursor.close()
+            return
+        self.idle.setdefault(lease.user, []).append(lease)
+        self.idle_count += 1
+
+    def drop(self, lease: Lease) -> None:
+        """A connection not to lend again, closed by its session (its state is its own)."""
+        self.lent -= 1
+        self.closed += 1
+
+    def status(self) -> dict[str, int]:
+        return {
+            "lent": self.lent,
+            "idle": self.idle_count,
+            "keep": self.keep,
+            "opened": self.opened,
+            "reused": self.reused,
+            "closed": self.closed,
+        }
 
 
 class QueryError(Exception):

@@ -21,6 +21,7 @@ import logging
 import secrets
 import ssl
 import struct
+from collections import deque
 from collections.abc import Callable
 
 import duckdb
@@ -56,8 +57,64 @@ _INT32 = struct.Struct("!i")
 INBOX_LIMIT = 1 << 20
 
 
+class _Inbox:
+    """A client's frames not yet handled and the task waiting for them — what an asyncio.Queue
+    does, without the four deques (3 kB) it gives every idle client."""
+
+    __slots__ = ("frames", "waiter")
+
+    def __init__(self) -> None:
+        self.frames: deque[Frame | None] | None = None  # (only while there are some)
+        self.waiter: asyncio.Future[None] | None = None
+
+    def put(self, frame: Frame | None) -> None:
+        if self.frames is None:
+            self.frames = deque()
+        self.frames.append(frame)
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> Frame | None:
+        while not self.frames:
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        frame = self.frames.popleft()
+        if not self.frames:
+            self.frames = None
+        return frame
+
+
 class EmbeddedConnection(asyncio.Protocol):
-    """The server side of protocol v3 for one client, on one DuckDB cursor."""
+    """The server side of protocol v3 for one client; its statements run on DuckDB
+    connections lent while they need one (``DuckDBSession``)."""
+
+    __slots__ = (
+        "__weakref__",
+        "_batch",
+        "buffer_reported",
+        "core",
+        "early",
+        "encrypted",
+        "exchange",
+        "inbox",
+        "inbox_bytes",
+        "key",
+        "out",
+        "parameters",
+        "reading_paused",
+        "server",
+        "session",
+        "startup_timer",
+        "task",
+        "transport",
+        "waiting",
+        "write_paused",
+        "write_waiter",
+    )
 
     def __init__(self, server: EmbeddedServer) -> None:
         self.server = server
@@ -72,7 +129,7 @@ class EmbeddedConnection(asyncio.Protocol):
         self.encrypted = False
         # bytes decrypted before ``start_tls`` returned the TLS transport to answer them on
         self.early: list[bytes] | None = None
-        self.inbox: asyncio.Queue[Frame | None] = asyncio.Queue()
+        self.inbox = _Inbox()
         self.transport: asyncio.Transport | None = None
         self.out = bytearray()  # replies not yet written
         self.session: DuckDBSession | None = None  # from the startup message on
@@ -85,8 +142,8 @@ class EmbeddedConnection(asyncio.Protocol):
         self.inbox_bytes = 0
         self.reading_paused = False
         self.buffer_reported = 0  # its bytes in server.buffers
-        self.writable = asyncio.Event()
-        self.writable.set()
+        self.write_paused = False
+        self.write_waiter: asyncio.Future[None] | None = None
         self.startup_timer: asyncio.TimerHandle | None = None
 
     @property
@@ -110,10 +167,21 @@ class EmbeddedConnection(asyncio.Protocol):
             self._close()
 
     def pause_writing(self) -> None:
-        self.writable.clear()  # the client reads slower than it is answered: wait for it
+        self.write_paused = True  # the client reads slower than it is answered: wait for it
 
     def resume_writing(self) -> None:
-        self.writable.set()
+        self.write_paused = False
+        waiter = self.write_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _writable(self) -> None:
+        while self.write_paused:
+            self.write_waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.write_waiter
+            finally:
+                self.write_waiter = None
 
     def data_received(self, data: bytes) -> None:
         if self.early is not None:
@@ -129,7 +197,7 @@ class EmbeddedConnection(asyncio.Protocol):
                     if self.exchange is not None:
                         self._authenticate(event)
                     else:
-                        self.inbox.put_nowait(event)
+                        self.inbox.put(event)
                         self.inbox_bytes += len(event.raw)
                 elif isinstance(event, StartupMessage):
                     self._startup(event.parameters)
@@ -193,8 +261,8 @@ class EmbeddedConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.startup_timer is not None:
             self.startup_timer.cancel()
-        self.writable.set()  # nothing waits for a socket that is gone
-        self.inbox.put_nowait(None)
+        self.resume_writing()  # nothing waits for a socket that is gone
+        self.inbox.put(None)
         self.server.buffers.forget(self)
         self.server.connections.discard(self)
         self.server.by_key.pop(self.key, None)
@@ -276,7 +344,7 @@ class EmbeddedConnection(asyncio.Protocol):
         self.session = DuckDBSession(
             self,
             backend,
-            backend.cursor(params.get("user", "duckdb")),
+            params.get("user", "duckdb"),
             self.out,
             self.server.observers,
             self.server.samplers,
@@ -318,8 +386,8 @@ class EmbeddedConnection(asyncio.Protocol):
                 self.inbox_bytes -= len(frame.raw)
                 if self.buffer_reported or self.reading_paused:
                     self._check_buffers()
-                if not self.writable.is_set():
-                    await self.writable.wait()
+                if self.write_paused:
+                    await self._writable()
                 if not await self._handle(frame):
                     break
         except Exception:  # an unexpected failure: close this client only
@@ -335,12 +403,16 @@ class EmbeddedConnection(asyncio.Protocol):
         session = self.session
         if session is None:
             return
-        cursor = session.cursor
+        cursor = session.end()  # back to the backend's idle connections when clean
+        if cursor is None:
+            self.session = None
+            return
+        rollback = session.status != b"I"
 
         def end() -> None:
             session.release()
             with contextlib.suppress(duckdb.Error):
-                if session.status != b"I":
+                if rollback:
                     cursor.execute("ROLLBACK")
             with contextlib.suppress(duckdb.Error):
                 cursor.close()
@@ -369,6 +441,7 @@ class EmbeddedConnection(asyncio.Protocol):
             self._batch = batch
         if kind == pg.SYNC:
             self._finish_batch()
+            session.idle()
             self.out += pg.ready_for_query(session.status)
             self._flush()
             return True
@@ -403,6 +476,7 @@ class EmbeddedConnection(asyncio.Protocol):
                 core.fail(batch)  # discard up to the Sync
         if kind == pg.QUERY:  # a simple query ends here: no Sync will follow
             self._finish_batch()
+            session.idle()
             self.out += pg.ready_for_query(session.status)
             self._flush()
         return True
@@ -470,8 +544,8 @@ class EmbeddedConnection(asyncio.Protocol):
         """Write what is pending and wait while the client's socket is full; False when the
         client is gone (a long result stops being fetched then)."""
         self._flush()
-        if not self.writable.is_set():
-            await self.writable.wait()
+        if self.write_paused:
+            await self._writable()
         return self.transport is not None and not self.transport.is_closing()
 
     def _fatal(self, sqlstate: str, message: str) -> None:

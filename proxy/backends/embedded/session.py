@@ -1,8 +1,12 @@
 """One client's session on DuckDB: what its Query, Parse, Bind, Describe and Execute say.
 
-``DuckDBSession`` holds a client's DuckDB cursor (its own transaction), its transaction status
-as PostgreSQL reports it, the PostgreSQL parameters it SET, its prepared statements and
-portals, and writes the replies to each message into the connection's output buffer. It knows
+``DuckDBSession`` holds a client's transaction status as PostgreSQL reports it, the PostgreSQL
+parameters it SET, its prepared statements and portals, and — only while it needs one — a
+DuckDB connection lent by the backend (``Cursors``): from the first statement that runs on
+DuckDB to the ReadyForQuery that leaves nothing on it (no transaction, no half-read result, no
+DuckDB state of its own: a session that SETs a DuckDB option, creates a temporary object,
+PREPAREs or runs a PRAGMA keeps its connection to its end). An idle client holds none. It
+writes the replies to each message into the connection's output buffer. It knows
 nothing of sockets or of batches: the connection (``proxy.backends.embedded.server``) hands it
 messages one at a time and gives it admission when a statement is about to run (``admit``).
 
@@ -34,6 +38,7 @@ from proxy.backends.embedded import catalog, compat, lockdown
 from proxy.backends.embedded.executor import (
     TEXT_OID,
     DuckDBBackend,
+    Lease,
     Measurement,
     QueryError,
     Result,
@@ -63,6 +68,10 @@ _DRIVER = "DRIVER:"  # statement kind of a driver's catalog query answered here
 
 
 _ENDS_TRANSACTION = re.compile(r"\s*(?:commit|end|rollback|abort)\b", re.I)
+# statements that leave state of the session's own on its DuckDB connection (it keeps it then)
+_PINS = frozenset({"SET", "VARIABLE_SET", "PREPARE", "EXECUTE", "PRAGMA", "CALL", "LOAD"})
+_MAY_PIN = frozenset({"CREATE", "CREATE_FUNC", "ALTER", "DROP", "MULTI"})
+_TEMP = re.compile(r"\btemp(?:orary)?\b", re.I)
 _NO_TRANSACTION = "no transaction is active"
 
 
@@ -216,20 +225,41 @@ def _check_catalogs(query: str) -> None:
 
 
 class DuckDBSession:
-    """One client's statements on its own DuckDB cursor (see the module docstring)."""
+    """One client's statements, on a DuckDB connection lent while it needs one (see the module
+    docstring)."""
+
+    __slots__ = (
+        "__weakref__",  # (tests see a session freed without the garbage collector)
+        "backend",
+        "connection",
+        "lease",
+        "observers",
+        "open",
+        "out",
+        "pinned",
+        "portals",
+        "running",
+        "samplers",
+        "settings",
+        "statements",
+        "status",
+        "user",
+    )
 
     def __init__(
         self,
         connection: Admission,
         backend: DuckDBBackend,
-        cursor: duckdb.DuckDBPyConnection,
+        user: str,
         out: bytearray,
         observers: list[Callable[[Measurement], None]],
         samplers: Sequence[tuple[Callable[[str], bool], Callable[[Measurement], None]]] = (),
     ) -> None:
         self.connection = connection
         self.backend = backend
-        self.cursor = cursor
+        self.user = user
+        self.lease: Lease | None = None  # the DuckDB connection lent to it now
+        self.pinned = False  # it keeps its connection to its end (state of its own there)
         self.out = out  # replies not yet written (the connection's buffer)
         self.observers = observers  # the server's: one Measurement per statement run
         # the server's too: (wants, observer) — a Measurement of the statements of a class
@@ -240,13 +270,48 @@ class DuckDBSession:
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.running = False  # a statement is running in a worker thread
-        self.profiling = False  # DuckDB's profiler is on for this cursor
         self.open: Result | None = None  # a long result not yet read to its end
 
     def interrupt(self) -> None:
         """Stop the statement running now, if any (it fails with 57014)."""
-        if self.running:
-            self.cursor.interrupt()
+        if self.running and self.lease is not None:
+            self.lease.cursor.interrupt()
+
+    @property
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """The connection for what the event loop's thread asks DuckDB itself (parsing, the
+        catalog, a SELECT's columns): the session's own while it holds one (its transaction
+        sees what it wrote), else the backend's."""
+        return self.lease.cursor if self.lease is not None else self.backend.utility
+
+    async def _lend(self) -> duckdb.DuckDBPyConnection:
+        """The session's DuckDB connection, lent now if it holds none."""
+        if self.lease is None:
+            self.lease = await self.backend.cursors.lend(self.user)
+        return self.lease.cursor
+
+    def idle(self) -> None:
+        """ReadyForQuery: the connection goes back if nothing of the session's is left on it."""
+        lease = self.lease
+        if (
+            lease is not None
+            and not self.pinned
+            and self.status == b"I"
+            and self.open is None
+            and not self.running
+        ):
+            self.lease = None
+            self.backend.cursors.give(lease)
+
+    def end(self) -> duckdb.DuckDBPyConnection | None:
+        """The session ends: its connection goes back when clean; else the connection to close
+        (in a worker thread, after ``release`` and a rollback), no longer counted as lent."""
+        self.idle()
+        lease, self.lease = self.lease, None
+        if lease is None:
+            return None
+        self.backend.cursors.drop(lease)
+        return lease.cursor
 
     def _settle_now(self) -> None:
         """Read the rest of a long result still open on the cursor and keep it whole (a portal
@@ -306,15 +371,18 @@ class DuckDBSession:
             if wants(fingerprint):
                 listening.append(observer)
         profile = backend.profile and bool(listening)
-        if profile != self.profiling:
-            await loop.run_in_executor(backend.pool, set_profiling, self.cursor, profile)
-            self.profiling = profile
+        cursor = await self._lend()
+        lease = self.lease
+        assert lease is not None
+        if profile != lease.profiling:
+            await loop.run_in_executor(backend.pool, set_profiling, cursor, profile)
+            lease.profiling = profile
         self.running = True
         try:
             result = await loop.run_in_executor(
                 backend.pool,
                 execute,
-                self.cursor,
+                cursor,
                 query,
                 params,
                 kind,
@@ -325,7 +393,7 @@ class DuckDBSession:
             self.running = False  # (a CancelRequest must not interrupt the clean-up)
             ends = kind == "TRANSACTION" and _ENDS_TRANSACTION.match(query) is not None
             if self.status == b"I" or ends:
-                await loop.run_in_executor(backend.pool, _end_transaction, self.cursor)
+                await loop.run_in_executor(backend.pool, _end_transaction, cursor)
                 had = self.status
                 self.status = b"I"  # a failed COMMIT ends the transaction, as in PostgreSQL
                 if had != b"I" and _NO_TRANSACTION in str(e):
@@ -337,6 +405,8 @@ class DuckDBSession:
             self.running = False
         if result.more is not None:
             self.open = result
+        if kind in _PINS or (kind in _MAY_PIN and _TEMP.search(query)):
+            self.pinned = True
         self._track_transaction(result.tag)
         if listening:
             measured = Measurement(
