@@ -129,8 +129,36 @@ _QUOTED = re.compile(
 )
 
 
+# a word one of _REFUSED's matches holds (most statements hold none: no regex runs for them)
+_REFUSED_WORDS = (
+    "listen",
+    "prepare",
+    "execute",
+    "role",
+    "authorization",
+    "advisory",
+    "hold",
+    "temp",
+)
+_REFUSALS: dict[str, str | None] = {}  # a statement text's answer (texts repeat: ≤ 4096 kept)
+
+
 def pooling_refusal(sql: str) -> str | None:
     """Why a statement cannot run on a shared server connection (None: it can)."""
+    try:
+        return _REFUSALS[sql]
+    except KeyError:
+        pass
+    lowered = sql.lower()
+    why = _refusal(sql) if any(w in lowered for w in _REFUSED_WORDS) else None
+    if len(sql) <= 4096:
+        if len(_REFUSALS) >= 4096:
+            _REFUSALS.clear()
+        _REFUSALS[sql] = why
+    return why
+
+
+def _refusal(sql: str) -> str | None:
     found = _REFUSED.search(sql)
     if found is None:
         return None
