@@ -138,6 +138,16 @@ def bench(
             metavar="SIZE",
         ),
     ] = None,
+    pool_size: Annotated[
+        int | None,
+        typer.Option(
+            help="In front of PostgreSQL: transaction pooling (serve --pool-mode transaction) "
+            "with this many server connections, shared by all the load's connections; every "
+            "policy's MPL is at most this, and fcfs is exactly a PgBouncer pool of this size "
+            "(none is not a setting then). Default: a server connection per client.",
+            min=1,
+        ),
+    ] = None,
     memory_limit: MemoryLimitOption = None,
     max_temp_size: MaxTempSizeOption = None,
     backfill: BackfillOption = False,
@@ -199,6 +209,7 @@ def bench(
             slo_factor=slo_factor,
             max_connections=max_connections,
             memory=parse_size(memory) if memory is not None else None,
+            pool_size=pool_size,
             grant_work_mem=parse_size(grant_work_mem, "--grant-work-mem")
             if grant_work_mem is not None
             else None,
@@ -283,6 +294,7 @@ def _run(config: BenchConfig, trained: EtaModel | None, say: Progress) -> BenchR
             f"{total} runs of {config.duration:g} s: {', '.join(config.policies)} × "
             f"{config.repetitions}, {who}, mix {config.mix.name}, "
             f"MPL {config.limits.mpl or 'unlimited'}"
+            + (f", transaction pool of {config.pool_size}" if config.pool_size else "")
         )
         return run_bench(config, model, say)
     except (RuntimeError, ValueError, OSError) as e:

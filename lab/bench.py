@@ -190,6 +190,9 @@ class BenchConfig:
     memory_limit: int | None = None  # the embedded DuckDB's memory_limit, bytes
     max_temp_size: int | None = None  # … and its max_temp_directory_size (0: no spilling)
     grant_work_mem: int | None = None  # POLICY+grant's work memory in total, bytes (PostgreSQL)
+    # PostgreSQL: transaction pooling with this many server connections (the MPL is at most
+    # this; FCFS is a PgBouncer pool); None: a server connection per client
+    pool_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.arrivals not in ARRIVALS:
@@ -204,6 +207,20 @@ class BenchConfig:
                 raise ValueError(f"{spec}: +grant needs --grant-work-mem SIZE")
         if len(set(self.policies)) != len(self.policies):
             raise ValueError("a policy is listed twice")
+        if self.pool_size is not None:
+            if self.backend == "duckdb":
+                raise ValueError(
+                    "--pool-size pools PostgreSQL's connections (--backend); the embedded "
+                    "DuckDB has none to pool"
+                )
+            if self.pool_size < 1:
+                raise ValueError(f"--pool-size must be at least 1, not {self.pool_size}")
+            if any(parse_policy(p)[0] == "none" for p in self.policies):
+                raise ValueError(
+                    "none is not a setting with --pool-size: every statement waits for one of "
+                    "the pool's server connections, in the admission queue (fcfs is a "
+                    "PgBouncer pool)"
+                )
         if self.open:
             if self.arrivals == "trace":
                 if self.trace is None:
@@ -295,6 +312,8 @@ class BenchResult:
     offered_load: float | None = None  # open: ρ = λ · Σ p_r D_r
     slo: dict[str, float] = field(default_factory=dict)  # the SLO of each class
     open: dict[str, OpenSummary] = field(default_factory=dict)
+    # --pool-size: the pools' counts at the end (server connections opened, handovers …)
+    pools: list[dict[str, Any]] | None = None
 
     def json(self) -> dict[str, Any]:
         c = self.config
@@ -309,6 +328,8 @@ class BenchResult:
         out: dict[str, Any] = _finite(
             {
                 "backend": c.backend,
+                "pool_size": c.pool_size,
+                "pools": self.pools,
                 "tpch": c.tpch,
                 "mix": c.mix.name,
                 "arrivals": c.arrivals,
@@ -391,6 +412,7 @@ def run_bench(
         memory_limit=config.memory_limit,
         max_temp_size=config.max_temp_size,
         memory_auto=config.memory is None and any(memory_aware(p) for p in config.policies),
+        pool_size=config.pool_size,
     )
     proxy, conninfo = target.proxy, target.conninfo
     learning, auto_mpl = proxy.server.learning, proxy.server.auto_mpl
@@ -477,6 +499,8 @@ def run_bench(
                 done += 1
                 if tick:
                     tick(done)
+        if gate.pools is not None:
+            result.pools = proxy.call(gate.pools.status)
     finally:
         target.close()
     if traced is not None:  # the trace's classes, not the mix's

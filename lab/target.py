@@ -16,6 +16,7 @@ from admission.model import EtaModel
 from admission.scheduler import Limits
 from admission.workloads import WorkloadConfig
 from proxy.app import BackgroundProxy, Prepare, Progress, ProxyConfig
+from proxy.pool import PoolConfig, backend_password
 from proxy.server import parse_backend, url_identity
 from workloads.tpch.data import generate, load_duckdb, load_postgres
 
@@ -61,11 +62,15 @@ def open_target(
     memory_auto: bool = False,
     workloads: WorkloadConfig | None = None,
     policy: str = "fcfs",
+    pool_size: int | None = None,
 ) -> Target:
     """``backend``: "duckdb" (embedded, in memory) or postgresql://HOST:PORT/DB, into which
     TPC-H is loaded first (loading is idempotent). ``learn``: the proxy keeps its model current
-    from live statements (``proxy.learning``; off: the model stays as given)."""
+    from live statements (``proxy.learning``; off: the model stays as given). ``pool_size``:
+    PostgreSQL only, transaction pooling with that many server connections (``proxy.pool``)."""
     if backend == "duckdb":
+        if pool_size is not None:
+            raise ValueError("the embedded DuckDB has no server connections to pool")
         config = ProxyConfig(
             backend=None,
             listen_port=0,
@@ -96,6 +101,9 @@ def open_target(
         auto_mpl=auto_mpl,
         workloads=workloads,
         policy=policy,
+        pool=None
+        if pool_size is None
+        else PoolConfig(size=pool_size, password=backend_password(backend)),
     )
     proxy = BackgroundProxy(config, progress)
     user, dbname = url_identity(backend)

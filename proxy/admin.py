@@ -502,6 +502,9 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         # transaction pooling: per (database, user) its server connections (None: session
         # mode, each client its own)
         "pools": None if gate.pools is None else gate.pools.status(),
+        # the embedded DuckDB: its connections lent to sessions now, idle, opened, reused and
+        # closed (None: in front of PostgreSQL)
+        "duckdb_connections": None if gate.cursors is None else gate.cursors.status(),
         # workload classes: per tenant its weight, share of service, queue and waits (None:
         # the proxy serves one tenant)
         "tenants": _tenants_json(scheduler),

@@ -298,6 +298,7 @@ def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress
     except BaseException:
         backend.close()
         raise
+    gate.cursors = backend.cursors
     return EmbeddedServer(
         gate,
         backend,

@@ -84,6 +84,8 @@ class AdmissionGate:
         self.coordinator: Any = None
         # the relay's server connection pools in transaction pool mode (proxy.pool), likewise
         self.pools: Any = None
+        # the embedded DuckDB's connections shared by its sessions (its ``Cursors``), or None
+        self.cursors: Any = None
         # job ids: unique among everything this gate sees (sessions draw from it directly)
         self.job_ids = itertools.count(1)
         self._waiters: dict[int, AdmissionClient] = {}

@@ -128,6 +128,34 @@ def test_bench_on_postgresql(pg: Cluster, tmp_path: Path) -> None:
         assert all(r["spill_bytes"] > 0 for r in summary["repetitions"]), summary
 
 
+def test_bench_through_a_transaction_pool_on_postgresql(pg: Cluster, tmp_path: Path) -> None:
+    """--pool-size: eight clients share two server connections; the policies order the pool's
+    queue; none is refused, as is a pool in front of the embedded DuckDB."""
+    from admission import ClassProfile, EtaModel
+
+    pg.psql("drop database if exists tpch_pool")
+    pg.psql("create database tpch_pool")
+    model = tmp_path / "m.json"
+    EtaModel(classes=(ClassProfile(fingerprint="x", name="x", D=0.01, f=1),)).save(model)
+    url = f"postgresql://postgres@127.0.0.1:{pg.port}/tpch_pool"
+    common = ["--backend", url, "--model", str(model), "--pool-size", "2", "--clients", "8"]
+    result = _bench(*common, "--policies", "fcfs,sept", "--format", "json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = json.loads(result.stdout)
+    assert out["pool_size"] == 2
+    (pool,) = out["pools"]
+    assert pool["pool_size"] == 2 and 1 <= pool["opened"] <= 2  # never more than the pool
+    assert pool["handovers"] > 8 and pool["failed"] == 0
+    for summary in out["policies"].values():
+        assert summary["throughput"] > 0 and summary["errors"] == 0
+    for args, message in (
+        ([*common, "--policies", "none,fcfs"], "none is not a setting with --pool-size"),
+        (["--pool-size", "2", "--policies", "fcfs"], "the embedded DuckDB has none to pool"),
+    ):
+        bad = _bench(*args)
+        assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr[-2000:])
+
+
 def test_open_arrivals_poisson_bursty_and_trace(tmp_path: Path) -> None:
     """Open arrivals through the proxy: the rate from --load and the model, SLOs, goodput and
     burst recovery in the JSON; a trace replayed and named by the model's classes."""

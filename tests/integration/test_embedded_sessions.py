@@ -9,6 +9,8 @@ connection to the next. Real clients, real sockets, the connections counted by t
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +21,7 @@ import psycopg
 import pytest
 
 from admission import Limits
+from proxy.wire import protocol as pg
 from testing.embeddedharness import Embedded
 
 
@@ -94,8 +97,11 @@ def test_a_failed_statement_outside_a_transaction_gives_a_clean_connection_back(
             a.execute("select * from nowhere")
         assert _cursors(embedded)["lent"] == 0
         assert b.execute("select count(*) from items").fetchone() == (2,)
-        assert b.execute("begin") is not None  # a transaction starts on the returned one
+        b.execute("begin")  # a transaction starts on the connection given back
+        b.execute("insert into items values (9, 'pie')")
+        assert _cursors(embedded)["lent"] == 1
         b.execute("commit")
+        assert a.execute("select name from items where id = 9").fetchone() == ("pie",)
 
 
 @pytest.mark.parametrize(
@@ -177,9 +183,7 @@ def test_prepared_statements_and_settings_follow_a_session_between_connections(
 def test_asyncpg_with_its_statement_cache_across_shared_connections(embedded: Embedded) -> None:
     async def main() -> list[int]:
         conns = [
-            await asyncpg.connect(
-                host="127.0.0.1", port=embedded.port, user="app", database="app"
-            )
+            await asyncpg.connect(host="127.0.0.1", port=embedded.port, user="app", database="app")
             for _ in range(6)
         ]
         try:
@@ -203,3 +207,108 @@ def test_asyncpg_with_its_statement_cache_across_shared_connections(embedded: Em
     status = _settled(embedded)
     assert status["lent"] == 0
     assert status["opened"] <= 6  # never more than the clients running at once
+
+
+def test_random_seed_of_a_session_stays_its_own(embedded: Embedded) -> None:
+    seeded = duckdb.connect()
+    seeded.execute("select setseed(0.5)")
+    expected = seeded.execute("select random()").fetchone()
+    with _connect(embedded) as a, _connect(embedded) as b:
+        a.execute("select setseed(0.5)")
+        assert b.execute("select random()").fetchone() != expected  # not a's seed
+        assert a.execute("select random()").fetchone() == expected
+
+
+def test_describe_on_an_idle_session_knows_the_session_functions(embedded: Embedded) -> None:
+    """asyncpg prepares (Parse, Describe) every statement: with no DuckDB connection of its
+    own the session describes on the backend's, which has the PostgreSQL functions too."""
+
+    async def main() -> tuple[object, object]:
+        conn = await asyncpg.connect(
+            host="127.0.0.1", port=embedded.port, user="carol", database="app"
+        )
+        try:
+            user = await conn.fetchval("select pg_catalog.pg_get_userbyid(10)")
+            encoding = await conn.fetchval("select pg_catalog.pg_encoding_to_char(6)")
+            return user, encoding
+        finally:
+            await conn.close()
+
+    assert asyncio.run(main()) == ("carol", "UTF8")
+
+
+def _portal(name: bytes, sql: str, binary: bool = False) -> bytes:
+    parse = pg.message(b"P", name + b"\0" + sql.encode() + b"\0\0\0")
+    formats = b"\0\x01\0\x01" if binary else b"\0\0"
+    return parse + pg.message(b"B", name + b"\0" + name + b"\0" + b"\0\0" + b"\0\0" + formats)
+
+
+def _execute(name: bytes, limit: int = 0) -> bytes:
+    return pg.message(b"E", name + b"\0" + struct.pack("!i", limit))
+
+
+def _exchange(embedded: Embedded, data: bytes) -> list[tuple[bytes, bytes]]:
+    startup = b"user\0app\0database\0app\0\0"
+    packet = struct.pack("!II", len(startup) + 8, pg.PROTOCOL_3_0) + startup
+    with socket.create_connection(("127.0.0.1", embedded.port), timeout=60) as sock:
+        sock.sendall(packet + data + pg.message(b"X"))
+        reply = bytearray()
+        while chunk := sock.recv(65536):
+            reply += chunk
+    out, pos = [], 0
+    while pos + 5 <= len(reply):
+        kind, length = reply[pos : pos + 1], struct.unpack("!i", reply[pos + 1 : pos + 5])[0]
+        out.append((bytes(kind), bytes(reply[pos + 5 : pos + 1 + length])))
+        pos += 1 + length
+    return out
+
+
+def test_portals_end_with_their_transaction_and_a_failed_one_reads_nothing_more(
+    embedded: Embedded,
+) -> None:
+    """A portal read in part that fails while the rest is read (binary rows: the row path,
+    50,000 at a time) and a plain one both end at the Sync that ends their implicit
+    transaction, as in PostgreSQL: executing them later is 34000, never rows of whatever
+    runs on the DuckDB connection since (another session's, once it went back)."""
+    failing = (
+        "select case when i > 120000 then error('boom') else 'a' || i end from range(200000) t(i)"
+    )
+    data = (
+        _portal(b"p", failing, binary=True)
+        + _execute(b"p", 10)
+        + pg.message(b"S")
+        + _portal(b"q", "select 42")
+        + pg.message(b"S")
+        + _execute(b"p")
+        + pg.message(b"S")
+        + _execute(b"q")
+        + pg.message(b"S")
+    )
+    messages = _exchange(embedded, data)
+    errors = [body for kind, body in messages if kind == b"E"]
+    assert len(errors) == 3, errors
+    assert b"boom" in errors[0]
+    assert all(b"C34000" in e and b"does not exist" in e for e in errors[1:])
+    assert sum(1 for kind, _ in messages if kind == b"D") <= 10  # only what p sent before
+    assert _settled(embedded)["lent"] == 0
+
+
+def test_status_shows_the_duckdb_connections() -> None:
+    """``/status → duckdb_connections`` of ``admission serve`` (the embedded default)."""
+    from proxy.admin import _status
+    from proxy.app import BackgroundProxy, ProxyConfig
+
+    proxy = BackgroundProxy(ProxyConfig(backend=None, listen_port=0, limits=Limits(mpl=2)))
+    try:
+        with (
+            psycopg.connect(proxy.conninfo(), autocommit=True) as a,
+            psycopg.connect(proxy.conninfo(), autocommit=False) as b,
+        ):
+            b.execute("select 2")  # inside its transaction: holds one
+            a.execute("select 1")  # opens another, given back
+            shown = proxy.call(lambda: _status(proxy.gate))["duckdb_connections"]
+            assert shown["lent"] == 1 and shown["idle"] == 1 and shown["opened"] == 2
+            assert shown["keep"] >= 8
+            b.commit()
+    finally:
+        proxy.close()

@@ -129,9 +129,10 @@ class DuckDBBackend:
     @property
     def utility(self) -> duckdb.DuckDBPyConnection:
         """A cursor the event loop's thread uses for what needs no session of its own: splitting
-        a Query into statements, the catalog for parameter types, a SELECT's columns."""
+        a Query into statements, the catalog for parameter types, a SELECT's columns (with the
+        sessions' macros: a Describe of ``pg_get_userbyid(…)`` needs them)."""
         if self._utility is None:
-            self._utility = self.connection.cursor()
+            self._utility = self.cursor()
         return self._utility
 
     async def plan_cost(self, sql: str) -> float | None:
@@ -176,21 +177,32 @@ class Cursors:
 
     A session takes one when a statement of it first needs DuckDB and gives it back at the
     ReadyForQuery that leaves nothing on it — no transaction open, no result half read, no
-    state of the session's own in DuckDB (a SET, a temporary object, a prepared statement, a
-    PRAGMA: such a session keeps its connection to its end, and the connection is closed
-    then, never lent again). Connections are per user (each carries its user's macros and
-    ``admission_user``); at most ``keep`` idle ones are kept, the rest closed. How many are
-    lent at once is bounded by what runs and what is inside a transaction, not here: the
-    admission gate bounds what runs.
+    state of the session's own in DuckDB (a SET, a variable, a temporary object, a prepared
+    statement, random()'s seed: such a session keeps its connection to its end, and the
+    connection is closed then, never lent again). Connections are per user (each carries its
+    user's macros and ``admission_user``); at most ``keep`` idle ones are kept, the one idle
+    longest closed for a newcomer. How many are lent at once is bounded by what runs and what
+    is inside a transaction, not here: the admission gate bounds what runs.
 
     Used from the event loop's thread only."""
 
-    __slots__ = ("backend", "closed", "idle", "idle_count", "keep", "lent", "opened", "reused")
+    __slots__ = (
+        "backend",
+        "closed",
+        "idle",
+        "idle_count",
+        "keep",
+        "lent",
+        "oldest",
+        "opened",
+        "reused",
+    )
 
     def __init__(self, backend: DuckDBBackend, keep: int) -> None:
         self.backend = backend
         self.keep = keep
-        self.idle: dict[str, list[Lease]] = {}
+        self.idle: dict[str, list[Lease]] = {}  # by user, the most recently given back last
+        self.oldest: dict[Lease, None] = {}  # every idle one, in the order they were given back
         self.idle_count = 0
         self.lent = 0
         self.opened = 0
@@ -202,6 +214,9 @@ class Cursors:
         idle = self.idle.get(user)
         if idle:
             lease = idle.pop()
+            if not idle:
+                del self.idle[user]
+            del self.oldest[lease]
             self.idle_count -= 1
             self.reused += 1
         else:
@@ -213,14 +228,22 @@ class Cursors:
         return lease
 
     def give(self, lease: Lease) -> None:
-        """A clean connection back: kept idle, or closed beyond ``keep``."""
+        """A clean connection back to the idle ones (the one idle longest closed beyond
+        ``keep``: a user gone for good does not keep connections from the others)."""
         self.lent -= 1
         if self.idle_count >= self.keep:
+            stale = next(iter(self.oldest))
+            del self.oldest[stale]
+            others = self.idle[stale.user]
+            others.remove(stale)
+            if not others:
+                del self.idle[stale.user]
+            self.idle_count -= 1
             self.closed += 1
             with contextlib.suppress(duckdb.Error):
-                lease.cursor.close()
-            return
+                stale.cursor.close()
         self.idle.setdefault(lease.user, []).append(lease)
+        self.oldest[lease] = None
         self.idle_count += 1
 
     def drop(self, lease: Lease) -> None:

@@ -26,7 +26,14 @@ from pathlib import Path
 
 import duckdb
 
-__all__ = ["SESSION_SETTINGS", "Lockdown", "LockdownError", "check", "check_catalogs"]
+__all__ = [
+    "SESSION_SETTINGS",
+    "Lockdown",
+    "LockdownError",
+    "check",
+    "check_catalogs",
+    "read_only_pragma",
+]
 
 
 class LockdownError(Exception):
@@ -143,6 +150,12 @@ def check_catalogs(query: str) -> None:
             "permission denied: admission_pg holds the server's PostgreSQL catalogs, which "
             "clients read but do not change",
         )
+
+
+def read_only_pragma(query: str) -> bool:
+    """Whether a PRAGMA only reads the catalog (``table_info``, ``show_tables`` …)."""
+    match = _PRAGMA.match(query)
+    return match is not None and _unquote(match.group(1)) in READ_ONLY_PRAGMAS
 
 
 def check(query: str, kind: str) -> bool:

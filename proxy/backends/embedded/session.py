@@ -68,10 +68,34 @@ _DRIVER = "DRIVER:"  # statement kind of a driver's catalog query answered here
 
 
 _ENDS_TRANSACTION = re.compile(r"\s*(?:commit|end|rollback|abort)\b", re.I)
-# statements that leave state of the session's own on its DuckDB connection (it keeps it then)
-_PINS = frozenset({"SET", "VARIABLE_SET", "PREPARE", "EXECUTE", "PRAGMA", "CALL", "LOAD"})
-_MAY_PIN = frozenset({"CREATE", "CREATE_FUNC", "ALTER", "DROP", "MULTI"})
+# statements that leave state of the session's own on its DuckDB connection (it keeps it then;
+# see ``_pins``)
+_PINS = frozenset({"VARIABLE_SET", "PREPARE", "EXECUTE", "LOAD", "MULTI"})
+_MAY_PIN = frozenset({"CREATE", "CREATE_FUNC", "ALTER", "DROP"})
 _TEMP = re.compile(r"\btemp(?:orary)?\b", re.I)
+_SETSEED = re.compile(r"\bsetseed\s*\(", re.I)  # random()'s seed is the connection's
+_CHECKPOINT = re.compile(r"\s*call\s+(?:force_)?checkpoint\s*\(", re.I)
+
+
+def _pins(query: str, kind: str) -> bool:
+    """Whether ``query``, run, left state of the session's own on its DuckDB connection: a
+    setting, a variable, a temporary object, a prepared statement, random()'s seed."""
+    if kind in _PINS:
+        return True
+    if kind == "SET":  # (but not one the server answers as a no-op: SET TimeZone to UTC)
+        try:
+            return not lockdown.check(query, kind)
+        except lockdown.LockdownError:
+            return False
+    if kind == "PRAGMA":
+        return not lockdown.read_only_pragma(query)
+    if kind == "CALL":
+        return _CHECKPOINT.match(query) is None
+    if kind in _MAY_PIN:
+        return _TEMP.search(query) is not None
+    return kind == "SELECT" and "setseed" in query.lower() and _SETSEED.search(query) is not None
+
+
 _NO_TRANSACTION = "no transaction is active"
 
 
@@ -292,6 +316,8 @@ class DuckDBSession:
 
     def idle(self) -> None:
         """ReadyForQuery: the connection goes back if nothing of the session's is left on it."""
+        if self.status == b"I" and self.portals and not self.running:
+            self._end_portals()
         lease = self.lease
         if (
             lease is not None
@@ -302,6 +328,18 @@ class DuckDBSession:
         ):
             self.lease = None
             self.backend.cursors.give(lease)
+
+    def _end_portals(self) -> None:
+        """Portals end with their transaction, as in PostgreSQL (an implicit one at the Sync):
+        none outlives the DuckDB connection its rows come from."""
+        for portal in self.portals.values():
+            result = portal.result
+            if result is not None and result.more is not None:
+                if result.close is not None:
+                    with contextlib.suppress(Exception):
+                        result.close()
+                result.more = result.close = None
+        self.portals.clear()
 
     def end(self) -> duckdb.DuckDBPyConnection | None:
         """The session ends: its connection goes back when clean; else the connection to close
@@ -320,8 +358,17 @@ class DuckDBSession:
         result, self.open = self.open, None
         if result is None or result.more is None:
             return
-        while chunk := result.more():
-            result.rows += chunk
+        try:
+            while chunk := result.more():
+                result.rows += chunk
+        except BaseException:
+            # failed part way: nothing more is read from it — the connection may go back to
+            # the backend's idle set, and a later read would take another session's rows
+            if result.close is not None:
+                with contextlib.suppress(Exception):
+                    result.close()
+            result.more = result.close = None
+            raise
         result.more = result.close = None
         result.tag = f"SELECT {len(result.rows)}"
 
@@ -389,6 +436,9 @@ class DuckDBSession:
                 formats,
                 profile,
             )
+        except asyncio.CancelledError:
+            self.pinned = True  # a worker thread may still use the connection: never lent again
+            raise
         except QueryError as e:
             self.running = False  # (a CancelRequest must not interrupt the clean-up)
             ends = kind == "TRANSACTION" and _ENDS_TRANSACTION.match(query) is not None
@@ -405,7 +455,7 @@ class DuckDBSession:
             self.running = False
         if result.more is not None:
             self.open = result
-        if kind in _PINS or (kind in _MAY_PIN and _TEMP.search(query)):
+        if not self.pinned and _pins(query, kind):
             self.pinned = True
         self._track_transaction(result.tag)
         if listening:
@@ -514,7 +564,11 @@ class DuckDBSession:
             while True:
                 if not await self.connection.drain():
                     break  # nobody reads the rest: stop fetching it
-                chunk = await loop.run_in_executor(self.backend.pool, more)
+                try:
+                    chunk = await loop.run_in_executor(self.backend.pool, more)
+                except asyncio.CancelledError:
+                    self.pinned = True  # (as in ``_run``)
+                    raise
                 if not chunk:
                     break
                 self.out += b"".join(chunk)
