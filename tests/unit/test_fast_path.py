@@ -137,12 +137,16 @@ def _replies(
 Impl = tuple[FastClient, FastServer] | None  # a fast path's two functions, or None: none
 
 
+class _Connection(ClientConnection):
+    """(with a __dict__: a scenario puts its own fast path on the instance)"""
+
+
 def run_scenario(steps: list[tuple[object, ...]], fast: Impl) -> Outcome:
     async def run() -> Outcome:
         scheduler = Scheduler(None, "fcfs", Limits(mpl=1))
         gate = AdmissionGate(scheduler, max_queue=2)  # a third waiting statement: 53300
         server = ProxyServer(gate, BackendAddress("127.0.0.1", 1))
-        conn = ClientConnection(server)
+        conn = _Connection(server)
         conn.session.fast_path = fast is not None
         if fast is not None:
             conn._fast_client, conn._fast_server = fast  # type: ignore[method-assign, assignment]
