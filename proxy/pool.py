@@ -351,6 +351,10 @@ class Link(asyncio.Protocol):
         self.prepared: set[bytes] = set()  # server names prepared on it
         self.settings: dict[str, str] = {}  # its session settings (beyond the defaults)
         self.uses = 0
+        # CancelRequests for it still on their way to the server: till they are through it
+        # goes to no other client (a late cancel would stop that client's statement)
+        self.canceling = 0
+        self.parked = False  # released while canceling: held back, in ``busy``
         self._buf = bytearray()
         # the proxy's own statements whose replies are still to cut, up to a ReadyForQuery
         # each, with the statements each prepares (forgotten if it fails)
@@ -694,6 +698,7 @@ class PoolStats:
     handovers: int = 0  # links given to a client
     settings_replayed: int = 0
     reprepared: int = 0
+    parked: int = 0  # links held back from the next client until a cancel went through
 
 
 class Pool:
@@ -743,9 +748,15 @@ class Pool:
         return link
 
     def release(self, link: Link, now: float) -> None:
-        """``link``'s client is done with it (idle, outside a transaction block)."""
-        self.busy.discard(link)
+        """``link``'s client is done with it (idle, outside a transaction block). With a
+        cancel of that client's still on its way, the link waits for it (``cancel_done``)
+        before anyone else gets it, as PgBouncer ≥ 1.19 does."""
         link.owner = None
+        if link.canceling and not link.closed:
+            link.parked = True  # (still in busy: the pool opens no other in its place)
+            self.stats.parked += 1
+            return
+        self.busy.discard(link)
         if link.closed:
             return
         if link.failure is not None or now - link.created > self.config.lifetime:
@@ -764,6 +775,18 @@ class Pool:
             client.link_granted(self._hand(link, client))
         else:
             self.idle.append(link)
+
+    def cancel_sent(self, link: Link) -> None:
+        """A CancelRequest for ``link``'s server process is on its way."""
+        link.canceling += 1
+
+    def cancel_done(self, link: Link) -> None:
+        """That CancelRequest is through (the server closed its connection) or given up on."""
+        link.canceling = max(0, link.canceling - 1)
+        if link.canceling or not link.parked:
+            return
+        link.parked = False
+        self.release(link, self.pools.now())
 
     def discard(self, link: Link) -> None:
         """Close a link its client left in an unknown state (in a transaction, mid-reply)."""
@@ -856,6 +879,7 @@ class Pool:
             "handovers": self.stats.handovers,
             "settings_replayed": self.stats.settings_replayed,
             "reprepared": self.stats.reprepared,
+            "parked": self.stats.parked,
         }
 
 

@@ -21,6 +21,7 @@ is withdrawn and its client gets SQLSTATE 57014; otherwise the request goes to t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -449,14 +450,35 @@ class ProxyServer(Listener):
         transport, _ = await asyncio.wait_for(coro, self.connect_timeout)
         return transport
 
-    async def _forward_cancel(self, pid: int, secret: int) -> None:
+    async def _forward_cancel(
+        self, pid: int, secret: int, done: Callable[[], None] | None = None
+    ) -> None:
+        """Send a CancelRequest; with ``done``, wait until the server has taken it — it closes
+        the connection once it has signalled the process — then call ``done`` (whatever
+        happens, within the connect timeout twice)."""
         packet = struct.pack("!IIII", 16, pg.CANCEL_REQUEST_CODE, pid, secret)
+        closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        class _Cancel(asyncio.Protocol):
+            def connection_lost(self, exc: Exception | None) -> None:
+                if not closed.done():
+                    closed.set_result(None)
+
         try:
-            transport = await self.open_backend(asyncio.Protocol)
+            transport = await self.open_backend(_Cancel)
             transport.write(packet)
-            transport.close()
+            if done is None:
+                transport.close()
+            else:
+                try:
+                    await asyncio.wait_for(asyncio.shield(closed), self.connect_timeout)
+                finally:
+                    transport.close()
         except (TimeoutError, OSError) as e:
             log.warning("could not forward a cancel request to %s: %s", self.backend, e)
+        finally:
+            if done is not None:
+                done()
 
 
 class _Backend(asyncio.Protocol):
@@ -1146,8 +1168,15 @@ class ClientConnection(asyncio.Protocol):
                 log.info("cancelled queued statement job=%s", job)
                 return
         key = self.server_key
-        if key is not None:
-            asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
+        if key is None:
+            return
+        done = None
+        link = self.link if self.pooled else None
+        if link is not None:  # the link goes to no other client before the cancel is through
+            pool = link.pool
+            pool.cancel_sent(link)
+            done = functools.partial(pool.cancel_done, link)
+        asyncio.get_running_loop().create_task(self.server._forward_cancel(*key, done))
 
     # -- the gate's answers ------------------------------------------------------------------
 

@@ -397,6 +397,26 @@ def test_cancel_reaches_the_statement_on_its_connection(
     proxy.wait_idle()
 
 
+def test_a_cancel_in_flight_keeps_the_connection_from_the_next_client(
+    pooled: Callable[..., ProxyHarness],
+) -> None:
+    """A cancel sent while A holds the pool's one connection (idle in its transaction, which
+    PostgreSQL ignores): A commits at once, and B, waiting, gets the connection once the
+    server has taken the cancel — never a cancelled statement, never a connection stuck."""
+    proxy = pooled(size=1)
+    with psycopg.connect(dsn(proxy)) as a, psycopg.connect(dsn(proxy), autocommit=True) as b:
+        a.execute("SELECT 1")  # in its transaction: it holds the connection
+        for _ in range(5):
+            a.cancel_safe()
+            a.commit()  # released, with cancels possibly still on their way
+            assert b.execute("SELECT pg_sleep(0.05), 7").fetchone() == ("", 7)
+            a.execute("SELECT 1")
+        a.commit()
+    status = proxy.call(lambda: proxy.pools.status())
+    assert status[0]["sv_active"] == 0 and status[0]["opened"] == 1
+    proxy.wait_idle()
+
+
 def test_the_client_limit(pooled: Callable[..., ProxyHarness]) -> None:
     proxy = pooled(size=1, max_client_conn=2)
     with psycopg.connect(dsn(proxy)), psycopg.connect(dsn(proxy)):

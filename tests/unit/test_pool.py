@@ -224,3 +224,48 @@ def test_pool_config_rejects_nonsense() -> None:
         PoolConfig(size=0)
     with pytest.raises(ValueError):
         PoolConfig(idle_timeout=0)
+
+
+class _Waiter:
+    def __init__(self) -> None:
+        self.granted: list[Link] = []
+
+    def link_granted(self, link: Link) -> None:
+        self.granted.append(link)
+
+    def link_failed(self, message: str) -> None:
+        raise AssertionError(message)
+
+
+def test_a_link_with_a_cancel_on_its_way_goes_to_no_one_else_until_it_is_through() -> None:
+    """A CancelRequest for client A's statement still travelling when A releases the link
+    would stop the next client's statement on it: the link is parked until the server has
+    taken the cancel (PgBouncer ≥ 1.19 does the same)."""
+    link = _link()
+    pool = link.pool
+    link.ready = True
+    a, b = _Waiter(), _Waiter()
+    pool.idle.append(link)
+    assert pool.acquire(a, 0.0) is link  # type: ignore[arg-type]
+    pool.cancel_sent(link)
+    pool.release(link, 0.0)  # A is done before the cancel is through
+    assert link.parked and link in pool.busy and pool.size == 1
+    pool.waiting.append((b, 0.0))  # type: ignore[arg-type]  # B waits for a link
+    assert b.granted == [] and pool.idle == []
+    pool.cancel_sent(link)  # a second cancel: parked until both are through
+    pool.cancel_done(link)
+    assert b.granted == [] and link.parked
+    pool.cancel_done(link)
+    assert b.granted == [link] and not link.parked and link.owner is b
+    assert pool.status()["parked"] == 1
+    # without a waiter a link whose cancel is through goes back to the idle ones
+    pool.cancel_sent(link)
+    pool.release(link, 0.0)
+    pool.cancel_done(link)
+    assert pool.idle == [link] and link not in pool.busy
+    # a cancel through before the release changes nothing
+    assert pool.acquire(a, 0.0) is link  # type: ignore[arg-type]
+    pool.cancel_sent(link)
+    pool.cancel_done(link)
+    pool.release(link, 0.0)
+    assert pool.idle == [link] and pool.status()["parked"] == 2
