@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,21 +78,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--load", type=float, default=0.85)
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="admission-pool-order-"))
-    pg = start_cluster(max_connections=100)
-    url = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
-    common = [
-        *("--backend", url, "--tpch", str(SCALE), "--pool-size", str(args.pool_size)),
-        *("--mpl", str(args.pool_size), "--policies", args.policies),
-        *("--repetitions", str(args.repetitions), "--duration", str(args.duration)),
-    ]
-    if args.tpch_only:
-        load = ["--mix", args.mix, "--arrivals", "poisson", "--load", str(args.load)]
-    else:
-        trace = work / "trace.csv"
-        n = write_trace(trace, args.duration + 20, args.lookups, args.q1, args.q18, args.seed)
-        print(f"trace: {n} statements in {args.duration + 20:g} s ({trace})", flush=True)
-        load = ["--mix", "1,18", "--arrivals", "trace", "--trace", str(trace)]
     try:
+        return _run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, work: Path) -> int:
+    pg = start_cluster(max_connections=100)
+    try:
+        url = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+        common = [
+            *("--backend", url, "--tpch", str(SCALE), "--pool-size", str(args.pool_size)),
+            *("--mpl", str(args.pool_size), "--policies", args.policies),
+            *("--repetitions", str(args.repetitions), "--duration", str(args.duration)),
+        ]
+        if args.tpch_only:
+            load = ["--mix", args.mix, "--arrivals", "poisson", "--load", str(args.load)]
+        else:
+            trace = work / "trace.csv"
+            seconds = args.duration + 20
+            n = write_trace(trace, seconds, args.lookups, args.q1, args.q18, args.seed)
+            print(f"trace: {n} statements in {seconds:g} s ({trace})", flush=True)
+            load = ["--mix", "1,18", "--arrivals", "trace", "--trace", str(trace)]
         return subprocess.run([ADMISSION, "bench", *common, *load], check=False).returncode
     finally:
         pg.stop()

@@ -118,8 +118,13 @@ def bench(
         typer.Option(help="Seconds not measured at the start of each run (default 10%)."),
     ] = None,
     mpl: Annotated[
-        int, typer.Option(help="MPL for every policy but none (0 = unlimited).", min=0)
-    ] = 4,
+        int | None,
+        typer.Option(
+            help="MPL for every policy but none (0 = unlimited). Default: 4, or the pool size "
+            "with --pool-size.",
+            min=0,
+        ),
+    ] = None,
     threads: ThreadsOption = 0,
     memory: Annotated[
         str | None,
@@ -143,8 +148,9 @@ def bench(
         typer.Option(
             help="In front of PostgreSQL: transaction pooling (serve --pool-mode transaction) "
             "with this many server connections, shared by all the load's connections; every "
-            "policy's MPL is at most this, and fcfs is exactly a PgBouncer pool of this size "
-            "(none is not a setting then). Default: a server connection per client.",
+            "policy's MPL is this (--mpl or POLICY@N above it is refused), and fcfs at it is "
+            "exactly a PgBouncer pool of this size (none is not a setting then). Default: a "
+            "server connection per client.",
             min=1,
         ),
     ] = None,
@@ -222,7 +228,15 @@ def bench(
             think=think,
             duration=duration,
             warmup=warmup,
-            limits=limits(mpl, threads, backfill, max_wait, queue_timeout, due_factor, lifo_after),
+            limits=limits(
+                (pool_size or 4) if mpl is None else mpl,
+                threads,
+                backfill,
+                max_wait,
+                queue_timeout,
+                due_factor,
+                lifo_after,
+            ),
             policies=chosen,
             repetitions=repetitions,
             seed=seed,

@@ -221,6 +221,14 @@ class BenchConfig:
                     "the pool's server connections, in the admission queue (fcfs is a "
                     "PgBouncer pool)"
                 )
+            mpls = [parse_policy(p)[1] for p in self.policies]
+            if not self.limits.mpl or any(
+                m is not None and m > self.pool_size for m in [self.limits.mpl, *mpls]
+            ):
+                raise ValueError(
+                    f"an MPL above --pool-size {self.pool_size} (or unlimited) is not a setting: "
+                    "a statement admitted must find a server connection"
+                )
         if self.open:
             if self.arrivals == "trace":
                 if self.trace is None:

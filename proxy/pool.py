@@ -730,7 +730,8 @@ class Pool:
         self.waiting.append((client, now))
         if len(self.busy) >= self.config.size:
             # every connection is held: by construction only a statement admitted around the
-            # scheduler (a pipelined one inside a transaction) gets here
+            # scheduler (a pipelined one inside a transaction) gets here, or one admitted
+            # while a link is parked for a cancel on its way (``release``)
             self.stats.waited += 1
             log.debug("pool %s/%s: a client waits for a connection", self.database, self.user)
         self._open_for_waiters()
@@ -784,6 +785,10 @@ class Pool:
         """That CancelRequest is through (the server closed its connection) or given up on."""
         link.canceling = max(0, link.canceling - 1)
         if link.canceling or not link.parked:
+            return
+        if link.closed:  # (closed meanwhile, by the server or the pool's shutdown)
+            link.parked = False
+            self.busy.discard(link)
             return
         link.parked = False
         self.release(link, self.pools.now())

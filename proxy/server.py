@@ -21,7 +21,6 @@ is withdrawn and its client gets SQLSTATE 57014; otherwise the request goes to t
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import secrets
@@ -465,17 +464,26 @@ class ProxyServer(Listener):
                     closed.set_result(None)
 
         try:
-            transport = await self.open_backend(_Cancel)
+            try:
+                transport = await self.open_backend(_Cancel)
+            except (TimeoutError, OSError) as e:
+                log.warning("could not forward a cancel request to %s: %s", self.backend, e)
+                return
             transport.write(packet)
             if done is None:
                 transport.close()
-            else:
-                try:
-                    await asyncio.wait_for(asyncio.shield(closed), self.connect_timeout)
-                finally:
-                    transport.close()
-        except (TimeoutError, OSError) as e:
-            log.warning("could not forward a cancel request to %s: %s", self.backend, e)
+                return
+            try:
+                await asyncio.wait_for(asyncio.shield(closed), self.connect_timeout)
+            except TimeoutError:
+                log.warning(
+                    "a cancel request sent to %s was not answered in %g s: its server "
+                    "connection goes back to the pool anyway",
+                    self.backend,
+                    self.connect_timeout,
+                )
+            finally:
+                transport.close()
         finally:
             if done is not None:
                 done()
@@ -1170,13 +1178,23 @@ class ClientConnection(asyncio.Protocol):
         key = self.server_key
         if key is None:
             return
-        done = None
         link = self.link if self.pooled else None
-        if link is not None:  # the link goes to no other client before the cancel is through
-            pool = link.pool
-            pool.cancel_sent(link)
-            done = functools.partial(pool.cancel_done, link)
-        asyncio.get_running_loop().create_task(self.server._forward_cancel(*key, done))
+        if link is None:
+            asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
+            return
+        # the link goes to no other client before the cancel is through
+        pool = link.pool
+        pool.cancel_sent(link)
+        fired = False
+
+        def done() -> None:  # once, from the task's end or its callback (a task cancelled
+            nonlocal fired  # before it starts never runs its finally)
+            if not fired:
+                fired = True
+                pool.cancel_done(link)
+
+        task = asyncio.get_running_loop().create_task(self.server._forward_cancel(*key, done))
+        task.add_done_callback(lambda _task: done())
 
     # -- the gate's answers ------------------------------------------------------------------
 

@@ -143,6 +143,7 @@ def test_bench_through_a_transaction_pool_on_postgresql(pg: Cluster, tmp_path: P
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout)
     assert out["pool_size"] == 2
+    assert out["mpl"] == 2  # the pool's size, when --mpl is not given
     (pool,) = out["pools"]
     assert pool["pool_size"] == 2 and 1 <= pool["opened"] <= 2  # never more than the pool
     assert pool["handovers"] > 8 and pool["failed"] == 0
@@ -150,6 +151,8 @@ def test_bench_through_a_transaction_pool_on_postgresql(pg: Cluster, tmp_path: P
         assert summary["throughput"] > 0 and summary["errors"] == 0
     for args, message in (
         ([*common, "--policies", "none,fcfs"], "none is not a setting with --pool-size"),
+        ([*common, "--policies", "fcfs,sept@3"], "an MPL above --pool-size 2"),
+        ([*common, "--mpl", "0", "--policies", "fcfs"], "an MPL above --pool-size 2"),
         (["--pool-size", "2", "--policies", "fcfs"], "the embedded DuckDB has none to pool"),
     ):
         bad = _bench(*args)
