@@ -155,6 +155,8 @@ class AdminMetrics:
         self.coordinator: Any = None
         # the relay's server connection pools in transaction pool mode (proxy.pool), likewise
         self.pools: Any = None
+        # the embedded DuckDB's connections shared by its sessions (its ``Cursors``), likewise
+        self.cursors: Any = None
         self.recent: deque[tuple[float, str, float, float]] = deque(maxlen=500)
 
     def on_finish(self, job: Job, now: float) -> None:
@@ -257,6 +259,8 @@ class AdminMetrics:
             yield from _tenant_metrics(s)
         if self.pools is not None:
             yield from _pool_metrics(self.pools)
+        if self.cursors is not None:
+            yield from _duckdb_connection_metrics(self.cursors.status())
         c = self.coordinator
         if c is not None:
             shared = (
@@ -313,12 +317,33 @@ def _pool_metrics(pools: Any) -> Iterator[Metric]:
             "Seconds admitted clients waited for a server connection",
             "wait_seconds",
         ),
+        (
+            "admission_pool_parked",
+            "Hand-overs of a server connection held back until a cancel sent for it went through",
+            "parked",
+        ),
     )
     for name, doc, key in counters:
         cfamily = CounterMetricFamily(name, doc, labels=label)
         for row in rows:
             cfamily.add_metric([row["database"], row["user"]], float(row[key]))
         yield cfamily
+
+
+def _duckdb_connection_metrics(status: dict[str, int]) -> Iterator[Metric]:
+    """The embedded DuckDB's connections, lent to sessions and idle (``Cursors``)."""
+    yield GaugeMetricFamily(
+        "admission_duckdb_connections_lent", "DuckDB connections lent to sessions", status["lent"]
+    )
+    yield GaugeMetricFamily(
+        "admission_duckdb_connections_idle", "DuckDB connections idle, kept", status["idle"]
+    )
+    for key, doc in (
+        ("opened", "DuckDB connections opened for sessions"),
+        ("reused", "Times an idle DuckDB connection was lent again"),
+        ("closed", "DuckDB connections closed (beyond those kept idle, or a session's own)"),
+    ):
+        yield CounterMetricFamily(f"admission_duckdb_connections_{key}", doc, status[key])
 
 
 def _tenant_metrics(s: Scheduler) -> Iterator[Metric]:

@@ -174,6 +174,7 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
     if config.backend is None:
         embedded = embedded_server(config, gate, progress)
         listener, planner = embedded, embedded.backend.plan_cost
+        metrics.cursors = embedded.backend.cursors
     else:
         if config.explain_dsn is not None:
             planner = PostgresPlanner(config.explain_dsn).plan_cost

@@ -294,7 +294,8 @@ def test_portals_end_with_their_transaction_and_a_failed_one_reads_nothing_more(
 
 
 def test_status_shows_the_duckdb_connections() -> None:
-    """``/status → duckdb_connections`` of ``admission serve`` (the embedded default)."""
+    """``/status → duckdb_connections`` and ``/metrics`` of ``admission serve`` (the embedded
+    default)."""
     from proxy.admin import _status
     from proxy.app import BackgroundProxy, ProxyConfig
 
@@ -309,6 +310,14 @@ def test_status_shows_the_duckdb_connections() -> None:
             shown = proxy.call(lambda: _status(proxy.gate))["duckdb_connections"]
             assert shown["lent"] == 1 and shown["idle"] == 1 and shown["opened"] == 2
             assert shown["keep"] >= 8
+            metrics = {
+                family.name: family.samples[0].value
+                for family in proxy.call(lambda: list(proxy.metrics.collect()))
+                if family.name.startswith("admission_duckdb_connections")
+            }
+            assert metrics["admission_duckdb_connections_lent"] == 1
+            assert metrics["admission_duckdb_connections_idle"] == 1
+            assert metrics["admission_duckdb_connections_opened"] == 2
             b.commit()
     finally:
         proxy.close()
