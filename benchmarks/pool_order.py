@@ -5,7 +5,9 @@ Starts a PostgreSQL server of its own (``max_connections`` 100), writes a trace 
 arrivals — point lookups by primary key beside TPC-H reports (Q1, Q18) — and runs ``admission
 bench --arrivals trace --pool-size P`` on it: every policy through the same pool, repetitions
 interleaved, the same arrivals for each. ``--tpch-only`` runs a Poisson TPC-H mix at a given
-offered load instead (``--mix``, ``--load``). Prints the bench's table.
+offered load instead (``--mix``, ``--load``). ``--pool-size 0`` runs the baselines without a
+pool — every client its own server connection (PostgreSQL then allows 300), ``none`` among
+the policies, the others at ``--mpl``. Prints the bench's table.
 
     python -m benchmarks.pool_order [--pool-size 4] [--lookups 100] [--q1 4] [--q18 0.5]
         [--duration 40] [--repetitions 3] [--policies fcfs,sept,sept+learn,latency+learn]
@@ -65,7 +67,8 @@ def write_trace(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pool-size", type=int, default=4)
+    parser.add_argument("--pool-size", type=int, default=4, help="0: no pool (baselines)")
+    parser.add_argument("--mpl", type=int, default=None, help="default: the pool size")
     parser.add_argument("--lookups", type=float, default=100.0, help="point lookups per second")
     parser.add_argument("--q1", type=float, default=4.0, help="TPC-H Q1 per second")
     parser.add_argument("--q18", type=float, default=0.5, help="TPC-H Q18 per second")
@@ -85,12 +88,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, work: Path) -> int:
-    pg = start_cluster(max_connections=100)
+    pooled = args.pool_size > 0
+    pg = start_cluster(max_connections=100 if pooled else 300)
     try:
         url = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+        mpl = args.mpl if args.mpl is not None else (args.pool_size or 4)
         common = [
-            *("--backend", url, "--tpch", str(SCALE), "--pool-size", str(args.pool_size)),
-            *("--mpl", str(args.pool_size), "--policies", args.policies),
+            *("--backend", url, "--tpch", str(SCALE)),
+            *(("--pool-size", str(args.pool_size)) if pooled else ()),
+            *("--mpl", str(mpl), "--policies", args.policies),
             *("--repetitions", str(args.repetitions), "--duration", str(args.duration)),
         ]
         if args.tpch_only:

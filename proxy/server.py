@@ -449,44 +449,40 @@ class ProxyServer(Listener):
         transport, _ = await asyncio.wait_for(coro, self.connect_timeout)
         return transport
 
-    async def _forward_cancel(
-        self, pid: int, secret: int, done: Callable[[], None] | None = None
-    ) -> None:
-        """Send a CancelRequest; with ``done``, wait until the server has taken it — it closes
-        the connection once it has signalled the process — then call ``done`` (whatever
-        happens, within the connect timeout twice)."""
+    async def _forward_cancel(self, pid: int, secret: int, wait: bool = False) -> None:
+        """Send a CancelRequest; with ``wait``, return once the server has taken it (it closes
+        the connection when it has signalled the process), or after the connect timeout."""
         packet = struct.pack("!IIII", 16, pg.CANCEL_REQUEST_CODE, pid, secret)
         closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        class _Cancel(asyncio.Protocol):
-            def connection_lost(self, exc: Exception | None) -> None:
-                if not closed.done():
-                    closed.set_result(None)
-
         try:
-            try:
-                transport = await self.open_backend(_Cancel)
-            except (TimeoutError, OSError) as e:
-                log.warning("could not forward a cancel request to %s: %s", self.backend, e)
-                return
-            transport.write(packet)
-            if done is None:
-                transport.close()
-                return
-            try:
-                await asyncio.wait_for(asyncio.shield(closed), self.connect_timeout)
-            except TimeoutError:
-                log.warning(
-                    "a cancel request sent to %s was not answered in %g s: its server "
-                    "connection goes back to the pool anyway",
-                    self.backend,
-                    self.connect_timeout,
-                )
-            finally:
-                transport.close()
+            transport = await self.open_backend(lambda: _CancelSent(closed))
+        except (TimeoutError, OSError) as e:
+            log.warning("could not forward a cancel request to %s: %s", self.backend, e)
+            return
+        transport.write(packet)
+        try:
+            if wait:
+                await asyncio.wait_for(closed, self.connect_timeout)
+        except TimeoutError:
+            log.warning(
+                "a cancel request sent to %s was not answered in %g s: its server connection "
+                "goes back to the pool anyway",
+                self.backend,
+                self.connect_timeout,
+            )
         finally:
-            if done is not None:
-                done()
+            transport.close()
+
+
+class _CancelSent(asyncio.Protocol):
+    """A CancelRequest's connection: ``closed`` is done when the server closes it."""
+
+    def __init__(self, closed: asyncio.Future[None]) -> None:
+        self.closed = closed
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
 
 
 class _Backend(asyncio.Protocol):
@@ -1182,19 +1178,12 @@ class ClientConnection(asyncio.Protocol):
         if link is None:
             asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
             return
-        # the link goes to no other client before the cancel is through
+        # the link goes to no other client before the cancel is through (the callback runs
+        # however the task ends, even cancelled before it starts)
         pool = link.pool
         pool.cancel_sent(link)
-        fired = False
-
-        def done() -> None:  # once, from the task's end or its callback (a task cancelled
-            nonlocal fired  # before it starts never runs its finally)
-            if not fired:
-                fired = True
-                pool.cancel_done(link)
-
-        task = asyncio.get_running_loop().create_task(self.server._forward_cancel(*key, done))
-        task.add_done_callback(lambda _task: done())
+        task = asyncio.get_running_loop().create_task(self.server._forward_cancel(*key, True))
+        task.add_done_callback(lambda _task: pool.cancel_done(link))
 
     # -- the gate's answers ------------------------------------------------------------------
 

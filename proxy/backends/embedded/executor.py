@@ -190,7 +190,6 @@ class Cursors:
         "backend",
         "closed",
         "idle",
-        "idle_count",
         "keep",
         "lent",
         "oldest",
@@ -203,7 +202,6 @@ class Cursors:
         self.keep = keep
         self.idle: dict[str, list[Lease]] = {}  # by user, the most recently given back last
         self.oldest: dict[Lease, None] = {}  # every idle one, in the order they were given back
-        self.idle_count = 0
         self.lent = 0
         self.opened = 0
         self.reused = 0
@@ -217,7 +215,6 @@ class Cursors:
             if not idle:
                 del self.idle[user]
             del self.oldest[lease]
-            self.idle_count -= 1
             self.reused += 1
         else:
             loop = asyncio.get_running_loop()
@@ -231,22 +228,20 @@ class Cursors:
         """A clean connection back to the idle ones (the one idle longest closed beyond
         ``keep``: a user gone for good does not keep connections from the others)."""
         self.lent -= 1
-        if self.idle_count >= self.keep:
+        if len(self.oldest) >= self.keep:
             stale = next(iter(self.oldest))
             del self.oldest[stale]
             others = self.idle[stale.user]
             others.remove(stale)
             if not others:
                 del self.idle[stale.user]
-            self.idle_count -= 1
             self.closed += 1
             with contextlib.suppress(duckdb.Error):
                 stale.cursor.close()
         self.idle.setdefault(lease.user, []).append(lease)
         self.oldest[lease] = None
-        self.idle_count += 1
 
-    def drop(self, lease: Lease) -> None:
+    def drop(self) -> None:
         """A connection not to lend again, closed by its session (its state is its own)."""
         self.lent -= 1
         self.closed += 1
@@ -254,7 +249,7 @@ class Cursors:
     def status(self) -> dict[str, int]:
         return {
             "lent": self.lent,
-            "idle": self.idle_count,
+            "idle": len(self.oldest),
             "keep": self.keep,
             "opened": self.opened,
             "reused": self.reused,
@@ -290,6 +285,14 @@ class Result:
     # bytes DuckDB's buffer manager allocated for the statement, and spilled (profiler)
     memory: float | None = None
     spilled: float | None = None
+
+    def abandon(self) -> None:
+        """Read no more of it: DuckDB gets the rest back (``close``), and ``more`` is gone —
+        its DuckDB connection may serve another session next."""
+        if self.more is not None and self.close is not None:
+            with contextlib.suppress(Exception):
+                self.close()
+        self.more = self.close = None
 
 
 @dataclass(frozen=True, slots=True)

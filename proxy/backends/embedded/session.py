@@ -308,38 +308,26 @@ class DuckDBSession:
         sees what it wrote), else the backend's."""
         return self.lease.cursor if self.lease is not None else self.backend.utility
 
-    async def _lend(self) -> duckdb.DuckDBPyConnection:
+    async def _lend(self) -> Lease:
         """The session's DuckDB connection, lent now if it holds none."""
         if self.lease is None:
             self.lease = await self.backend.cursors.lend(self.user)
-        return self.lease.cursor
+        return self.lease
 
     def idle(self) -> None:
-        """ReadyForQuery: the connection goes back if nothing of the session's is left on it."""
-        if self.status == b"I" and self.portals and not self.running:
-            self._end_portals()
+        """ReadyForQuery outside a transaction: its portals end (PostgreSQL's rule: an implicit
+        transaction ends at its Sync; none outlives the DuckDB connection its rows come from),
+        and the connection goes back if nothing of the session's is left on it."""
+        if self.status != b"I" or self.running:
+            return
+        for portal in self.portals.values():
+            if portal.result is not None:
+                portal.result.abandon()
+        self.portals.clear()
         lease = self.lease
-        if (
-            lease is not None
-            and not self.pinned
-            and self.status == b"I"
-            and self.open is None
-            and not self.running
-        ):
+        if lease is not None and not self.pinned and self.open is None:
             self.lease = None
             self.backend.cursors.give(lease)
-
-    def _end_portals(self) -> None:
-        """Portals end with their transaction, as in PostgreSQL (an implicit one at the Sync):
-        none outlives the DuckDB connection its rows come from."""
-        for portal in self.portals.values():
-            result = portal.result
-            if result is not None and result.more is not None:
-                if result.close is not None:
-                    with contextlib.suppress(Exception):
-                        result.close()
-                result.more = result.close = None
-        self.portals.clear()
 
     def end(self) -> duckdb.DuckDBPyConnection | None:
         """The session ends: its connection goes back when clean; else the connection to close
@@ -348,7 +336,7 @@ class DuckDBSession:
         lease, self.lease = self.lease, None
         if lease is None:
             return None
-        self.backend.cursors.drop(lease)
+        self.backend.cursors.drop()
         return lease.cursor
 
     def _settle_now(self) -> None:
@@ -361,15 +349,10 @@ class DuckDBSession:
         try:
             while chunk := result.more():
                 result.rows += chunk
-        except BaseException:
-            # failed part way: nothing more is read from it — the connection may go back to
-            # the backend's idle set, and a later read would take another session's rows
-            if result.close is not None:
-                with contextlib.suppress(Exception):
-                    result.close()
-            result.more = result.close = None
-            raise
-        result.more = result.close = None
+        finally:
+            # (failed part way too: nothing more is read from it — the connection may go back
+            # to the backend's idle set, and a later read would take another session's rows)
+            result.abandon()
         result.tag = f"SELECT {len(result.rows)}"
 
     async def _settle(self) -> None:
@@ -379,8 +362,8 @@ class DuckDBSession:
     def release(self) -> None:
         """The session ends: a result still open gives DuckDB its resources back, unread."""
         result, self.open = self.open, None
-        if result is not None and result.close is not None:
-            result.close()
+        if result is not None:
+            result.abandon()
 
     def close(self, body: bytes) -> None:
         """A Close message: forget a prepared statement or a portal."""
@@ -418,9 +401,8 @@ class DuckDBSession:
             if wants(fingerprint):
                 listening.append(observer)
         profile = backend.profile and bool(listening)
-        cursor = await self._lend()
-        lease = self.lease
-        assert lease is not None
+        lease = await self._lend()
+        cursor = lease.cursor
         if profile != lease.profiling:
             await loop.run_in_executor(backend.pool, set_profiling, cursor, profile)
             lease.profiling = profile
@@ -575,9 +557,7 @@ class DuckDBSession:
                 count += len(chunk)
         finally:
             self.running = False
-            if result.more is not None and result.close is not None:
-                result.close()  # stopped early: the rest is not read
-            result.more = result.close = None
+            result.abandon()  # (stopped early: the rest is not read)
             if self.open is result:
                 self.open = None
         result.rows = []  # sent: nothing of it stays
