@@ -193,6 +193,42 @@ def test_the_row_path_takes_what_the_columnar_path_does_not_write() -> None:
 
 
 @columnar_only
+def test_a_profiled_select_takes_the_columnar_path_and_is_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sampled statement (the profiler on) gets the same rows as one run unprofiled, from the
+    columnar path, with DuckDB's CPU time and memory once its result is whole; a result longer
+    than a chunk is not measured (DuckDB is not done at its first chunk). The memory base read
+    before it leaves no open result behind (``_submit`` would refuse to run)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("create table t as select i, i % 97 as k from range(300000) t(i)")
+    sql = "select k, count(*) as n, sum(i) as s from t group by k order by k"
+    plain = executor.execute(con, sql, (), "SELECT")
+    columnar_runs: list[str] = []
+    real = executor._columnar
+    monkeypatch.setattr(
+        executor, "_columnar", lambda c, q, p: columnar_runs.append(q) or real(c, q, p)
+    )
+    for base in (None, executor.MemoryBase()):  # read now; read at most a second ago
+        result = executor.execute(con, sql, (), "SELECT", (), True, base, True)
+        assert result.rows == plain.rows and result.tag == plain.tag == "SELECT 97"
+        assert result.cpu_time is not None and result.cpu_time > 0
+        assert result.memory is not None and result.spilled == 0
+    assert columnar_runs == [sql, sql]
+    monkeypatch.setattr(executor, "CHUNK_ROWS", 7)
+    long = executor.execute(con, sql, (), "SELECT", (), True)
+    assert long.more is not None and long.cpu_time is None
+    rows = long.rows
+    while chunk := long.more():
+        rows += chunk
+    assert rows == plain.rows
+    executor.set_profiling(con, False)
+    assert executor.execute(con, sql, (), "SELECT").cpu_time is None
+
+
+@columnar_only
 def test_a_failure_while_streaming_is_the_row_paths_error() -> None:
     import duckdb
 

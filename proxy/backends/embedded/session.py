@@ -47,7 +47,6 @@ from proxy.backends.embedded.executor import (
     execute,
     first_line,
     row_description,
-    set_profiling,
 )
 from proxy.backends.embedded.params import decode_param
 from proxy.backends.errors import sqlstate_for
@@ -403,9 +402,8 @@ class DuckDBSession:
         profile = backend.profile and bool(listening)
         lease = await self._lend()
         cursor = lease.cursor
-        if profile != lease.profiling:
-            await loop.run_in_executor(backend.pool, set_profiling, cursor, profile)
-            lease.profiling = profile
+        switch = profile != lease.profiling  # (switched in the statement's own thread hop)
+        lease.profiling = profile
         self.running = True
         try:
             result = await loop.run_in_executor(
@@ -417,6 +415,9 @@ class DuckDBSession:
                 kind,
                 formats,
                 profile,
+                # only live samples (no observer of every statement) take the cached base
+                None if self.observers else backend.memory_base,
+                switch,
             )
         except asyncio.CancelledError:
             self.pinned = True  # a worker thread may still use the connection: never lent again
