@@ -286,6 +286,13 @@ _RESET_ALL = re.compile(rb"\b(?:reset|discard)\s+all\b", re.IGNORECASE)
 # simple Query would: drivers that Parse an unnamed statement in one Sync and Bind it in the
 # next, asyncpg without a statement cache, would lose it)
 _OWN_STATEMENT = b"_admission_grant"
+# the proxy's statement that aborts the server's transaction block when the proxy refuses a
+# statement inside it (any error does: without PL/pgSQL, DO fails all the same)
+_ABORT = (
+    b"DO $admission$BEGIN RAISE EXCEPTION USING ERRCODE = '0A000', MESSAGE = "
+    b"'the admission proxy refused a statement of this transaction: it is aborted'; "
+    b"END$admission$"
+)
 # what the server answers to it, cut from what the client hears: ParseComplete, BindComplete,
 # CommandComplete, CloseComplete, ReadyForQuery, an ErrorResponse (not a FATAL one). What else
 # comes in that stretch — a notification, a parameter status, a notice — is the client's.
@@ -847,7 +854,15 @@ class ProxySession:
         syncs = batch.syncs
         if not batch.complete:
             self._client.fail(batch)  # the rest up to its Sync is dropped; Sync → Z
-        replies = error + pg.ready_for_query(self.transaction_status) * syncs
+        status = self.transaction_status
+        if status == b"T" and self.state is State.READY:
+            # an error inside a transaction block aborts it, as PostgreSQL's own would: the
+            # server's transaction fails too (its replies cut), so that what the client sends
+            # next fails with 25P02 and its COMMIT rolls back — never half a transaction kept
+            self._replies.extend((_SWALLOW, _SWALLOW))  # (two Syncs: see _own_statement)
+            out.append(SendToServer(_own_statement(_ABORT, failing=True)))
+            status = b"E"
+        replies = error + pg.ready_for_query(status) * syncs
         self._reply_synthetic(replies, out)
         self._pump(out)
         return out
@@ -1027,17 +1042,20 @@ class ProxySession:
         return [*self._release_all(), Close("client disconnected")]
 
 
-def _own_statement(sql: bytes) -> bytes:
+def _own_statement(sql: bytes, *, failing: bool = False) -> bytes:
     """``sql`` (no parameters, no rows) run by the extended protocol as a named statement,
     closed after, in a Sync of its own: Parse, Bind and Execute of the unnamed portal (which
-    does not outlive a Sync outside a transaction block), Close, Sync."""
+    does not outlive a Sync outside a transaction block), Close, Sync. A ``failing`` one's
+    Close is in a second Sync (after an error the server skips to the Sync; a Close it takes
+    in an aborted block): two ReadyForQuery."""
     name = _OWN_STATEMENT + b"\0"
+    close = pg.message(b"C", b"S" + name)
     return b"".join(
         (
             pg.message(b"P", name + sql + b"\0" + b"\0\0"),
             pg.message(b"B", b"\0" + name + b"\0\0" + b"\0\0" + b"\0\0"),
             pg.message(b"E", b"\0" + b"\0\0\0\0"),
-            pg.message(b"C", b"S" + name),
+            *((pg.message(b"S"), close) if failing else (close,)),
             pg.message(b"S"),
         )
     )

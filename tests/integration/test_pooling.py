@@ -308,6 +308,86 @@ def test_session_features_are_refused_clearly(
     proxy.wait_idle()
 
 
+@pytest.mark.parametrize("protocol", ["simple", "extended"])
+def test_a_refusal_inside_a_transaction_aborts_it_as_postgresql_would(
+    pooled: Callable[..., ProxyHarness], pg: Cluster, protocol: str
+) -> None:
+    """An error inside a transaction block aborts the transaction: the client hears status E,
+    what it sends next fails with 25P02 until it ends the block, and its COMMIT rolls back —
+    for the proxy's own refusal too (the server's transaction is aborted with it), never a
+    COMMIT that keeps half a transaction."""
+    proxy = pooled(size=1)
+    pg.psql("CREATE TABLE IF NOT EXISTS pool_refused (x int)")
+    pg.psql("TRUNCATE pool_refused")
+    with psycopg.connect(dsn(proxy)) as conn:
+        # (a ClientCursor sends a Query message, psycopg's own cursor Parse/Bind/Execute/Sync)
+        cursor = psycopg.ClientCursor(conn) if protocol == "simple" else conn.cursor()
+        execute = cursor.execute
+        conn.execute("INSERT INTO pool_refused VALUES (1)")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="transaction pool mode"):
+            execute("LISTEN pool_channel")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        with pytest.raises(psycopg.errors.InFailedSqlTransaction):
+            conn.execute("SELECT 1")
+        conn.commit()  # (PostgreSQL ends a failed block with a ROLLBACK, whatever it is told)
+        assert conn.execute("SELECT count(*) FROM pool_refused").fetchone() == (0,)
+        conn.rollback()
+        # a savepoint takes the block back, as on PostgreSQL
+        conn.execute("INSERT INTO pool_refused VALUES (2)")
+        conn.execute("SAVEPOINT s")
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            execute("SELECT pg_advisory_lock(7)")
+        conn.execute("ROLLBACK TO SAVEPOINT s")
+        conn.commit()
+        assert conn.execute("SELECT x FROM pool_refused").fetchall() == [(2,)]
+        # the proxy's own statement is gone from the server connection (pool of one)
+        names = conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
+        assert ("_admission_grant",) not in names, names
+        conn.commit()
+    proxy.wait_idle()
+    assert proxy.call(lambda: proxy.pools.status())[0]["sv_active"] == 0
+
+
+def test_the_proxys_failing_statement_leaves_nothing_on_the_server(pg: Cluster) -> None:
+    """What the proxy sends to abort a server transaction: ParseComplete, BindComplete, the
+    error, ReadyForQuery E, then its Close in a Sync of its own (the server skips the rest of
+    a failed Sync): nothing named stays behind on that server connection."""
+    import socket
+    import struct
+
+    from proxy.wire import protocol as protocol
+    from proxy.wire.session import _ABORT, _own_statement
+
+    with socket.create_connection(("127.0.0.1", pg.port), timeout=10) as sock:
+
+        def replies(count: int) -> list[tuple[bytes, bytes]]:
+            buf, got = b"", []
+            while count:
+                while len(buf) < 5 or len(buf) < 1 + struct.unpack("!i", buf[1:5])[0]:
+                    data = sock.recv(65536)
+                    assert data, "the server closed the connection"
+                    buf += data
+                length = struct.unpack("!i", buf[1:5])[0]
+                got.append((buf[:1], buf[5 : 1 + length]))
+                count -= buf[:1] == b"Z"
+                buf = buf[1 + length :]
+            return got
+
+        body = struct.pack("!i", 196608) + b"user\0postgres\0database\0postgres\0\0"
+        sock.sendall(struct.pack("!i", len(body) + 4) + body)
+        replies(1)
+        sock.sendall(protocol.message(b"Q", b"BEGIN\0"))
+        assert replies(1)[-1] == (b"Z", b"T")
+        sock.sendall(_own_statement(_ABORT, failing=True))
+        got = replies(2)
+        assert [kind for kind, _ in got] == [b"1", b"2", b"E", b"Z", b"3", b"Z"]
+        assert b"C0A000" in got[2][1] and got[3][1] == got[5][1] == b"E"
+        sock.sendall(protocol.message(b"Q", b"ROLLBACK\0"))
+        replies(1)
+        sock.sendall(protocol.message(b"Q", b"SELECT name FROM pg_prepared_statements\0"))
+        assert [kind for kind, _ in replies(1)] == [b"T", b"C", b"Z"]  # no row
+
+
 def test_what_lives_inside_a_transaction_works(pooled: Callable[..., ProxyHarness]) -> None:
     proxy = pooled(size=1)
     with psycopg.connect(dsn(proxy)) as conn:
