@@ -281,6 +281,17 @@ def serve(
             min=0.1,
         ),
     ] = 3600.0,
+    max_prepared_statements: Annotated[
+        int,
+        typer.Option(
+            help="Transaction pool mode: prepared statements a server connection keeps; beyond "
+            "it the least recently used are closed when the connection next changes hands (a "
+            "client's own are kept while it holds the connection, and prepared again where "
+            "it lands without them).",
+            envvar=env("max_prepared_statements"),
+            min=1,
+        ),
+    ] = 200,
     max_message: Annotated[
         int,
         typer.Option(
@@ -462,7 +473,14 @@ def serve(
             memory_budget,
         )
         prepare, dataset = _tpch(tpch)
-        pool = _pool(pool_mode, backend, pool_size, server_idle_timeout, server_lifetime)
+        pool = _pool(
+            pool_mode,
+            backend,
+            pool_size,
+            server_idle_timeout,
+            server_lifetime,
+            max_prepared_statements,
+        )
         if pool is not None and grant is not None:
             raise ValueError(
                 "--grant-work-mem needs --pool-mode session: a grant is set on a client's own "
@@ -520,7 +538,12 @@ def serve(
 
 
 def _pool(
-    mode: str, backend: str | None, size: int, idle_timeout: float, lifetime: float
+    mode: str,
+    backend: str | None,
+    size: int,
+    idle_timeout: float,
+    lifetime: float,
+    max_prepared: int = 200,
 ) -> PoolConfig | None:
     from proxy.pool import POOL_MODES, PoolConfig, backend_password
 
@@ -538,6 +561,7 @@ def _pool(
         idle_timeout=idle_timeout,
         lifetime=lifetime,
         password=backend_password(backend),
+        max_prepared=max_prepared,
     )
 
 

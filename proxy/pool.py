@@ -81,12 +81,19 @@ class PoolConfig:
     lifetime: float = 3600.0  # seconds a link is kept at most (server_lifetime)
     password: str | None = None  # for the server's password request (backend URL/PGPASSWORD)
     connect_timeout: float = 10.0
+    # prepared statements a link keeps (PgBouncer's max_prepared_statements): beyond it the
+    # least recently used are closed when the link is next handed to a client
+    max_prepared: int = 200
 
     def __post_init__(self) -> None:
         if self.size < 1:
             raise ValueError(f"--pool-size must be at least 1, not {self.size}")
         if self.idle_timeout <= 0 or self.lifetime <= 0:
             raise ValueError("--server-idle-timeout and --server-lifetime must be positive")
+        if self.max_prepared < 1:
+            raise ValueError(
+                f"--max-prepared-statements must be at least 1, not {self.max_prepared}"
+            )
 
 
 class PoolClient(Protocol):
@@ -348,7 +355,8 @@ class Link(asyncio.Protocol):
         self.key: tuple[int, int] | None = None  # the server's BackendKeyData
         self.created = now
         self.idle_since = now
-        self.prepared: set[bytes] = set()  # server names prepared on it
+        # server names prepared on it, the least recently used first
+        self.prepared: dict[bytes, None] = {}
         self.settings: dict[str, str] = {}  # its session settings (beyond the defaults)
         self.uses = 0
         # CancelRequests for it still on their way to the server: till they are through it
@@ -447,7 +455,8 @@ class Link(asyncio.Protocol):
                     names = self._swallow.popleft()
                     if self._swallow_failed:  # which failed is not known: prepared again
                         self._swallow_failed = False
-                        self.prepared.difference_update(names)
+                        for name in names:
+                            self.prepared.pop(name, None)
             else:  # relayed: the rest goes to the owner as it came
                 rest = bytes(buf[pos - 1 - length :])
                 buf.clear()
@@ -538,15 +547,28 @@ class Link(asyncio.Protocol):
                 self._swallow.append(())
                 self.pool.stats.settings_replayed += 1
             self.settings = dict(settings)
+        prepared = self.prepared
         missing = [
-            (sname, tail) for sname, tail in statements.names.values() if sname not in self.prepared
+            (sname, tail) for sname, tail in statements.names.values() if sname not in prepared
         ]
+        evict = len(prepared) + len(missing) - self.pool.config.max_prepared
+        if evict > 0:
+            # the least recently used go, none of this client's; a client that had one is
+            # given it again when it next lands here (``missing``)
+            wanted = {sname for sname, _ in statements.names.values()}
+            gone = [n for n in prepared if n not in wanted][:evict]
+            for name in gone:
+                del prepared[name]
+            prelude.append(b"".join(_close_statement(n) for n in gone) + _SYNC)
+            self._swallow.append(())
+            self.pool.stats.evicted += len(gone)
         if missing:
             # (Close first: preparing again is harmless where a failed prelude left doubt)
             parses = [_close_statement(n) + _parse(n, t) for n, t in missing]
             prelude.append(b"".join(parses) + _SYNC)
             names = tuple(n for n, _ in missing)
-            self.prepared.update(names)
+            for name in names:
+                prepared[name] = None
             self._swallow.append(names)
             self.pool.stats.reprepared += len(missing)
         return b"".join(prelude)
@@ -587,7 +609,7 @@ class Link(asyncio.Protocol):
                         n += 1
                         sname = server_name(tail) + b"_" + str(n).encode()
                     names[data[pos + 5 : stop]] = (sname, tail)
-                    self.prepared.add(sname)
+                    self.prepared[sname] = None
                     new = _parse(sname, tail)
             elif kind == pg.BIND:
                 first = data.find(0, pos + 5, nxt)
@@ -595,6 +617,9 @@ class Link(asyncio.Protocol):
                 if second > first + 1:
                     found = names.get(data[first + 1 : second])
                     if found is not None:
+                        prepared = self.prepared  # (used: the most recently)
+                        if prepared.pop(found[0], 0) is None:
+                            prepared[found[0]] = None
                         new = pg.message(
                             b"B", data[pos + 5 : first + 1] + found[0] + data[second:nxt]
                         )
@@ -641,7 +666,7 @@ class Link(asyncio.Protocol):
         sname = mapped[0]
         if sname not in self.prepared:  # (attach prepared it unless that failed: the
             return data  # server answers, about the client's name)
-        self.prepared.discard(sname)
+        del self.prepared[sname]
         return pg.message(b"Q", b'DEALLOCATE "' + sname + b'"\0')
 
     # -- reading the session's settings back -------------------------------------------------
@@ -698,6 +723,7 @@ class PoolStats:
     handovers: int = 0  # links given to a client
     settings_replayed: int = 0
     reprepared: int = 0
+    evicted: int = 0  # prepared statements closed beyond max_prepared
     parked: int = 0  # links held back from the next client until a cancel went through
 
 
@@ -884,6 +910,7 @@ class Pool:
             "handovers": self.stats.handovers,
             "settings_replayed": self.stats.settings_replayed,
             "reprepared": self.stats.reprepared,
+            "evicted": self.stats.evicted,
             "parked": self.stats.parked,
         }
 

@@ -13,6 +13,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import asyncpg
 import httpx
@@ -36,6 +37,7 @@ def pooled(make_proxy: Callable[..., ProxyHarness]) -> Callable[..., ProxyHarnes
             size=size,
             idle_timeout=float(kwargs.pop("idle_timeout", 600.0)),  # type: ignore[arg-type]
             password=kwargs.pop("password", None),  # type: ignore[arg-type]
+            max_prepared=int(kwargs.pop("max_prepared", 200)),  # type: ignore[call-overload]
         )
         return make_proxy(pool=config, **kwargs)
 
@@ -386,6 +388,43 @@ def test_the_proxys_failing_statement_leaves_nothing_on_the_server(pg: Cluster) 
         replies(1)
         sock.sendall(protocol.message(b"Q", b"SELECT name FROM pg_prepared_statements\0"))
         assert [kind for kind, _ in replies(1)] == [b"T", b"C", b"Z"]  # no row
+
+
+def test_a_server_connection_keeps_at_most_max_prepared_statements(
+    pooled: Callable[..., ProxyHarness],
+) -> None:
+    """Beyond ``max_prepared`` the least recently used statements of other clients are closed
+    on the server when the connection changes hands; a client finds its own again (prepared
+    again where they went) and its results are right."""
+    proxy = pooled(size=1, max_prepared=3)
+    texts = [f"SELECT {i} + %s::int" for i in range(4)]
+
+    def on_server(conn: psycopg.Connection[Any]) -> list[str]:
+        rows = conn.execute(
+            "SELECT name FROM pg_prepared_statements WHERE name LIKE '_ap_%%' ORDER BY name"
+        ).fetchall()
+        return [name for (name,) in rows]
+
+    with (
+        psycopg.connect(dsn(proxy), autocommit=True) as a,
+        psycopg.connect(dsn(proxy), autocommit=True) as b,
+    ):
+        for sql in texts[:2]:
+            assert a.execute(sql, (10,), prepare=True).fetchone() == (texts.index(sql) + 10,)
+        for sql in texts[2:]:
+            assert b.execute(sql, (10,), prepare=True).fetchone() == (texts.index(sql) + 10,)
+        # four prepared; handed to b again, the least recently used of a's is closed
+        assert len(on_server(b)) == 3
+        # a's first is prepared again for a, and the least recently used of b's closed
+        assert a.execute(texts[0], (1,), prepare=True).fetchone() == (1,)
+        assert len(on_server(a)) == 3
+        for i, sql in enumerate(texts):  # both find theirs, wherever they went
+            client = a if i < 2 else b
+            assert client.execute(sql, (5,), prepare=True).fetchone() == (i + 5,)
+        assert len(on_server(a)) <= 3
+    proxy.wait_idle()
+    pools = proxy.call(lambda: proxy.pools.status())
+    assert pools[0]["evicted"] >= 2 and pools[0]["sv_active"] == 0
 
 
 def test_what_lives_inside_a_transaction_works(pooled: Callable[..., ProxyHarness]) -> None:
