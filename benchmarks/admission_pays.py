@@ -17,12 +17,20 @@ interval; whether the targets hold (≥ 30 % at ρ = 0.95, ≥ 15 % at ρ = 0.85
 throughput within 2 %); and, for scale, what M/G/1 theory predicts from the model's D_r for
 processor sharing (what "none" approximates) and for non-preemptive shortest-expected-first.
 Every run's JSON is written into ``--out-dir``.
+
+``--postgres`` runs the same on a throwaway PostgreSQL cluster of its own (the test suite's
+binaries), loading TPC-H at ``--tpch`` and training the model into ``--model`` first when that
+file does not exist yet:
+
+    python -m benchmarks.admission_pays --postgres --tpch 0.1 --model out/pg-sf01.json \
+        --policies none,fcfs@2,fcfs@4,sept@2,latency@2 --duration 40
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,6 +146,11 @@ def _theory(model: EtaModel, result: BenchResult) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="on a PostgreSQL cluster of its own (trains --model there if it does not exist)",
+    )
     parser.add_argument("--mix", default="1,2,6,9,11,13,14,18")
     parser.add_argument("--tpch", type=float, default=1.0)
     parser.add_argument("--backend", default="duckdb")
@@ -155,6 +168,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out-dir", type=Path, default=Path("out/pays"))
     args = parser.parse_args(argv)
+    if args.postgres:
+        from testing.pgcluster import start_cluster
+
+        cluster = start_cluster(max_connections=300)
+        try:
+            args.backend = f"postgresql://postgres@127.0.0.1:{cluster.port}/postgres"
+            if not args.model.exists():
+                classes = ",".join(str(q) for q in mix_by_name(args.mix).queries)
+                train = [
+                    str(Path(sys.executable).with_name("admission")),
+                    *("train", "--backend", args.backend, "--tpch", f"{args.tpch:g}"),
+                    *("--classes", classes, "--out", str(args.model)),
+                ]
+                print("training:", " ".join(train[1:]), flush=True)
+                subprocess.run(train, check=True)
+            return _main(args)
+        finally:
+            cluster.stop()
+    return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     model = EtaModel.load(args.model)
     mix = mix_by_name(args.mix)
     policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from proxy.wire import protocol as pg
+from proxy.wire.session import OWN_STATEMENT
 
 if TYPE_CHECKING:
     from proxy.server import BackendAddress
@@ -557,11 +558,12 @@ class Link(asyncio.Protocol):
             # given it again when it next lands here (``missing``)
             wanted = {sname for sname, _ in statements.names.values()}
             gone = [n for n in prepared if n not in wanted][:evict]
-            for name in gone:
-                del prepared[name]
-            prelude.append(b"".join(_close_statement(n) for n in gone) + _SYNC)
-            self._swallow.append(())
-            self.pool.stats.evicted += len(gone)
+            if gone:
+                for name in gone:
+                    del prepared[name]
+                prelude.append(b"".join(_close_statement(n) for n in gone) + _SYNC)
+                self._swallow.append(())
+                self.pool.stats.evicted += len(gone)
         if missing:
             # (Close first: preparing again is harmless where a failed prelude left doubt)
             parses = [_close_statement(n) + _parse(n, t) for n, t in missing]
@@ -601,7 +603,8 @@ class Link(asyncio.Protocol):
             new: bytes | None = None
             if kind == pg.PARSE:
                 stop = data.find(0, pos + 5, nxt)
-                if stop > pos + 5:
+                if stop > pos + 5 and data[pos + 5 : stop] != OWN_STATEMENT:
+                    # (the session's own statement keeps its name: it closes it itself)
                     tail = data[stop + 1 : nxt]
                     sname = server_name(tail)
                     n = 0

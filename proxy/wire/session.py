@@ -260,9 +260,12 @@ class _Batch(Batch):
 
 @dataclass(slots=True)
 class _Synthetic:
-    """Reply bytes the proxy made, to go out after the server's replies to earlier batches."""
+    """Reply bytes the proxy made, to go out after the server's replies to earlier batches,
+    and ``ready`` ReadyForQuery after them with the server's transaction status as of then
+    (what those earlier batches — a BEGIN, a COMMIT, the proxy's abort — left it at)."""
 
     data: bytes
+    ready: int = 0
 
 
 class _Swallow:
@@ -285,7 +288,7 @@ _RESET_ALL = re.compile(rb"\b(?:reset|discard)\s+all\b", re.IGNORECASE)
 # the proxy's own statement, named so that it never replaces a client's unnamed statement (a
 # simple Query would: drivers that Parse an unnamed statement in one Sync and Bind it in the
 # next, asyncpg without a statement cache, would lose it)
-_OWN_STATEMENT = b"_admission_grant"
+OWN_STATEMENT = b"_admission_grant"
 # the proxy's statement that aborts the server's transaction block when the proxy refuses a
 # statement inside it (any error does: without PL/pgSQL, DO fails all the same)
 _ABORT = (
@@ -649,7 +652,7 @@ class ProxySession:
         batch = self._join(kind)
         if batch is None:  # skipped up to the Sync of a batch the proxy failed
             if kind == pg.SYNC:
-                self._reply_synthetic(pg.ready_for_query(self.transaction_status), out)
+                self._reply_synthetic(b"", out, ready=1)
             return
         if kind == pg.PARSE or kind == pg.BIND or kind == pg.CLOSE:
             self._track_names(kind, frame.raw, 5, len(frame.raw))
@@ -762,6 +765,13 @@ class ProxySession:
             if not batch.ready:
                 return
             if (batch.executes or self.admit_all) and batch.job is None:
+                if self.admit_all and self._replies:
+                    # pooled: whether it is inside a transaction (its own connection, no
+                    # queue) or not (a connection from the pool's queue) is known once the
+                    # server has answered what went before it (a BEGIN among them, say):
+                    # queued on a guess, it would wait for the slot its own transaction
+                    # holds. ``server_data`` resumes the pump.
+                    return
                 out.append(self._submit(batch))
                 return  # granted() resumes the pump
             if batch.submitted and not batch.forwarded:
@@ -855,15 +865,18 @@ class ProxySession:
         if not batch.complete:
             self._client.fail(batch)  # the rest up to its Sync is dropped; Sync → Z
         status = self.transaction_status
-        if status == b"T" and self.state is State.READY:
+        if self.state is State.READY and (status == b"T" or self._replies):
             # an error inside a transaction block aborts it, as PostgreSQL's own would: the
             # server's transaction fails too (its replies cut), so that what the client sends
-            # next fails with 25P02 and its COMMIT rolls back — never half a transaction kept
+            # next fails with 25P02 and its COMMIT rolls back — never half a transaction kept.
+            # Sent too while earlier batches are still answered (a pipeline's BEGIN or COMMIT
+            # may be among them): outside a block it fails alone, and the client's
+            # ReadyForQuery gives the status the server reports after it.
             self._replies.extend((_SWALLOW, _SWALLOW))  # (two Syncs: see _own_statement)
             out.append(SendToServer(_own_statement(_ABORT, failing=True)))
-            status = b"E"
-        replies = error + pg.ready_for_query(status) * syncs
-        self._reply_synthetic(replies, out)
+            if status == b"T":
+                self.transaction_status = b"E"  # (until the server says so itself)
+        self._reply_synthetic(error, out, ready=syncs)
         self._pump(out)
         return out
 
@@ -876,11 +889,11 @@ class ProxySession:
             self._reply_synthetic(notice, out)
         return out
 
-    def _reply_synthetic(self, data: bytes, out: list[Action]) -> None:
+    def _reply_synthetic(self, data: bytes, out: list[Action], ready: int = 0) -> None:
         if self._replies:
-            self._replies.append(_Synthetic(data))
+            self._replies.append(_Synthetic(data, ready))
         else:
-            out.append(SendToClient(data))
+            out.append(SendToClient(data + pg.ready_for_query(self.transaction_status) * ready))
 
     def _release(self, batch: _Batch) -> Release:
         job = batch.job
@@ -979,6 +992,8 @@ class ProxySession:
             out.insert(0, SendToClient(b"".join(pieces)))
         elif pos > start:
             out.insert(0, SendToClient(data if pos == end else data[:pos]))
+        if self.admit_all and self._queue and not self._replies:
+            self._pump(out)  # (a batch waiting for the answers before it: see ``_pump``)
         return out
 
     def _head_span(self) -> _Span | None:
@@ -1010,6 +1025,8 @@ class ProxySession:
             item = replies.popleft()
             assert isinstance(item, _Synthetic)
             synthetic.append(item.data)
+            if item.ready:
+                synthetic.append(pg.ready_for_query(self.transaction_status) * item.ready)
         return b"".join(synthetic)
 
     def _server_violation(self, why: str) -> list[Action]:
@@ -1048,7 +1065,7 @@ def _own_statement(sql: bytes, *, failing: bool = False) -> bytes:
     does not outlive a Sync outside a transaction block), Close, Sync. A ``failing`` one's
     Close is in a second Sync (after an error the server skips to the Sync; a Close it takes
     in an aborted block): two ReadyForQuery."""
-    name = _OWN_STATEMENT + b"\0"
+    name = OWN_STATEMENT + b"\0"
     close = pg.message(b"C", b"S" + name)
     return b"".join(
         (

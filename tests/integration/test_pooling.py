@@ -343,9 +343,73 @@ def test_a_refusal_inside_a_transaction_aborts_it_as_postgresql_would(
         conn.commit()
         assert conn.execute("SELECT x FROM pool_refused").fetchall() == [(2,)]
         # the proxy's own statement is gone from the server connection (pool of one)
-        names = conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
-        assert ("_admission_grant",) not in names, names
+        left = conn.execute(
+            "SELECT name FROM pg_prepared_statements WHERE statement LIKE 'DO $admission$%%'"
+        ).fetchall()
+        assert left == [], left
         conn.commit()
+    proxy.wait_idle()
+    assert proxy.call(lambda: proxy.pools.status())[0]["sv_active"] == 0
+
+
+class _Raw:
+    """A protocol-3 client on a bare socket: what it sends goes out in one write."""
+
+    def __init__(self, port: int) -> None:
+        import socket
+        import struct
+
+        self.struct = struct
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        body = struct.pack("!i", 196608) + b"user\0postgres\0database\0postgres\0\0"
+        self.sock.sendall(struct.pack("!i", len(body) + 4) + body)
+        self.buf = b""
+        self.replies(1)
+
+    def replies(self, count: int) -> list[tuple[bytes, bytes]]:
+        """Messages up to and including the ``count``-th ReadyForQuery."""
+        unpack, got = self.struct.unpack, []
+        while count:
+            while len(self.buf) < 5 or len(self.buf) < 1 + unpack("!i", self.buf[1:5])[0]:
+                data = self.sock.recv(65536)
+                assert data, "the connection was closed"
+                self.buf += data
+            length = unpack("!i", self.buf[1:5])[0]
+            got.append((self.buf[:1], self.buf[5 : 1 + length]))
+            count -= self.buf[:1] == b"Z"
+            self.buf = self.buf[1 + length :]
+        return got
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_refusal_in_a_pipelined_transaction_rolls_it_back(
+    pooled: Callable[..., ProxyHarness], pg: Cluster
+) -> None:
+    """BEGIN, INSERT, a refused LISTEN and COMMIT sent in one write, each a Query of its own:
+    the COMMIT rolls back, as on PostgreSQL, whenever the proxy makes its refusal (before or
+    after the server has answered the BEGIN), and each ReadyForQuery says what the server's
+    transaction is then."""
+    from proxy.wire import protocol
+
+    proxy = pooled(size=1)
+    pg.psql("CREATE TABLE IF NOT EXISTS pool_piped (x int)")
+    pg.psql("TRUNCATE pool_piped")
+    raw = _Raw(proxy.port)
+    try:
+        sqls = (b"BEGIN", b"INSERT INTO pool_piped VALUES (1)", b"LISTEN pool_channel", b"COMMIT")
+        raw.sock.sendall(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
+        got = raw.replies(4)
+    finally:
+        raw.close()
+    ready = [body for kind, body in got if kind == b"Z"]
+    tags = [body for kind, body in got if kind == b"C"]
+    errors = [body for kind, body in got if kind == b"E"]
+    assert ready == [b"T", b"T", b"E", b"I"], got
+    assert tags == [b"BEGIN\0", b"INSERT 0 1\0", b"ROLLBACK\0"], got
+    assert len(errors) == 1 and b"C0A000" in errors[0]
+    assert pg.psql("SELECT count(*) FROM pool_piped").strip() == "0"
     proxy.wait_idle()
     assert proxy.call(lambda: proxy.pools.status())[0]["sv_active"] == 0
 

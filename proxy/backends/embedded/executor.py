@@ -170,7 +170,8 @@ class Lease:
 
     cursor: duckdb.DuckDBPyConnection
     user: str
-    profiling: bool = False  # DuckDB's profiler is on for this cursor
+    # DuckDB's profiler is on for this cursor (None: not known — a switch failed)
+    profiling: bool | None = False
 
 
 class Cursors:
@@ -446,7 +447,10 @@ def execute(
     with ``base``, as read at most a second ago (a sample of live statements: the read costs
     half a millisecond). ``switch``: the profiler is switched to ``profile`` first."""
     if switch:
-        set_profiling(cursor, profile)
+        try:
+            set_profiling(cursor, profile)
+        except duckdb.Error as e:  # (interrupted by a CancelRequest, say)
+            raise QueryError(sqlstate_for(e), first_line(e)) from None
     if kind == "COPY" and _STDIO.search(query):
         raise QueryError(
             "0A000",
@@ -461,7 +465,10 @@ def execute(
     except lockdown.LockdownError as e:
         raise QueryError(e.sqlstate, str(e)) from None
     held = (base.read(cursor) if base is not None else _buffer_memory(cursor)) if profile else None
-    if kind == "SELECT" and not any(format_codes) and columnar_candidate(query):
+    # (profiled for an observer of every statement — training — a long result takes the row
+    # path, whose profile is read at its first chunk; the columnar path's only at its end)
+    columnar_ok = not profile or base is not None
+    if kind == "SELECT" and not any(format_codes) and columnar_ok and columnar_candidate(query):
         result = _columnar(cursor, query, params)
         if result is not None:
             if profile and result.more is None:  # (the profile is whole once DuckDB is done)

@@ -424,6 +424,8 @@ class DuckDBSession:
             raise
         except QueryError as e:
             self.running = False  # (a CancelRequest must not interrupt the clean-up)
+            if switch:
+                lease.profiling = None  # (whether the switch took is not known: again next time)
             ends = kind == "TRANSACTION" and _ENDS_TRANSACTION.match(query) is not None
             if self.status == b"I" or ends:
                 await loop.run_in_executor(backend.pool, _end_transaction, cursor)
