@@ -384,6 +384,29 @@ class _Raw:
         self.sock.close()
 
 
+def test_a_transaction_sent_in_one_write_runs(
+    pooled: Callable[..., ProxyHarness], pg: Cluster
+) -> None:
+    """BEGIN, INSERT and COMMIT pipelined (each a Query, one write) through a pool of one: the
+    statements after the BEGIN belong to its transaction and its connection — they must not
+    queue for the slot that transaction holds (they did, and waited for ever)."""
+    from proxy.wire import protocol
+
+    proxy = pooled(size=1)
+    pg.psql("CREATE TABLE IF NOT EXISTS pool_piped_ok (x int)")
+    pg.psql("TRUNCATE pool_piped_ok")
+    raw = _Raw(proxy.port)
+    try:
+        sqls = (b"BEGIN", b"INSERT INTO pool_piped_ok VALUES (1)", b"SELECT 1", b"COMMIT")
+        raw.sock.sendall(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
+        got = raw.replies(4)
+    finally:
+        raw.close()
+    assert [body for kind, body in got if kind == b"Z"] == [b"T", b"T", b"T", b"I"], got
+    assert pg.psql("SELECT count(*) FROM pool_piped_ok").strip() == "1"
+    proxy.wait_idle()
+
+
 def test_a_refusal_in_a_pipelined_transaction_rolls_it_back(
     pooled: Callable[..., ProxyHarness], pg: Cluster
 ) -> None:
