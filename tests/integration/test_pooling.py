@@ -384,24 +384,30 @@ class _Raw:
         self.sock.close()
 
 
+def _in_one_write(proxy: ProxyHarness, pg: Cluster, table: str, middle: bytes) -> list[Any]:
+    """BEGIN, an INSERT into ``table`` (made empty first), ``middle`` and COMMIT, each a Query
+    of its own, sent in one write; the replies up to the fourth ReadyForQuery."""
+    from proxy.wire import protocol
+
+    pg.psql(f"CREATE TABLE IF NOT EXISTS {table} (x int)")
+    pg.psql(f"TRUNCATE {table}")
+    raw = _Raw(proxy.port)
+    try:
+        sqls = (b"BEGIN", f"INSERT INTO {table} VALUES (1)".encode(), middle, b"COMMIT")
+        raw.sock.sendall(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
+        return raw.replies(4)
+    finally:
+        raw.close()
+
+
 def test_a_transaction_sent_in_one_write_runs(
     pooled: Callable[..., ProxyHarness], pg: Cluster
 ) -> None:
-    """BEGIN, INSERT and COMMIT pipelined (each a Query, one write) through a pool of one: the
-    statements after the BEGIN belong to its transaction and its connection — they must not
-    queue for the slot that transaction holds (they did, and waited for ever)."""
-    from proxy.wire import protocol
-
+    """BEGIN, INSERT, SELECT and COMMIT pipelined through a pool of one: the statements after
+    the BEGIN belong to its transaction and its connection — they must not queue for the slot
+    that transaction holds (they did, and waited for ever)."""
     proxy = pooled(size=1)
-    pg.psql("CREATE TABLE IF NOT EXISTS pool_piped_ok (x int)")
-    pg.psql("TRUNCATE pool_piped_ok")
-    raw = _Raw(proxy.port)
-    try:
-        sqls = (b"BEGIN", b"INSERT INTO pool_piped_ok VALUES (1)", b"SELECT 1", b"COMMIT")
-        raw.sock.sendall(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
-        got = raw.replies(4)
-    finally:
-        raw.close()
+    got = _in_one_write(proxy, pg, "pool_piped_ok", b"SELECT 1")
     assert [body for kind, body in got if kind == b"Z"] == [b"T", b"T", b"T", b"I"], got
     assert pg.psql("SELECT count(*) FROM pool_piped_ok").strip() == "1"
     proxy.wait_idle()
@@ -411,21 +417,10 @@ def test_a_refusal_in_a_pipelined_transaction_rolls_it_back(
     pooled: Callable[..., ProxyHarness], pg: Cluster
 ) -> None:
     """BEGIN, INSERT, a refused LISTEN and COMMIT sent in one write, each a Query of its own:
-    the COMMIT rolls back, as on PostgreSQL, whenever the proxy makes its refusal (before or
-    after the server has answered the BEGIN), and each ReadyForQuery says what the server's
+    the COMMIT rolls back, as on PostgreSQL, and each ReadyForQuery says what the server's
     transaction is then."""
-    from proxy.wire import protocol
-
     proxy = pooled(size=1)
-    pg.psql("CREATE TABLE IF NOT EXISTS pool_piped (x int)")
-    pg.psql("TRUNCATE pool_piped")
-    raw = _Raw(proxy.port)
-    try:
-        sqls = (b"BEGIN", b"INSERT INTO pool_piped VALUES (1)", b"LISTEN pool_channel", b"COMMIT")
-        raw.sock.sendall(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
-        got = raw.replies(4)
-    finally:
-        raw.close()
+    got = _in_one_write(proxy, pg, "pool_piped", b"LISTEN pool_channel")
     ready = [body for kind, body in got if kind == b"Z"]
     tags = [body for kind, body in got if kind == b"C"]
     errors = [body for kind, body in got if kind == b"E"]
