@@ -865,17 +865,16 @@ class ProxySession:
         if not batch.complete:
             self._client.fail(batch)  # the rest up to its Sync is dropped; Sync → Z
         status = self.transaction_status
-        if self.state is State.READY and (status == b"T" or self._replies):
+        if self.state is State.READY and status == b"T":
             # an error inside a transaction block aborts it, as PostgreSQL's own would: the
             # server's transaction fails too (its replies cut), so that what the client sends
             # next fails with 25P02 and its COMMIT rolls back — never half a transaction kept.
-            # Sent too while earlier batches are still answered (a pipeline's BEGIN or COMMIT
-            # may be among them): outside a block it fails alone, and the client's
-            # ReadyForQuery gives the status the server reports after it.
+            # (Pooled, a batch is a job only once what went before it is answered: the status
+            # is the server's. In session mode a statement queued behind unanswered ones —
+            # pipelined after a BEGIN — is judged by the status before them.)
             self._replies.extend((_SWALLOW, _SWALLOW))  # (two Syncs: see _own_statement)
             out.append(SendToServer(_own_statement(_ABORT, failing=True)))
-            if status == b"T":
-                self.transaction_status = b"E"  # (until the server says so itself)
+            self.transaction_status = b"E"  # (until the server says so itself)
         self._reply_synthetic(error, out, ready=syncs)
         self._pump(out)
         return out
