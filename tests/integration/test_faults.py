@@ -16,7 +16,6 @@ the server stopped and started again) run on the relay alone.
 from __future__ import annotations
 
 import os
-import socket
 import struct
 import subprocess
 import threading
@@ -39,6 +38,7 @@ from proxy.gate import AdmissionGate
 from testing.embeddedharness import Embedded
 from testing.pgcluster import Cluster, free_port, start_cluster
 from testing.proxyharness import ProxyHarness
+from testing.rawclient import RawClient, startup_packet
 
 RELAY, EMBEDDED = "relay", "embedded"
 
@@ -52,53 +52,6 @@ def _message(kind: bytes, body: bytes) -> bytes:
 
 def _query(sql: str) -> bytes:
     return _message(b"Q", sql.encode() + b"\0")
-
-
-def _startup_packet(user: str, dbname: str) -> bytes:
-    body = struct.pack("!I", 196608) + f"user\0{user}\0database\0{dbname}\0\0".encode()
-    return struct.pack("!I", len(body) + 4) + body
-
-
-class RawClient:
-    """A protocol v3 client on a bare socket, read message by message."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=15)
-        self.buffer = b""
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def read_message(self) -> tuple[bytes, bytes] | None:
-        """The next message (type, body), or None when the server closed the connection."""
-        while True:
-            if len(self.buffer) >= 5:
-                (length,) = struct.unpack_from("!I", self.buffer, 1)
-                if len(self.buffer) >= 1 + length:
-                    kind, body = self.buffer[:1], self.buffer[5 : 1 + length]
-                    self.buffer = self.buffer[1 + length :]
-                    return kind, body
-            try:
-                chunk = self.sock.recv(65536)
-            except ConnectionResetError:
-                return None
-            if not chunk:
-                return None
-            self.buffer += chunk
-
-    def read_until(self, *kinds: bytes) -> list[tuple[bytes, bytes]]:
-        """Messages up to and including the first of ``kinds`` (or up to the close)."""
-        out = []
-        while (message := self.read_message()) is not None:
-            out.append(message)
-            if message[0] in kinds:
-                break
-        return out
-
-    def reset(self) -> None:
-        """Die without a word: SO_LINGER 0 makes close() send an RST, not a FIN."""
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        self.sock.close()
 
 
 def error_fields(body: bytes) -> dict[str, str]:
@@ -115,7 +68,7 @@ def startup_error(port: int, user: str, dbname: str) -> dict[str, str]:
     with (psycopg does not expose a connection failure's SQLSTATE)."""
     client = RawClient(port)
     try:
-        client.send(_startup_packet(user, dbname))
+        client.send(startup_packet(user, dbname))
         replies = client.read_until(b"E", b"Z")
     finally:
         client.sock.close()
@@ -207,7 +160,7 @@ class Front:
     def raw(self) -> RawClient:
         """A raw client that completed its startup (trust) and read up to ReadyForQuery."""
         client = RawClient(self.port)
-        client.send(_startup_packet(self.user, self.dbname))
+        client.send(startup_packet(self.user, self.dbname))
         replies = client.read_until(b"Z")
         assert replies and replies[-1][0] == b"Z", f"startup failed: {replies}"
         return client

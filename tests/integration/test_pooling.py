@@ -26,6 +26,7 @@ from admission import Limits
 from proxy.pool import PoolConfig
 from testing.pgcluster import USERS, Cluster
 from testing.proxyharness import ProxyHarness
+from testing.rawclient import RawClient, startup_packet
 
 POOL_APP = "admission pool"
 
@@ -352,38 +353,6 @@ def test_a_refusal_inside_a_transaction_aborts_it_as_postgresql_would(
     assert proxy.call(lambda: proxy.pools.status())[0]["sv_active"] == 0
 
 
-class _Raw:
-    """A protocol-3 client on a bare socket: what it sends goes out in one write."""
-
-    def __init__(self, port: int) -> None:
-        import socket
-        import struct
-
-        self.struct = struct
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        body = struct.pack("!i", 196608) + b"user\0postgres\0database\0postgres\0\0"
-        self.sock.sendall(struct.pack("!i", len(body) + 4) + body)
-        self.buf = b""
-        self.replies(1)
-
-    def replies(self, count: int) -> list[tuple[bytes, bytes]]:
-        """Messages up to and including the ``count``-th ReadyForQuery."""
-        unpack, got = self.struct.unpack, []
-        while count:
-            while len(self.buf) < 5 or len(self.buf) < 1 + unpack("!i", self.buf[1:5])[0]:
-                data = self.sock.recv(65536)
-                assert data, "the connection was closed"
-                self.buf += data
-            length = unpack("!i", self.buf[1:5])[0]
-            got.append((self.buf[:1], self.buf[5 : 1 + length]))
-            count -= self.buf[:1] == b"Z"
-            self.buf = self.buf[1 + length :]
-        return got
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 def _in_one_write(proxy: ProxyHarness, pg: Cluster, table: str, middle: bytes) -> list[Any]:
     """BEGIN, an INSERT into ``table`` (made empty first), ``middle`` and COMMIT, each a Query
     of its own, sent in one write; the replies up to the fourth ReadyForQuery."""
@@ -391,13 +360,15 @@ def _in_one_write(proxy: ProxyHarness, pg: Cluster, table: str, middle: bytes) -
 
     pg.psql(f"CREATE TABLE IF NOT EXISTS {table} (x int)")
     pg.psql(f"TRUNCATE {table}")
-    raw = _Raw(proxy.port)
+    raw = RawClient(proxy.port)
     try:
+        raw.send(startup_packet("postgres", "postgres"))
+        raw.replies(1)
         sqls = (b"BEGIN", f"INSERT INTO {table} VALUES (1)".encode(), middle, b"COMMIT")
-        raw.sock.sendall(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
+        raw.send(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
         return raw.replies(4)
     finally:
-        raw.close()
+        raw.sock.close()
 
 
 def test_a_transaction_sent_in_one_write_runs(
@@ -436,40 +407,25 @@ def test_the_proxys_failing_statement_leaves_nothing_on_the_server(pg: Cluster) 
     """What the proxy sends to abort a server transaction: ParseComplete, BindComplete, the
     error, ReadyForQuery E, then its Close in a Sync of its own (the server skips the rest of
     a failed Sync): nothing named stays behind on that server connection."""
-    import socket
-    import struct
-
-    from proxy.wire import protocol as protocol
+    from proxy.wire import protocol
     from proxy.wire.session import _ABORT, _own_statement
 
-    with socket.create_connection(("127.0.0.1", pg.port), timeout=10) as sock:
-
-        def replies(count: int) -> list[tuple[bytes, bytes]]:
-            buf, got = b"", []
-            while count:
-                while len(buf) < 5 or len(buf) < 1 + struct.unpack("!i", buf[1:5])[0]:
-                    data = sock.recv(65536)
-                    assert data, "the server closed the connection"
-                    buf += data
-                length = struct.unpack("!i", buf[1:5])[0]
-                got.append((buf[:1], buf[5 : 1 + length]))
-                count -= buf[:1] == b"Z"
-                buf = buf[1 + length :]
-            return got
-
-        body = struct.pack("!i", 196608) + b"user\0postgres\0database\0postgres\0\0"
-        sock.sendall(struct.pack("!i", len(body) + 4) + body)
-        replies(1)
-        sock.sendall(protocol.message(b"Q", b"BEGIN\0"))
-        assert replies(1)[-1] == (b"Z", b"T")
-        sock.sendall(_own_statement(_ABORT, failing=True))
-        got = replies(2)
+    raw = RawClient(pg.port)  # (straight to PostgreSQL)
+    try:
+        raw.send(startup_packet("postgres", "postgres"))
+        raw.replies(1)
+        raw.send(protocol.message(b"Q", b"BEGIN\0"))
+        assert raw.replies(1)[-1] == (b"Z", b"T")
+        raw.send(_own_statement(_ABORT, failing=True))
+        got = raw.replies(2)
         assert [kind for kind, _ in got] == [b"1", b"2", b"E", b"Z", b"3", b"Z"]
         assert b"C0A000" in got[2][1] and got[3][1] == got[5][1] == b"E"
-        sock.sendall(protocol.message(b"Q", b"ROLLBACK\0"))
-        replies(1)
-        sock.sendall(protocol.message(b"Q", b"SELECT name FROM pg_prepared_statements\0"))
-        assert [kind for kind, _ in replies(1)] == [b"T", b"C", b"Z"]  # no row
+        raw.send(protocol.message(b"Q", b"ROLLBACK\0"))
+        raw.replies(1)
+        raw.send(protocol.message(b"Q", b"SELECT name FROM pg_prepared_statements\0"))
+        assert [kind for kind, _ in raw.replies(1)] == [b"T", b"C", b"Z"]  # no row
+    finally:
+        raw.sock.close()
 
 
 def test_a_server_connection_keeps_at_most_max_prepared_statements(
