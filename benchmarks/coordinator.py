@@ -16,10 +16,11 @@ leases add to a statement) and G = 4 (saturated — throughput with the budget s
 per setting the throughput (statements/s, summed over the pgbench processes) and the median
 and 99th percentile of the per-statement latency from pgbench's transaction logs, each the
 median over rounds, and per round the ratios of ``three`` to ``one`` (throughput) and the
-difference of their median latencies.
+difference of their median latencies, with their means and 95 % intervals; for ``three``, the
+heartbeats per second the three proxies made together.
 
     python -m benchmarks.coordinator [--seconds 10] [--rounds 3] [--clients 12]
-        [--mode simple|prepared]
+        [--mode simple|prepared] [--budgets 64,4]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from admission.sim.study import Estimate
 from testing.pgcluster import Cluster, free_port, start_cluster
 
 ADMISSION = shutil.which("admission") or str(Path(sys.executable).parent / "admission")
@@ -56,11 +58,12 @@ def _wait(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None
 
 def _proxies(
     pg: Cluster, n: int, budget: int, coordinated: bool
-) -> list[tuple[subprocess.Popen[bytes], int]]:
+) -> list[tuple[subprocess.Popen[bytes], int, int]]:
+    """``n`` proxies: (process, port, admin port)."""
     out = []
     split = [budget - (n - 1) * (budget // n)] + [budget // n] * (n - 1)
     for i in range(n):
-        port = free_port()
+        port, admin = free_port(), free_port()
         coordinator = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
         extra = ["--coordinator", coordinator] if coordinated else []
         mpl = budget if coordinated or n == 1 else max(1, split[i])
@@ -77,21 +80,34 @@ def _proxies(
                 "--no-learn",
                 "--policy",
                 "fcfs",
+                "--admin",
+                f"127.0.0.1:{admin}",
                 *extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         _wait(port, proc)
-        out.append((proc, port))
+        out.append((proc, port, admin))
     time.sleep(1.0)  # leases taken
     return out
 
 
-def _stop(proxies: list[tuple[subprocess.Popen[bytes], int]]) -> None:
-    for proc, _ in proxies:
+def _heartbeats(proxies: list[tuple[subprocess.Popen[bytes], int, int]]) -> int:
+    """Heartbeats the coordinated proxies have made so far (0 without a coordinator)."""
+    import httpx
+
+    total = 0
+    for _, _, admin in proxies:
+        status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=5).json()
+        total += (status.get("coordinator") or {}).get("heartbeats", 0)
+    return total
+
+
+def _stop(proxies: list[tuple[subprocess.Popen[bytes], int, int]]) -> None:
+    for proc, _, _ in proxies:
         proc.terminate()
-    for proc, _ in proxies:
+    for proc, _, _ in proxies:
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -158,9 +174,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=12, help="a multiple of 3")
     parser.add_argument("--mode", default="simple", choices=("simple", "prepared"))
+    parser.add_argument(
+        "--budgets", default="64,4", help="global MPLs to run, comma-separated (default 64,4)"
+    )
     args = parser.parse_args(argv)
     if args.clients % 3 or args.clients < 3:
         parser.error("--clients must be a positive multiple of 3")
+    try:
+        budgets = [int(b) for b in args.budgets.split(",")]
+    except ValueError:
+        parser.error(f"--budgets wants integers, not {args.budgets!r}")
+    if not budgets or min(budgets) < 1:
+        parser.error("--budgets wants positive integers")
     if shutil.which("pgbench") is None:
         print("pgbench is not installed", file=sys.stderr)
         return 2
@@ -171,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(
             ["pgbench", "-i", "-s", "1", "-q", pg.dsn()], check=True, capture_output=True
         )
-        settings = [(name, b) for b in (64, 4) for name in ("one", "static", "three")]
+        settings = [(name, b) for b in budgets for name in ("one", "static", "three")]
         rng = random.Random(1)
         for r in range(1, args.rounds + 1):
             order = settings[:]
@@ -180,16 +205,23 @@ def main(argv: list[str] | None = None) -> int:
                 pg.psql("drop table if exists admission_leases, admission_budget")
                 proxies = _proxies(pg, 1 if name == "one" else 3, budget, name == "three")
                 try:
+                    before = _heartbeats(proxies)
                     tps, lat = _pgbench(
-                        [port for _, port in proxies], args.clients, args.seconds, args.mode, work
+                        [port for _, port, _ in proxies],
+                        args.clients,
+                        args.seconds,
+                        args.mode,
+                        work,
                     )
+                    beats = (_heartbeats(proxies) - before) / args.seconds
                 finally:
                     _stop(proxies)
                 row = (tps, statistics.median(lat), _quantile(lat, 0.99))
                 results.setdefault((name, budget), []).append(row)
                 print(
                     f"round {r}: {name:6} G={budget:<3} {tps:8.0f} stmt/s  p50 {row[1]:.3f} ms  "
-                    f"p99 {row[2]:.3f} ms",
+                    f"p99 {row[2]:.3f} ms"
+                    + (f"  heartbeats {beats:.1f}/s" if name == "three" else ""),
                     flush=True,
                 )
         print()
@@ -204,16 +236,17 @@ def main(argv: list[str] | None = None) -> int:
             ] + f", G={budget}"
             tps, p50, p99 = (statistics.median(r[i] for r in rows) for i in range(3))
             print(f"{label:22} {tps:9.0f} {p50:8.3f} {p99:8.3f}")
-        for budget in (64, 4):
+        for budget in budgets:
             three = results[("three", budget)]
             for base in ("one", "static"):
                 other = results[(base, budget)]
                 ratios = [t[0] / o[0] for o, t in zip(other, three, strict=True)]
                 added = [t[1] - o[1] for o, t in zip(other, three, strict=True)]
                 print(
-                    f"G={budget}: coordinator/{base} throughput per round "
-                    f"{', '.join(f'{x:.3f}' for x in ratios)}; "
-                    f"p50 added per round {', '.join(f'{x:+.3f}' for x in added)} ms"
+                    f"G={budget}: coordinator/{base} throughput {Estimate.of(ratios)} "
+                    f"(mean ± 95 % interval; per round {', '.join(f'{x:.3f}' for x in ratios)}); "
+                    f"p50 added {Estimate.of(added)} ms "
+                    f"(per round {', '.join(f'{x:+.3f}' for x in added)})"
                 )
     finally:
         pg.stop()

@@ -355,9 +355,14 @@ async def serve(
     log.info("shutting down")
     if admin is not None:
         await admin.stop()
+    # a tuner that must see the statements still in service stops before the clients go
+    early = [t for t in server.tuners() if getattr(t, "stop_before_close", False)]
+    for tuner in early:
+        tuner.stop()
     await server.close()
     for tuner in reversed(server.tuners()):
-        tuner.stop()
+        if tuner not in early:
+            tuner.stop()
         closing = getattr(tuner, "aclose", None)  # one with work to finish on the loop
         if closing is not None:
             await closing()

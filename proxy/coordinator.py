@@ -55,6 +55,7 @@ import logging
 import os
 import secrets
 import socket
+from datetime import timedelta
 from typing import Any
 
 from admission.coordination import grow, release, shares_with_slack
@@ -65,6 +66,7 @@ __all__ = ["DEFAULT_TTL", "Coordinator"]
 log = logging.getLogger("admission.coordinator")
 
 DEFAULT_TTL = 2.0  # seconds a lease lives without a heartbeat
+SHUT_GRACE = 0.25  # s a heartbeat whose socket was shut down has to fail before it is cancelled
 LOCK_KEY = 0x61646D69  # the advisory lock that serializes heartbeats ("admi")
 CHANNEL = "admission_leases"
 APPLICATION = "admission-coordinator"
@@ -97,6 +99,8 @@ class Coordinator:
     """The lease keeper of one proxy (a ``Tuner``: started and stopped on the proxy's loop).
     ``budgets``: the global budget of each shared resource (``mpl`` always; ``threads`` and
     ``memory`` when given)."""
+
+    stop_before_close = True  # ``stop`` sees the statements in service (proxy.app.serve)
 
     def __init__(
         self,
@@ -153,6 +157,7 @@ class Coordinator:
         self._others_short = False  # at the last heartbeat, another proxy wanted more units
         # per resource, its demand at the last heartbeats (newest last)
         self._recent: dict[str, list[int]] = {r: [] for r in self.budgets}
+        self._leaving: dict[str, int] = {}  # in service when stopped: kept a TTL at leaving
         gate.coordinator = self
 
     # the MPL's lease, which /status, /metrics and the dashboard show first
@@ -184,6 +189,12 @@ class Coordinator:
         self._watch = loop.create_task(self._watch_loop(), name="coordinator-watch")
 
     def stop(self) -> None:
+        """Stop renewing. Called before the server closes its clients (``proxy.app.serve``):
+        what is in service now is what the database may still be running after they are
+        closed, which ``aclose`` keeps leased for one TTL rather than give to another proxy
+        at once."""
+        if not self._stopping:
+            self._leaving = {r: n for r, n in self._in_use()[0].items() if n > 0}
         self._stopping = True
         for task in (self._task, self._listener, self._watch):
             if task is not None:
@@ -362,8 +373,12 @@ class Coordinator:
                 socket.socket(fileno=os.dup(conn.fileno())) as sock,
             ):
                 sock.shutdown(socket.SHUT_RDWR)
-        task.cancel()
-        await asyncio.wait({task}, timeout=1.0)  # it ends now; if not, it is left behind
+            # the call under way fails on its own now; cancelling it first would make psycopg
+            # send a CancelRequest — over the same partition, on a new connection it waits for
+            await asyncio.wait({task}, timeout=SHUT_GRACE)
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=1.0)  # it ends now; if not, it is left behind
         if not task.done():
             task.add_done_callback(lambda t: t.cancelled() or t.exception())
         raise TimeoutError(f"no answer from the coordinator within {timeout:g} s")
@@ -402,6 +417,10 @@ class Coordinator:
             application_name=APPLICATION,
             options=self._options(),
         )
+        # in reach of the heartbeat's deadline (which shuts its socket down) and of ``_lost``
+        # (which closes it) from now on: a registration that fails or times out leaves no
+        # connection behind
+        self._conn = conn
         async with conn.transaction():
             await conn.execute("select pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             await conn.execute(_SCHEMA)
@@ -567,13 +586,29 @@ class Coordinator:
             await asyncio.sleep(self.period)
 
     async def _leave(self) -> None:
-        """Give every unit back at shutdown (best effort: the lease expires anyway)."""
+        """Give the units back at shutdown (best effort: the lease expires anyway) — all but
+        those of the statements in service when the proxy stopped: their clients are gone and
+        their cancels sent, but the database may run them a little longer, so those units
+        stay leased for one TTL (the bound a killed proxy has too)."""
         if self._conn is None:
             return
+        keep = self._leaving
+        ttl = timedelta(seconds=self.ttl)
 
         async def leave() -> None:
-            await self._conn.execute("delete from admission_leases where proxy = %s", (self.name,))
-            await self._conn.execute(f"notify {CHANNEL}")
+            conn = self._conn
+            async with conn.transaction():
+                await conn.execute(
+                    "delete from admission_leases where proxy = %s and not resource = any(%s)",
+                    (self.name, list(keep)),
+                )
+                for resource, units in keep.items():
+                    await conn.execute(
+                        "update admission_leases set held = least(held, %s), demand = 0, "
+                        "expires = now() + %s where proxy = %s and resource = %s",
+                        (units, ttl, self.name, resource),
+                    )
+            await conn.execute(f"notify {CHANNEL}")
 
         try:
             await self._bounded(leave(), 1.0)

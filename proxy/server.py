@@ -392,10 +392,15 @@ class ProxyServer(Listener):
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for conn in list(self.connections):
-            conn.shutdown("the proxy is shutting down")
+        cancels = [
+            task
+            for conn in list(self.connections)
+            if (task := conn.shutdown("the proxy is shutting down")) is not None
+        ]
         if self.pools is not None:
             self.pools.close()
+        if cancels:  # the statements left running stopped on the server before the proxy goes
+            await asyncio.wait(cancels, timeout=self.connect_timeout)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -695,14 +700,20 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._closed:
-            key = self.server_key
-            # (after a Terminate what the client sent runs on, as PostgreSQL would run it)
-            terminated = self.pooled and self._terminating
-            if self.session.statement_running and key is not None and not terminated:
-                # nobody will read the result: stop the work on the server too
-                asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
+            self._cancel_orphan()
             self._apply(self.session.client_lost())
         self._teardown()
+
+    def _cancel_orphan(self) -> asyncio.Task[None] | None:
+        """The client is going with a statement running on the server: nobody will read its
+        result, so stop the work there too (PostgreSQL would run it to its end). The cancel's
+        task, if one was sent."""
+        key = self.server_key
+        # (after a Terminate what the client sent runs on, as PostgreSQL would run it)
+        terminated = self.pooled and self._terminating
+        if not self.session.statement_running or key is None or terminated:
+            return None
+        return asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
 
     def pause_writing(self) -> None:
         if self.pooled:
@@ -1216,9 +1227,13 @@ class ClientConnection(asyncio.Protocol):
         for data in early:
             self.data_received(data)
 
-    def shutdown(self, why: str) -> None:
+    def shutdown(self, why: str) -> asyncio.Task[None] | None:
+        """Close the client with ``why`` (57P01); its running statement is cancelled on the
+        server (the task sending the cancel, if one was sent)."""
+        cancel = None if self._closed else self._cancel_orphan()
         error = pg.error_response(pg.SQLSTATE_ADMIN_SHUTDOWN, why, severity="FATAL")
         self._apply([SendToClient(error), *self.session.client_lost()])
+        return cancel
 
     def _close_backend(self) -> None:
         if self.backend is not None and self.backend.transport is not None:

@@ -423,6 +423,84 @@ def test_the_thread_budget_is_shared_too(pg: Cluster) -> None:
     assert not load.errors, load.errors[:3]
 
 
+def test_a_proxy_stopping_cancels_its_statements_and_keeps_their_units_a_ttl(
+    pg: Cluster,
+) -> None:
+    """SIGTERM with two statements running through a proxy: PostgreSQL stops them (their
+    clients are gone; it would otherwise run them to the end), and the proxy's lease keeps
+    their two units for one TTL instead of handing them to another proxy at once."""
+    slow = "select pg_sleep(30)"
+    running = f"select count(*) from pg_stat_activity where state = 'active' and query = '{slow}'"
+    with _proxies(pg, 1) as (proxy,):
+        clients = [
+            psycopg.connect(
+                host="127.0.0.1",
+                port=proxy.port,
+                user="postgres",
+                dbname="postgres",
+                autocommit=True,
+            )
+            for _ in range(2)
+        ]
+        threads = [
+            threading.Thread(target=_quietly, args=(c.execute, slow), daemon=True) for c in clients
+        ]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while pg.psql(running) != "2" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pg.psql(running) == "2"
+        proxy.proc.send_signal(signal.SIGTERM)
+        proxy.proc.communicate(timeout=15)
+        left = time.monotonic()
+        lease = pg.psql(
+            "select held, extract(epoch from expires - now()) from admission_leases "
+            "where resource = 'mpl'"
+        )
+        held, remaining = lease.split("|")
+        assert int(held) == 2 and 0 < float(remaining) <= TTL, lease
+        while pg.psql(running) != "0" and time.monotonic() - left < 5:
+            time.sleep(0.05)
+        assert pg.psql(running) == "0"
+        assert time.monotonic() - left < 2.0  # cancelled, not run for 30 s
+        for c in clients:
+            c.close()
+
+
+def _quietly(call: Any, *args: Any) -> None:
+    with contextlib.suppress(psycopg.Error):
+        call(*args)
+
+
+def test_heartbeats_locked_out_fail_and_recover(pg: Cluster) -> None:
+    """While another session holds the heartbeats' lock, every heartbeat's registration
+    times out (the proxy admits nothing, it holds no lease); the connections those attempts
+    opened are closed each time; once the lock is free the proxy registers and is ``ok``."""
+    from proxy.coordinator import LOCK_KEY
+
+    coordinators = (
+        "select count(*) from pg_stat_activity where application_name = 'admission-coordinator'"
+    )
+    with psycopg.connect(pg.dsn(), autocommit=True) as holder:
+        holder.execute("select pg_advisory_lock(%s)", (LOCK_KEY,))
+        with _proxies(pg, 1) as (proxy,):
+            seen = []
+            t = time.monotonic()
+            while time.monotonic() - t < 4 * TTL:
+                seen.append(int(pg.psql(coordinators)))
+                time.sleep(0.05)
+            status = proxy.status()["coordinator"]
+            assert status["failures"] >= 3 and status["state"] != "ok", status
+            # the LISTEN connection and at most one heartbeat's
+            assert max(seen) <= 2, seen
+            holder.execute("select pg_advisory_unlock(%s)", (LOCK_KEY,))
+            deadline = time.monotonic() + 5
+            while proxy.status()["coordinator"]["state"] != "ok":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+
+
 @pytest.fixture(autouse=True)
 def _clean_leases(pg: Cluster) -> Iterator[None]:
     yield
