@@ -355,14 +355,19 @@ async def serve(
     log.info("shutting down")
     if admin is not None:
         await admin.stop()
-    # a tuner that must see the statements still in service stops before the clients go
+    # a tuner that must see the statements still in service (the coordinator: it keeps their
+    # units leased while the database stops them) is done before the clients go
     early = [t for t in server.tuners() if getattr(t, "stop_before_close", False)]
     for tuner in early:
         tuner.stop()
+        closing = getattr(tuner, "aclose", None)
+        if closing is not None:
+            await closing()
     await server.close()
     for tuner in reversed(server.tuners()):
-        if tuner not in early:
-            tuner.stop()
+        if tuner in early:
+            continue
+        tuner.stop()
         closing = getattr(tuner, "aclose", None)  # one with work to finish on the loop
         if closing is not None:
             await closing()

@@ -39,7 +39,9 @@ common case. The arithmetic, and why the invariant Σ held ≤ budget holds, is 
   cut off, and, after it, at most what it had in service then, for as long as those statements
   run. A proxy killed outright holds its units until its lease expires (at most TTL) — under,
   never over, the budget meanwhile.
-* **Shutdown** deletes the proxy's row (its units back at once).
+* **Shutdown** admits nothing more, then gives back at once every unit but those of the
+  statements still in service — their clients are about to be closed and their cancels sent,
+  and the database may run them a little longer — which stay leased for one TTL.
 
 The tables are created on first use (``admission_leases``, ``admission_budget``) under the
 same lock. The budget in ``admission_budget`` is written by every proxy that starts (the latest
@@ -100,7 +102,9 @@ class Coordinator:
     ``budgets``: the global budget of each shared resource (``mpl`` always; ``threads`` and
     ``memory`` when given)."""
 
-    stop_before_close = True  # ``stop`` sees the statements in service (proxy.app.serve)
+    # stopped and closed before the server closes its clients (proxy.app.serve): ``stop``
+    # sees the statements in service, ``aclose`` keeps their units leased
+    stop_before_close = True
 
     def __init__(
         self,
@@ -189,12 +193,13 @@ class Coordinator:
         self._watch = loop.create_task(self._watch_loop(), name="coordinator-watch")
 
     def stop(self) -> None:
-        """Stop renewing. Called before the server closes its clients (``proxy.app.serve``):
-        what is in service now is what the database may still be running after they are
-        closed, which ``aclose`` keeps leased for one TTL rather than give to another proxy
-        at once."""
+        """Stop renewing and admitting. Called before the server closes its clients
+        (``proxy.app.serve``): what is in service now is what the database may still be
+        running after they are closed, which ``aclose`` keeps leased for one TTL rather than
+        give to another proxy at once."""
         if not self._stopping:
             self._leaving = {r: n for r, n in self._in_use()[0].items() if n > 0}
+            self._apply(dict.fromkeys(self.budgets, 0))  # nothing admitted into what goes back
         self._stopping = True
         for task in (self._task, self._listener, self._watch):
             if task is not None:
@@ -203,7 +208,8 @@ class Coordinator:
             self._expiry.cancel()
 
     async def aclose(self) -> None:
-        """After ``stop``: give every unit back (the proxy awaits it on shutdown)."""
+        """After ``stop``: give the units back, all but those of the statements in service
+        then (the proxy awaits it on shutdown, before it closes its clients)."""
         for task in (self._task, self._listener, self._watch):
             if task is not None:
                 with contextlib.suppress(BaseException):
@@ -348,6 +354,9 @@ class Coordinator:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._stopping:
+            # cleared before, not after: a NOTIFY that comes while this heartbeat is under way
+            # (units another proxy gave back after it read the rows) asks for the next one
+            self._kick.clear()
             try:
                 await self._bounded(self._heartbeat(), self.ttl / 2)
             except asyncio.CancelledError:
@@ -356,7 +365,6 @@ class Coordinator:
                 await self._lost(e)
                 if self.deadline is not None and loop.time() >= self.deadline:
                     self._expired(self.deadline)
-            self._kick.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), timeout=self.period)
 
@@ -366,6 +374,8 @@ class Coordinator:
         never returns), so on the deadline the connection's socket is shut down under it,
         which ends any wait on it at once."""
         task = self._inflight = asyncio.ensure_future(work)
+        # (its failure is read here or raised below as the deadline's: never "not retrieved")
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
         done, _ = await asyncio.wait({task}, timeout=timeout)
         if task in done:
             task.result()
@@ -383,8 +393,6 @@ class Coordinator:
         if not task.done():
             task.cancel()
             await asyncio.wait({task}, timeout=1.0)  # it ends now; if not, it is left behind
-        if not task.done():
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
         raise TimeoutError(f"no answer from the coordinator within {timeout:g} s")
 
     async def _lost(self, error: BaseException) -> None:
@@ -467,6 +475,8 @@ class Coordinator:
         )
 
     async def _heartbeat(self) -> None:
+        from psycopg import AsyncClientCursor
+
         loop = asyncio.get_running_loop()
         if self._conn is None or self._conn.closed:
             self._conn = await self._connect()
@@ -488,53 +498,61 @@ class Coordinator:
         sent = loop.time()
         conn = self._conn
         grants = {}
-        # two round trips, pipelined: the lock and the reads; then the rows written, the
-        # NOTIFY and the COMMIT (one statement at a time it took nine — each a wake-up of this
-        # loop and of a backend, several times a second on every proxy)
-        async with conn.pipeline() as pipeline, conn.transaction():
+        # two round trips, each one simple Query of several statements (bound on this side):
+        # the lock and the reads; then the rows written, the NOTIFY and the COMMIT. A Query
+        # reaches the server whole or not at all, and between the two the server's
+        # idle_in_transaction_session_timeout runs — so a proxy cut off mid-heartbeat holds
+        # the lock at most TTL/2 (pipelined extended-protocol messages left the server waiting
+        # for a Sync, under no timeout, with the lock held). One statement at a time it took
+        # nine round trips, each a wake-up of this loop and of a backend.
+        cur = AsyncClientCursor(conn)
+        await cur.execute(
             # read committed whatever the server's default: each read after the lock must see
             # the commit of the heartbeat that held it before
-            await conn.execute("set transaction isolation level read committed")
-            await conn.execute("select pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-            expired = await conn.execute("delete from admission_leases where expires < now()")
-            budget_cur = await conn.execute(
-                "select name, units, extract(epoch from now())::float8 from admission_budget"
+            "begin isolation level read committed; "
+            "select pg_advisory_xact_lock(%s); "
+            "delete from admission_leases where expires < now(); "
+            "select name, units, extract(epoch from now())::float8 from admission_budget; "
+            "select proxy, resource, held, demand from admission_leases where proxy <> %s",
+            (LOCK_KEY, self.name),
+        )
+        for _ in range(2):  # BEGIN's, the lock's
+            cur.nextset()
+        dead = cur.rowcount
+        cur.nextset()
+        budget_rows = await cur.fetchall()
+        cur.nextset()
+        others = await cur.fetchall()
+        budgets = {str(n): int(u) for n, u, _now in budget_rows if str(n) in self.budgets}
+        now = float(budget_rows[0][2]) if budget_rows else 0.0
+        short = any(int(d) > int(h) for _p, _r, h, d in others)  # someone waits
+        writes: list[str] = []
+        params: list[Any] = []
+        for r in self.budgets:
+            budget = budgets.get(r, self.budgets[r])
+            rows = [(str(p), int(h), int(d)) for p, res, h, d in others if res == r]
+            # fair shares of the demands, then slack from what is left: while the budget has
+            # room every proxy keeps a little beyond its demand (an arrival finds a unit here)
+            demands = {p: d for p, _h, d in rows}
+            demands[self.name] = demand[r]
+            targets = shares_with_slack(budget, demands, int(now / ROTATE))
+            grants[r] = grow(
+                budget, keep[r], sum(h for _p, h, _d in rows), demand[r], targets[self.name]
             )
-            lease_cur = await conn.execute(
-                "select proxy, resource, held, demand from admission_leases where proxy <> %s",
-                (self.name,),
+            self.budgets[r] = budget
+            writes.append(
+                "insert into admission_leases (proxy, resource, held, demand, expires, host)"
+                " values (%s, %s, %s, %s, now() + make_interval(secs => %s), %s) "
+                "on conflict (proxy, resource) do update set held = excluded.held, "
+                "demand = excluded.demand, expires = excluded.expires"
             )
-            await pipeline.sync()
-            dead = expired.rowcount
-            budget_rows = await budget_cur.fetchall()
-            budgets = {str(n): int(u) for n, u, _now in budget_rows if str(n) in self.budgets}
-            now = float(budget_rows[0][2]) if budget_rows else 0.0
-            others = await lease_cur.fetchall()
-            short = any(int(d) > int(h) for _p, _r, h, d in others)  # someone waits
-            for r in self.budgets:
-                budget = budgets.get(r, self.budgets[r])
-                rows = [(str(p), int(h), int(d)) for p, res, h, d in others if res == r]
-                # fair shares of the demands, then slack from what is left: while the budget
-                # has room every proxy keeps a little beyond its demand (an arrival finds a
-                # unit here)
-                demands = {p: d for p, _h, d in rows}
-                demands[self.name] = demand[r]
-                targets = shares_with_slack(budget, demands, int(now / ROTATE))
-                grants[r] = grow(
-                    budget, keep[r], sum(h for _p, h, _d in rows), demand[r], targets[self.name]
-                )
-                self.budgets[r] = budget
-                await conn.execute(
-                    "insert into admission_leases (proxy, resource, held, demand, expires, host)"
-                    " values (%s, %s, %s, %s, now() + make_interval(secs => %s), %s) "
-                    "on conflict (proxy, resource) do update set held = excluded.held, "
-                    "demand = excluded.demand, expires = excluded.expires",
-                    (self.name, r, grants[r].held, demand[r], self.ttl, self.host),
-                )
-            released = any(grants[r].held < self.held_by[r] for r in self.budgets)
-            if short and (dead or released):
-                await conn.execute(f"notify {CHANNEL}")
-            self._others_short = short
+            params += [self.name, r, grants[r].held, demand[r], self.ttl, self.host]
+        released = any(grants[r].held < self.held_by[r] for r in self.budgets)
+        if short and (dead or released):
+            writes.append(f"notify {CHANNEL}")
+        writes.append("commit")
+        await cur.execute("; ".join(writes), params)
+        self._others_short = short
         if self.state != "ok" and self.state != "starting":
             log.warning(
                 "coordinator reachable again: holding %d of %d statements",

@@ -400,7 +400,9 @@ class ProxyServer(Listener):
         if self.pools is not None:
             self.pools.close()
         if cancels:  # the statements left running stopped on the server before the proxy goes
-            await asyncio.wait(cancels, timeout=self.connect_timeout)
+            _done, late = await asyncio.wait(cancels, timeout=self.connect_timeout)
+            for task in late:
+                task.cancel()
         if self._server is not None:
             await self._server.wait_closed()
 

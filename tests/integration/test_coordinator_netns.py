@@ -45,7 +45,7 @@ from tests.integration.test_coordinator import (
     Load,
     Proxy,
     Sampler,
-    _held,
+    _leased,
     _proxies,
 )
 
@@ -343,7 +343,7 @@ def test_a_proxy_partitioned_from_the_coordinator_by_the_kernel_falls_back_then_
             time.sleep(1.5)  # leases taken, shares settled
             statuses = [p.status()["coordinator"] for p in both]
             assert all(s["state"] == "ok" and s["proxies"] == 2 for s in statuses), statuses
-            assert sum(_held(both)) <= BUDGET
+            assert sum(_leased(cluster)) <= BUDGET
             failures = statuses[1]["failures"]
 
             netns.cut()  # the kernel drops the coordinator's packets from here on
@@ -405,7 +405,7 @@ def test_a_proxy_partitioned_from_the_coordinator_by_the_kernel_falls_back_then_
             after = sampler.since(settled)
             report["max_active_settled"] = max(after)
             assert max(after) <= BUDGET, sorted(after)[-10:]
-            assert sum(_held(both)) <= BUDGET, _held(both)
+            assert sum(_leased(cluster)) <= BUDGET, _leased(cluster)
             statuses = [p.status()["coordinator"] for p in both]
             assert all(s["state"] == "ok" and s["proxies"] == 2 for s in statuses), statuses
         finally:
