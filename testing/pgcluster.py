@@ -98,6 +98,21 @@ class Cluster:
             raise RuntimeError(f"psql failed: {result.stderr}")
         return result.stdout.strip()
 
+    def restart(self, options: str | None = None) -> None:
+        """``pg_ctl restart -m fast``, waiting for it; ``options``: the server's command-line
+        options from then on (``pg_ctl -o``; otherwise the ones it was started with)."""
+        subprocess.run(
+            self._cmd(
+                str(self.bin / "pg_ctl"),
+                *("-D", str(self.data), "-l", str(self.data.parent / "log")),
+                *(("-o", options) if options is not None else ()),
+                *("-m", "fast", "-w", "restart"),
+            ),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
     def stop(self) -> None:
         subprocess.run(
             self._cmd(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"),

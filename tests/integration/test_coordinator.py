@@ -268,6 +268,11 @@ class Partition:
         with contextlib.suppress(Exception):
             self.loop.run_until_complete(main())
 
+    def close(self) -> None:
+        """Stop the relay's loop and thread (left running, it outlived its test)."""
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+
 
 def test_a_proxy_cut_off_from_the_coordinator_falls_back_then_rejoins(pg: Cluster) -> None:
     relay = Partition(pg.port)
@@ -310,22 +315,14 @@ def test_a_proxy_cut_off_from_the_coordinator_falls_back_then_rejoins(pg: Cluste
         finally:
             load.finish()
             sampler.close()
+            relay.close()
 
 
 def test_coordinator_restart_is_survived(pg: Cluster, tmp_path: Path) -> None:
     """The coordinator's PostgreSQL restarts (the proxies' own backends too): the proxies
     reconnect, the lease table is still there, and the budget holds afterwards."""
     with _proxies(pg, 2) as proxies:
-        subprocess.run(
-            pg._cmd(
-                str(pg.bin / "pg_ctl"),
-                *("-D", str(pg.data), "-l", str(pg.data.parent / "log")),
-                *("-m", "fast", "-w", "restart"),
-            ),
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        pg.restart()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             states = [p.status()["coordinator"] for p in proxies]

@@ -192,16 +192,7 @@ def cluster(netns: Netns) -> Iterator[Cluster]:
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
             "-c max_parallel_workers_per_gather=2"
         )
-        subprocess.run(
-            pg._cmd(
-                str(pg.bin / "pg_ctl"),
-                *("-D", str(pg.data), "-l", str(pg.data.parent / "log")),
-                *("-o", options, "-m", "fast", "-w", "restart"),
-            ),
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        pg.restart(options)
         yield pg
     finally:
         pg.stop()

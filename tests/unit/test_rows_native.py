@@ -266,10 +266,16 @@ def test_a_close_while_a_fetch_runs_waits_for_it() -> None:
     encoders = (executor._encoder(pg_type("HUGEINT"), 0),)
     stream = rows_c.ArrowRows(submitted.arrow_capsule(), encoders)
     got: list[object] = []
-    worker = threading.Thread(target=lambda: got.append(stream.fetch(1)))
+    started = threading.Event()
+
+    def fetch() -> None:
+        started.set()
+        got.append(stream.fetch(1))
+
+    worker = threading.Thread(target=fetch)
     worker.start()
-    while not worker.is_alive():
-        pass
+    # (not a spin on is_alive(): a fetch done before the first look left it spinning for ever)
+    assert started.wait(30)
     stream.close()  # meanwhile
     worker.join(60)
     assert got and not worker.is_alive()
