@@ -114,11 +114,16 @@ class Load:
     done: dict[int, int] = field(default_factory=dict)  # proxy port → statements completed
     errors: list[str] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
+    hosts: dict[int, str] = field(default_factory=dict)  # proxy port → address, if not loopback
 
     def client(self, port: int) -> None:
         try:
             with psycopg.connect(
-                host="127.0.0.1", port=port, user="postgres", dbname="postgres", autocommit=True
+                host=self.hosts.get(port, "127.0.0.1"),
+                port=port,
+                user="postgres",
+                dbname="postgres",
+                autocommit=True,
             ) as conn:
                 while not self.stop.is_set():
                     conn.execute("select pg_sleep(0.02)")

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -215,29 +215,6 @@ class NsProxy(Proxy):
         return status
 
 
-@dataclass
-class NsLoad(Load):
-    """Load's clients, to a proxy on an address other than 127.0.0.1 where ``hosts`` says."""
-
-    hosts: dict[int, str] = field(default_factory=dict)
-
-    def client(self, port: int) -> None:
-        try:
-            with psycopg.connect(
-                host=self.hosts.get(port, "127.0.0.1"),
-                port=port,
-                user="postgres",
-                dbname="postgres",
-                autocommit=True,
-            ) as conn:
-                while not self.stop.is_set():
-                    conn.execute("select pg_sleep(0.02)")
-                    self.done[port] = self.done.get(port, 0) + 1
-        except psycopg.Error as e:
-            if not self.stop.is_set():
-                self.errors.append(f"{port}: {e}")
-
-
 class SplitSampler(Sampler):
     """Sampler's count of active statements, and how many of them came from the namespace
     (the cut-off proxy's backends: client address on pair A)."""
@@ -321,7 +298,7 @@ def test_a_proxy_partitioned_from_the_coordinator_by_the_kernel_falls_back_then_
     log = tmp_path / "cut-off-proxy.log"
     with _proxies(cluster, 1, direct) as (first,):
         second = _start_in(netns, cluster, log)
-        load = NsLoad(hosts={second.port: second.host})
+        load = Load(hosts={second.port: second.host})
         sampler = SplitSampler(cluster, netns.ns_a)
         report: dict[str, Any] = {}
         try:
