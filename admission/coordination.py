@@ -31,6 +31,19 @@ more than its share gives units back as its statements finish (step 1 of its nex
 heartbeat); a proxy below its share takes them as they come free. One busy host cannot starve
 another: its share is what its demand earns, not what it grabbed first.
 
+**Workload classes** (``tenant_shares``): where the proxies serve tenants with weights
+(``admission.workloads``), each proxy reports its demand per tenant and the budget is shared
+among *tenants*, not hosts: a tenant's units are its weight's part of the budget, pooled over
+every proxy that serves it (``weighted_fill``: water-filling in which each tenant's level is
+its weight times a common one), and then split among those proxies by their demand for it
+(``fair_shares``). A proxy's fair share is the sum over its tenants. So two proxies serving
+tenants weighted 2:1 split a saturated budget 2:1, and a tenant served by three hosts does not
+get three times its share. Background tenants get only what the foreground leaves, as they
+do locally; interactive and batch share by weight (strict tiers across hosts would starve a
+batch-only host, with no aging to rescue it). Where proxies give one tenant different weights
+the largest counts. With no workload classes every proxy has one tenant, ``default``, and the
+shares are exactly ``fair_shares`` of the proxies' demands.
+
 **Slack**: a proxy keeps ``slack(demand)`` units beyond its demand while the budget has room, so
 an arrival finds a unit free locally; when the budget is short, fairness caps it first.
 """
@@ -41,7 +54,20 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Grant", "fair_shares", "grow", "release", "shares_with_slack", "slack"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "Claim",
+    "Grant",
+    "fair_shares",
+    "grow",
+    "release",
+    "shares_with_slack",
+    "slack",
+    "tenant_shares",
+    "weighted_fill",
+]
+
+DEFAULT_TENANT = "default"  # the one tenant of a proxy without workload classes
 
 
 def slack(demand: int) -> int:
@@ -75,14 +101,104 @@ def fair_shares(budget: int, demands: Mapping[str, int], epoch: int = 0) -> dict
     return share
 
 
-def shares_with_slack(budget: int, demands: Mapping[str, int], epoch: int = 0) -> dict[str, int]:
-    """Fair shares of the demands first, then what the budget has left shared out as slack
-    (``slack(demand)`` at most each): an idle proxy's slack never comes before a busy
-    proxy's demand."""
-    shares = fair_shares(budget, demands, epoch)
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One tenant's demand at one proxy: units in service plus queued, its weight, and whether
+    it is background work (served only from what the foreground leaves)."""
+
+    demand: int
+    weight: float = 1.0
+    background: bool = False
+
+
+def weighted_fill(
+    budget: int,
+    demands: Mapping[str, int],
+    weights: Mapping[str, float],
+    epoch: int = 0,
+) -> dict[str, int]:
+    """Whole units of ``budget`` by weighted water-filling: tenant t gets min(demand_t,
+    weight_t · λ) with the level λ that spends the budget (or every demand), rounded to whole
+    units by largest remainder (ties rotated by ``epoch``). Nobody gets more than its demand;
+    among tenants whose demand is not met, shares per weight differ by less than one unit
+    per weight. With equal weights it is ``fair_shares``."""
+    names = sorted(demands)
+    want = {n: max(0, demands[n]) for n in names}
+    if len({weights[n] for n in names if want[n] > 0}) <= 1:
+        return fair_shares(budget, want, epoch)
+    spend = min(max(0, budget), sum(want.values()))
+    # the level: tenants in order of demand per weight; those below it are met
+    order = sorted((n for n in names if want[n] > 0), key=lambda n: want[n] / weights[n])
+    left, weight_left = float(spend), sum(weights[n] for n in order)
+    level = 0.0
+    for i, n in enumerate(order):
+        level = left / weight_left
+        if want[n] / weights[n] > level:
+            break
+        left -= want[n]
+        weight_left -= weights[n]
+        if i == len(order) - 1:
+            level = math.inf
+    exact = {n: min(float(want[n]), weights[n] * level) for n in names}
+    share = {n: min(want[n], math.floor(exact[n] + 1e-9)) for n in names}
+    rank = {n: (i - epoch) % len(names) for i, n in enumerate(names)}
+    rest = spend - sum(share.values())
+    while rest > 0:
+        open_ = sorted(
+            (n for n in names if share[n] < want[n]),
+            key=lambda n: (-(exact[n] - share[n]), rank[n]),
+        )
+        for n in open_[:rest]:
+            share[n] += 1
+        rest -= len(open_[:rest])
+    return share
+
+
+def tenant_shares(
+    budget: int, claims: Mapping[str, Mapping[str, Claim]], epoch: int = 0
+) -> dict[str, int]:
+    """Whole units of ``budget`` per proxy when proxies report demand per tenant
+    (``claims[proxy][tenant]``): the foreground tenants' pooled demands weighted-filled, the
+    background ones from what is left, then each tenant's units split among its proxies by
+    ``fair_shares`` of their demands for it. A proxy's share is its tenants' sum."""
+    pooled: dict[tuple[bool, str], dict[str, int]] = {}
+    weight: dict[tuple[bool, str], float] = {}
+    for proxy, tenants in claims.items():
+        for name, c in tenants.items():
+            key = (c.background, name)
+            by_proxy = pooled.setdefault(key, {})
+            by_proxy[proxy] = by_proxy.get(proxy, 0) + max(0, c.demand)
+            weight[key] = max(weight.get(key, 0.0), c.weight)
+    share = dict.fromkeys(claims, 0)
+    left = max(0, budget)
+    for background in (False, True):
+        keys = sorted(k for k in pooled if k[0] is background)
+        totals = {k[1]: sum(pooled[k].values()) for k in keys}
+        units = weighted_fill(left, totals, {k[1]: weight[k] for k in keys}, epoch)
+        for k in keys:
+            for proxy, s in fair_shares(units[k[1]], pooled[k], epoch).items():
+                share[proxy] += s
+        left -= sum(units.values())
+    return share
+
+
+def _claims(demand: int | Mapping[str, Claim]) -> Mapping[str, Claim]:
+    return {DEFAULT_TENANT: Claim(demand)} if isinstance(demand, int) else demand
+
+
+def shares_with_slack(
+    budget: int, demands: Mapping[str, int | Mapping[str, Claim]], epoch: int = 0
+) -> dict[str, int]:
+    """Fair shares of the demands first — per proxy, or per tenant where a proxy reports its
+    demand by tenant (``tenant_shares``; a bare number is one ``default`` tenant) — then what
+    the budget has left shared out as slack (``slack(demand)`` at most each): an idle
+    proxy's slack never comes before a busy proxy's demand."""
+    claims = {n: _claims(d) for n, d in demands.items()}
+    shares = tenant_shares(budget, claims, epoch)
     left = budget - sum(shares.values())
     if left > 0:
-        extra = fair_shares(left, {n: slack(d) for n, d in demands.items()}, epoch)
+        total = {n: sum(max(0, c.demand) for c in cs.values()) for n, cs in claims.items()}
+        extra = fair_shares(left, {n: slack(d) for n, d in total.items()}, epoch)
         shares = {n: shares[n] + extra[n] for n in shares}
     return shares
 

@@ -429,6 +429,31 @@ class Scheduler:
                         memory += job.memory
         return threads, memory
 
+    def tenant_load(self) -> dict[tuple[str, bool], tuple[float, int, int, int]]:
+        """Per (tenant, background): its weight and what its statements in service hold and
+        its queued ones would take — statements, threads (fork sizes), memory (bytes) — the
+        demand a proxy sharing a global budget reports by tenant (proxy.coordinator). Without
+        a workload config, one tenant: ``default``. O(live jobs): read at heartbeats."""
+        load: dict[tuple[str, bool], list[int]] = {}
+        weight: dict[tuple[str, bool], float] = {}
+        for job in self._jobs.values():
+            if job.state is not _QUEUED and job.state is not _RUNNING:
+                continue
+            lane = job.lane
+            key = (lane.tenant.name, lane.tier == _BACKGROUND)
+            entry = load.get(key)
+            if entry is None:
+                entry = load[key] = [0, 0, 0]
+                weight[key] = lane.tenant.weight
+            entry[0] += 1
+            if job.state is _RUNNING:
+                entry[1] += job.held
+                entry[2] += job.memory_held
+            else:
+                entry[1] += job.fork
+                entry[2] += job.memory
+        return {k: (weight[k], v[0], v[1], v[2]) for k, v in load.items()}
+
     def queue_by_class(self) -> dict[str, int]:
         return {st.name: st.live for st in self._classes if st.live}
 

@@ -22,10 +22,16 @@ common case. The arithmetic, and why the invariant Σ held ≤ budget holds, is 
   ``NOTIFY admission_leases``: the others listen and heartbeat at once, so a unit given back
   is picked up within a round trip, not a period.
 * **Demand** is, per resource, what is in service plus what the queued statements would take
-  here (statements; their fork sizes; their classes' M_r); the fair share is the budget
-  water-filled over every proxy's demand (``fair_shares``), so one busy host cannot starve
-  another. Each resource is leased on its own, by the same rule; a proxy holding none of a
-  resource admits nothing. As with a local budget, a statement larger than the proxy's share
+  here (statements; their fork sizes; their classes' M_r), reported per workload class
+  (tenant; the column ``tenants``) with its weight; the fair share is the budget water-filled
+  over the tenants' demands pooled over every proxy, by weight, background tenants last
+  (``tenant_shares``), then split among the proxies serving each tenant — so one busy host
+  cannot starve another, a tenant weighted 2 gets twice the units of one weighted 1 on
+  whichever hosts they run, and without workload classes the shares are the budget
+  water-filled over the proxies' demands (``fair_shares``). Give every proxy the same
+  workload file: where they weigh a tenant differently, the largest weight counts. Each
+  resource is leased on its own, by the same rule; a proxy holding none of a resource admits
+  nothing. As with a local budget, a statement larger than the proxy's share
   of threads or memory runs alone there, so it may take more than its proxy holds of that
   resource.
 * **Failures.** Each heartbeat has TTL/2 to finish. A coordinator that cannot be reached (down,
@@ -53,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import secrets
@@ -60,7 +67,7 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from admission.coordination import grow, release, shares_with_slack
+from admission.coordination import Claim, grow, release, shares_with_slack
 from proxy.gate import AdmissionGate
 
 __all__ = ["DEFAULT_TTL", "Coordinator"]
@@ -88,6 +95,7 @@ create table if not exists admission_leases (
     host text not null default '',
     primary key (proxy, resource)
 );
+alter table admission_leases add column if not exists tenants jsonb not null default '{}';
 create table if not exists admission_budget (
     name text primary key,
     units bigint not null check (units >= 1)
@@ -159,8 +167,9 @@ class Coordinator:
         self._last_start = float("-inf")  # loop time the last heartbeat began
         self._registered = False  # the budgets written (once per process)
         self._others_short = False  # at the last heartbeat, another proxy wanted more units
-        # per resource, its demand at the last heartbeats (newest last)
-        self._recent: dict[str, list[int]] = {r: [] for r in self.budgets}
+        # per resource and tenant, its demand at the last heartbeats (newest last)
+        self._recent: dict[str, dict[tuple[str, bool], list[int]]] = {r: {} for r in self.budgets}
+        self.claims: dict[str, dict[str, Claim]] = {r: {} for r in self.budgets}  # last sent
         self._leaving: dict[str, int] = {}  # in service when stopped: kept a TTL at leaving
         gate.coordinator = self
 
@@ -198,7 +207,7 @@ class Coordinator:
         running after they are closed, which ``aclose`` keeps leased for one TTL rather than
         give to another proxy at once."""
         if not self._stopping:
-            self._leaving = {r: n for r, n in self._in_use()[0].items() if n > 0}
+            self._leaving = {r: n for r, n in self._in_use().items() if n > 0}
             self._apply(dict.fromkeys(self.budgets, 0))  # nothing admitted into what goes back
         self._stopping = True
         for task in (self._task, self._listener, self._watch):
@@ -306,6 +315,11 @@ class Coordinator:
                     "unit": UNITS[r],
                 }
                 for r in self.budgets
+            },
+            # the demand this proxy reported, by workload class, at its last heartbeat
+            "tenants": {
+                n: {"demand": c.demand, "weight": c.weight, "background": c.background}
+                for n, c in self.claims.get("mpl", {}).items()
             },
             "proxies": self.proxies,
             "ttl": self.ttl,
@@ -458,21 +472,51 @@ class Coordinator:
         self._registered = True
         return conn
 
-    def _in_use(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Per shared resource: what the statements in service hold, and what they and the
-        queued ones would take (the demand of this instant)."""
+    def _in_use(self) -> dict[str, int]:
+        """Per shared resource: what the statements in service hold."""
         scheduler = self.gate.scheduler
-        threads, memory = scheduler.queued_load() if len(self.budgets) > 1 else (0, 0)
         in_use = {
             "mpl": scheduler.running,
             "threads": scheduler.threads_in_use,
             "memory": scheduler.memory_in_use,
         }
-        queued = {"mpl": scheduler.queued, "threads": threads, "memory": memory}
-        return (
-            {r: in_use[r] for r in self.budgets},
-            {r: in_use[r] + queued[r] for r in self.budgets},
-        )
+        return {r: in_use[r] for r in self.budgets}
+
+    def _claims(self) -> dict[str, dict[str, Claim]]:
+        """Per shared resource and tenant: what its statements in service hold and its queued
+        ones would take, the largest of the last DEMAND_MEMORY heartbeats' — the demand of
+        one instant understates a closed loop's (a client between two statements), so units
+        are given back only when unused that long."""
+        load = self.gate.scheduler.tenant_load()
+        claims: dict[str, dict[str, Claim]] = {}
+        for i, r in enumerate(("mpl", "threads", "memory")):
+            if r not in self.budgets:
+                continue
+            recent = self._recent[r]
+            for key in load.keys() | recent.keys():
+                now = int(load[key][1 + i]) if key in load else 0
+                recent[key] = [*recent.get(key, [])[-(DEMAND_MEMORY - 1) :], now]
+                if not any(recent[key]):
+                    del recent[key]
+            weights = {k: v[0] for k, v in load.items()}
+            claims[r] = {
+                f"{name}/background" if bg else name: Claim(
+                    max(history), weights.get((name, bg), self._weight(name)), bg
+                )
+                for (name, bg), history in recent.items()
+            }
+        return claims
+
+    def _weight(self, tenant: str) -> float:
+        """A tenant's weight when none of its statements is live (it is remembered for its
+        recent demand): the workload config's."""
+        config = self.gate.scheduler.workloads
+        if config is None:
+            return 1.0
+        try:
+            return float(config.workload(tenant).weight)
+        except KeyError:
+            return 1.0
 
     async def _heartbeat(self) -> None:
         from psycopg import AsyncClientCursor
@@ -482,15 +526,13 @@ class Coordinator:
             self._conn = await self._connect()
         limits = self.gate.scheduler.limits
         self._last_start = loop.time()
-        in_use, now_demand = self._in_use()
+        in_use = self._in_use()
+        claims = self._claims()
         limit: dict[str, int] = {}
         keep: dict[str, int] = {}
         demand: dict[str, int] = {}
         for r in self.budgets:
-            # the demand of one instant understates a closed loop's (a client between two
-            # statements): units are given back only when unused for DEMAND_MEMORY heartbeats
-            self._recent[r] = [*self._recent[r][-(DEMAND_MEMORY - 1) :], now_demand[r]]
-            demand[r] = max(self._recent[r])
+            demand[r] = sum(c.demand for c in claims[r].values())
             limit[r], keep[r] = release(self.held_by[r], in_use[r], demand[r], self.target_by[r])
         if any(limit[r] < (getattr(limits, r) or 0) for r in self.budgets):
             # lowered before the rows are
@@ -513,7 +555,8 @@ class Coordinator:
             "select pg_advisory_xact_lock(%s); "
             "delete from admission_leases where expires < now(); "
             "select name, units, extract(epoch from now())::float8 from admission_budget; "
-            "select proxy, resource, held, demand from admission_leases where proxy <> %s",
+            "select proxy, resource, held, demand, tenants from admission_leases "
+            "where proxy <> %s",
             (LOCK_KEY, self.name),
         )
         for _ in range(2):  # BEGIN's, the lock's
@@ -525,28 +568,33 @@ class Coordinator:
         others = await cur.fetchall()
         budgets = {str(n): int(u) for n, u, _now in budget_rows if str(n) in self.budgets}
         now = float(budget_rows[0][2]) if budget_rows else 0.0
-        short = any(int(d) > int(h) for _p, _r, h, d in others)  # someone waits
+        short = any(int(d) > int(h) for _p, _r, h, d, _t in others)  # someone waits
         writes: list[str] = []
         params: list[Any] = []
         for r in self.budgets:
             budget = budgets.get(r, self.budgets[r])
-            rows = [(str(p), int(h), int(d)) for p, res, h, d in others if res == r]
-            # fair shares of the demands, then slack from what is left: while the budget has
-            # room every proxy keeps a little beyond its demand (an arrival finds a unit here)
-            demands = {p: d for p, _h, d in rows}
-            demands[self.name] = demand[r]
+            rows = [(str(p), int(h), int(d), t) for p, res, h, d, t in others if res == r]
+            # fair shares of the tenants' demands, then slack from what is left: while the
+            # budget has room every proxy keeps a little beyond its demand (an arrival finds
+            # a unit here)
+            demands = {p: _claims_of(d, t) for p, _h, d, t in rows}
+            demands[self.name] = claims[r]
             targets = shares_with_slack(budget, demands, int(now / ROTATE))
             grants[r] = grow(
-                budget, keep[r], sum(h for _p, h, _d in rows), demand[r], targets[self.name]
+                budget, keep[r], sum(h for _p, h, _d, _t in rows), demand[r], targets[self.name]
             )
             self.budgets[r] = budget
             writes.append(
-                "insert into admission_leases (proxy, resource, held, demand, expires, host)"
-                " values (%s, %s, %s, %s, now() + make_interval(secs => %s), %s) "
+                "insert into admission_leases (proxy, resource, held, demand, expires, host, "
+                "tenants) values (%s, %s, %s, %s, now() + make_interval(secs => %s), %s, %s) "
                 "on conflict (proxy, resource) do update set held = excluded.held, "
-                "demand = excluded.demand, expires = excluded.expires"
+                "demand = excluded.demand, expires = excluded.expires, "
+                "tenants = excluded.tenants"
             )
             params += [self.name, r, grants[r].held, demand[r], self.ttl, self.host]
+            params.append(
+                json.dumps({n: [c.demand, c.weight, c.background] for n, c in claims[r].items()})
+            )
         released = any(grants[r].held < self.held_by[r] for r in self.budgets)
         if short and (dead or released):
             writes.append(f"notify {CHANNEL}")
@@ -564,6 +612,7 @@ class Coordinator:
         self.target_by = {r: g.target for r, g in grants.items()}
         self.free_by = {r: g.free for r, g in grants.items()}
         self.proxies = len({p for p, *_ in others}) + 1
+        self.claims = claims
         self.last_ok = sent
         self.deadline = sent + self.ttl
         self.heartbeats += 1
@@ -644,3 +693,17 @@ class Coordinator:
             conn, self._conn = self._conn, None
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), timeout=0.5)
+
+
+def _claims_of(demand: int, tenants: Any) -> dict[str, Claim] | int:
+    """Another proxy's row: its demand by tenant (the ``tenants`` column: name → [demand,
+    weight, background]), or, from a row that has none, its demand as one tenant's."""
+    if not isinstance(tenants, dict) or not tenants:
+        return demand
+    try:
+        return {
+            str(n): Claim(max(0, int(v[0])), max(1e-6, float(v[1])), bool(v[2]))
+            for n, v in tenants.items()
+        }
+    except (TypeError, ValueError, IndexError):
+        return demand  # written by something else: its total still counts

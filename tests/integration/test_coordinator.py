@@ -115,6 +115,7 @@ class Load:
     errors: list[str] = field(default_factory=list)
     threads: list[threading.Thread] = field(default_factory=list)
     hosts: dict[int, str] = field(default_factory=dict)  # proxy port → address, if not loopback
+    apps: dict[int, str] = field(default_factory=dict)  # proxy port → its clients' application
 
     def client(self, port: int) -> None:
         try:
@@ -124,6 +125,7 @@ class Load:
                 user="postgres",
                 dbname="postgres",
                 autocommit=True,
+                application_name=self.apps.get(port, ""),
             ) as conn:
                 while not self.stop.is_set():
                     conn.execute("select pg_sleep(0.02)")
@@ -424,6 +426,61 @@ def test_the_thread_budget_is_shared_too(pg: Cluster) -> None:
         # memory is leased too (no class has a measured M_r here: the demand is a slack's)
         assert all(s["memory"]["global"] == 64 * 2**20 for s in shared), shared
         assert sum(s["memory"]["held"] for s in shared) <= 64 * 2**20, shared
+    finally:
+        load.finish()
+        sampler.close()
+        for p in started:
+            p.proc.send_signal(signal.SIGTERM)
+            p.proc.communicate(timeout=15)
+    assert not load.errors, load.errors[:3]
+
+
+WORKLOADS = """
+[[workload]]
+name = "gold"
+weight = 2
+match = { application_name = "gold" }
+
+[[workload]]
+name = "silver"
+weight = 1
+match = { application_name = "silver" }
+"""
+
+
+def test_tenants_share_the_global_budget_by_weight_across_proxies(
+    pg: Cluster, tmp_path: Path
+) -> None:
+    """Two proxies with the same workload classes, one serving tenant gold (weight 2), the
+    other silver (weight 1), both saturated: the global MPL of 3 is leased 2:1 — by tenant,
+    not host — and the statements served follow."""
+    path = tmp_path / "workloads.toml"
+    path.write_text(WORKLOADS)
+    coordinator = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
+    extra = ("--mpl", "3", "--workload-classes", str(path))
+    started = [_start(pg, coordinator, *extra) for _ in range(2)]
+    gold, silver = started
+    load = Load(apps={gold.port: "gold", silver.port: "silver"})
+    sampler = Sampler(pg)
+    try:
+        load.start([p.port for p in started], per_proxy=6)
+        time.sleep(1.5)  # leases taken, shares settled
+        before = dict(load.done)
+        t = time.monotonic()
+        held = []
+        while time.monotonic() - t < 4.0:
+            held.append(tuple(p.status()["coordinator"]["held"] for p in started))
+            time.sleep(0.1)
+        served = {p: load.done.get(p, 0) - before.get(p, 0) for p in (gold.port, silver.port)}
+        assert max(sampler.since(t)) <= 3
+        # the leases: gold's proxy 2, silver's 1, nearly always (a unit in flight between two
+        # reads of /status aside)
+        assert sum(h == (2, 1) for h in held) >= 0.8 * len(held), held
+        ratio = served[gold.port] / served[silver.port]
+        assert 1.6 <= ratio <= 2.5, served
+        tenants = gold.status()["coordinator"]["tenants"]
+        assert set(tenants) == {"gold"} and tenants["gold"]["weight"] == 2.0, tenants
+        assert tenants["gold"]["demand"] >= 3, tenants
     finally:
         load.finish()
         sampler.close()

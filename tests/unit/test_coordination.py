@@ -7,7 +7,16 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.coordination import fair_shares, grow, release, shares_with_slack, slack
+from admission.coordination import (
+    Claim,
+    fair_shares,
+    grow,
+    release,
+    shares_with_slack,
+    slack,
+    tenant_shares,
+    weighted_fill,
+)
 
 
 def test_fair_shares_water_fill_in_whole_units() -> None:
@@ -40,6 +49,102 @@ def test_fair_shares_spend_the_budget_and_are_even(
     if unmet:  # everyone not satisfied is within one unit of the others, and of the level
         assert max(unmet) - min(unmet) <= 1
         assert all(share[n] <= max(unmet) + 1 for n in demands)
+
+
+def test_weighted_fill_shares_by_weight_in_whole_units() -> None:
+    assert weighted_fill(6, {"g": 8, "s": 8}, {"g": 2, "s": 1}) == {"g": 4, "s": 2}
+    assert weighted_fill(4, {"g": 8, "s": 8}, {"g": 2, "s": 1}) == {"g": 3, "s": 1}
+    # a met demand leaves its units to the others, by weight
+    assert weighted_fill(9, {"a": 1, "b": 20, "c": 20}, {"a": 4, "b": 2, "c": 1}) == {
+        "a": 1,
+        "b": 5,
+        "c": 3,
+    }
+    assert weighted_fill(50, {"g": 8, "s": 8}, {"g": 2, "s": 1}) == {"g": 8, "s": 8}
+    assert weighted_fill(0, {"g": 8, "s": 8}, {"g": 2, "s": 1}) == {"g": 0, "s": 0}
+
+
+_WEIGHTS = st.sampled_from([0.5, 1.0, 1.0, 2.0, 3.0, 10.0])
+
+
+@given(
+    st.integers(0, 40),
+    st.dictionaries(st.sampled_from("abcdef"), st.tuples(st.integers(0, 30), _WEIGHTS)),
+    st.integers(0, 10),
+)
+def test_weighted_fill_spends_the_budget_by_weight(
+    budget: int, tenants: dict[str, tuple[int, float]], epoch: int
+) -> None:
+    demands = {n: d for n, (d, _w) in tenants.items()}
+    weights = {n: w for n, (_d, w) in tenants.items()}
+    share = weighted_fill(budget, demands, weights, epoch)
+    assert all(0 <= share[n] <= demands[n] for n in demands)
+    assert sum(share.values()) == min(budget, sum(demands.values()))
+    # no tenant is ahead of one left wanting by a unit or more per weight of each
+    for a in demands:
+        if share[a] < demands[a]:
+            for b in demands:
+                assert share[b] / weights[b] < (share[a] + 1) / weights[a] + 1 / weights[b]
+    if len({weights[n] for n in demands if demands[n] > 0}) <= 1:
+        assert share == fair_shares(budget, demands, epoch)
+
+
+def test_tenant_shares_weigh_tenants_not_hosts() -> None:
+    gold, silver = Claim(8, 2.0), Claim(8, 1.0)
+    assert tenant_shares(6, {"A": {"gold": gold}, "B": {"silver": silver}}) == {"A": 4, "B": 2}
+    # a tenant on three hosts gets its weight's part once, split among them
+    spread = {"A": {"gold": gold}, "B": {"silver": silver}, "C": {"silver": silver}}
+    assert tenant_shares(6, spread) == {"A": 4, "B": 1, "C": 1}
+    # background only from what the foreground leaves
+    bg = {"A": {"gold": Claim(3, 2.0)}, "B": {"maint": Claim(8, 5.0, background=True)}}
+    assert tenant_shares(6, bg) == {"A": 3, "B": 3}
+    assert tenant_shares(3, bg) == {"A": 3, "B": 0}
+    # the largest weight given to a tenant counts
+    two = {"A": {"gold": Claim(8, 1.0)}, "B": {"gold": Claim(8, 3.0), "tin": Claim(8, 1.0)}}
+    assert tenant_shares(8, two) == {"A": 3, "B": 5}
+
+
+_CLAIMS = st.dictionaries(
+    st.sampled_from("pqrs"),
+    st.dictionaries(
+        st.sampled_from(["default", "gold", "silver", "maint"]),
+        st.builds(Claim, st.integers(0, 20), _WEIGHTS, st.booleans()),
+        max_size=3,
+    ),
+    max_size=4,
+)
+
+
+@given(st.integers(0, 40), _CLAIMS, st.integers(0, 10))
+def test_tenant_shares_spend_the_budget_within_every_demand(
+    budget: int, claims: dict[str, dict[str, Claim]], epoch: int
+) -> None:
+    share = tenant_shares(budget, claims, epoch)
+    demand = {p: sum(c.demand for c in cs.values()) for p, cs in claims.items()}
+    assert set(share) == set(claims)
+    assert all(0 <= share[p] <= demand[p] for p in claims)
+    assert sum(share.values()) == min(budget, sum(demand.values()))
+    # background work gets only units the foreground does not want, anywhere
+    fg = {p: sum(c.demand for c in cs.values() if not c.background) for p, cs in claims.items()}
+    if budget <= sum(fg.values()):
+        assert all(share[p] <= fg[p] for p in claims)
+    else:
+        assert all(share[p] >= fg[p] for p in claims)
+
+
+@given(
+    st.integers(0, 40),
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 30), max_size=6),
+    st.integers(0, 10),
+)
+def test_one_tenant_everywhere_is_the_proxies_fair_shares(
+    budget: int, demands: dict[str, int], epoch: int
+) -> None:
+    """Without workload classes (one ``default`` tenant per proxy) the shares are exactly the
+    water-filling over the proxies' demands."""
+    claims = {p: {"default": Claim(d)} for p, d in demands.items()}
+    assert tenant_shares(budget, claims, epoch) == fair_shares(budget, demands, epoch)
+    assert shares_with_slack(budget, claims, epoch) == shares_with_slack(budget, demands, epoch)
 
 
 def test_slack_comes_after_every_demand() -> None:

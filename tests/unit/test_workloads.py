@@ -195,6 +195,34 @@ def test_a_tenant_at_its_mpl_leaves_the_capacity_to_others() -> None:
     assert [j.id for j in s.complete("a0", 1.0)] == ["a1"]
 
 
+def test_tenant_load_is_what_a_proxy_reports_by_tenant() -> None:
+    """What each tenant's statements hold in service and its queued ones would take: the
+    demand by tenant a proxy sharing a global budget reports (proxy.coordinator)."""
+    cfg = _config(
+        workloads=[Tenant("gold", weight=2.0), Tenant("bg", tier=Tier.BACKGROUND)], hold=0
+    )
+    s = Scheduler(_model(1.0), "fcfs", Limits(mpl=2), workloads=cfg)
+    s.submit("g0", "q0", 0.0, tenant="gold", fork=2)
+    s.submit("g1", "q0", 0.0, tenant="gold", fork=3)
+    s.submit("g2", "q0", 0.0, tenant="gold")
+    s.submit("b0", "q0", 0.0, tenant="bg")
+    s.submit("d0", "q0", 0.0, tenant="nobody")  # no such workload: default's
+    assert s.running == 2
+    assert s.tenant_load() == {
+        ("gold", False): (2.0, 3, 6, 0),
+        ("bg", True): (1.0, 1, 1, 0),
+        ("default", False): (1.0, 1, 1, 0),
+    }
+    s.complete("g0", 1.0)
+    s.complete("g1", 1.0)
+    s.complete("g2", 1.0)
+    assert ("gold", False) not in s.tenant_load()
+    plain = Scheduler(_model(1.0), "fcfs", Limits(mpl=1))
+    plain.submit("a", "q0", 0.0)
+    plain.submit("b", "q0", 0.0)
+    assert plain.tenant_load() == {("default", False): (1.0, 2, 2, 0)}
+
+
 def test_background_runs_only_when_the_foreground_is_idle() -> None:
     cfg = _config(workloads=[Tenant("web"), Tenant("bg", tier=Tier.BACKGROUND)], hold=0)
     s = Scheduler(_model(1.0), "fcfs", Limits(mpl=4), workloads=cfg)
