@@ -36,13 +36,15 @@ another: its share is what its demand earns, not what it grabbed first.
 among *tenants*, not hosts: a tenant's units are its weight's part of the budget, pooled over
 every proxy that serves it (``weighted_fill``: water-filling in which each tenant's level is
 its weight times a common one), and then split among those proxies by their demand for it
-(``fair_shares``). A proxy's fair share is the sum over its tenants. So two proxies serving
-tenants weighted 2:1 split a saturated budget 2:1, and a tenant served by three hosts does not
-get three times its share. Background tenants get only what the foreground leaves, as they
-do locally; interactive and batch share by weight (strict tiers across hosts would starve a
-batch-only host, with no aging to rescue it). Where proxies give one tenant different weights
-the largest counts. With no workload classes every proxy has one tenant, ``default``, and the
-shares are exactly ``fair_shares`` of the proxies' demands.
+(``fair_shares``: ``tenant_split``). A proxy's fair share is the sum over its tenants, and it
+spends its units as the split counted them (proxy.coordinator sets its scheduler's DRR
+weights to its tenants' units there, ``Scheduler.set_tenant_weights``). So tenants weighted
+2:1 get 2:1 of a saturated budget whichever hosts serve them, and a tenant served by three
+hosts does not get three times its share. Background tenants get only what the foreground
+leaves, as they do locally; interactive and batch share by weight (strict tiers across hosts
+would starve a batch-only host, with no aging to rescue it). Where proxies give one tenant
+different weights the largest counts. With no workload classes every proxy has one tenant,
+``default``, and the shares are exactly ``fair_shares`` of the proxies' demands.
 
 **Slack**: a proxy keeps ``slack(demand)`` units beyond its demand while the budget has room, so
 an arrival finds a unit free locally; when the budget is short, fairness caps it first.
@@ -64,6 +66,7 @@ __all__ = [
     "shares_with_slack",
     "slack",
     "tenant_shares",
+    "tenant_split",
     "weighted_fill",
 ]
 
@@ -127,19 +130,18 @@ def weighted_fill(
     if len({weights[n] for n in names if want[n] > 0}) <= 1:
         return fair_shares(budget, want, epoch)
     spend = min(max(0, budget), sum(want.values()))
-    # the level: tenants in order of demand per weight; those below it are met
+    # the level: tenants in order of demand per weight; those at or below it are met (the
+    # weight of the rest summed afresh each step: subtracting floats drifts to zero or below
+    # when weights are many orders of magnitude apart)
     order = sorted((n for n in names if want[n] > 0), key=lambda n: want[n] / weights[n])
-    left, weight_left = float(spend), sum(weights[n] for n in order)
-    level = 0.0
+    left, level = float(spend), math.inf
     for i, n in enumerate(order):
-        level = left / weight_left
-        if want[n] / weights[n] > level:
+        weight_left = math.fsum(weights[m] for m in order[i:])
+        if weight_left > 0 and want[n] / weights[n] > left / weight_left:
+            level = left / weight_left
             break
         left -= want[n]
-        weight_left -= weights[n]
-        if i == len(order) - 1:
-            level = math.inf
-    exact = {n: min(float(want[n]), weights[n] * level) for n in names}
+    exact = {n: max(0.0, min(float(want[n]), weights[n] * level)) for n in names}
     share = {n: min(want[n], math.floor(exact[n] + 1e-9)) for n in names}
     rank = {n: (i - epoch) % len(names) for i, n in enumerate(names)}
     rest = spend - sum(share.values())
@@ -147,29 +149,32 @@ def weighted_fill(
         open_ = sorted(
             (n for n in names if share[n] < want[n]),
             key=lambda n: (-(exact[n] - share[n]), rank[n]),
-        )
-        for n in open_[:rest]:
+        )[:rest]
+        if not open_:  # (cannot happen: the spend is at most the demands)
+            break
+        for n in open_:
             share[n] += 1
-        rest -= len(open_[:rest])
+        rest -= len(open_)
     return share
 
 
-def tenant_shares(
-    budget: int, claims: Mapping[str, Mapping[str, Claim]], epoch: int = 0
-) -> dict[str, int]:
-    """Whole units of ``budget`` per proxy when proxies report demand per tenant
-    (``claims[proxy][tenant]``): the foreground tenants' pooled demands weighted-filled, the
-    background ones from what is left, then each tenant's units split among its proxies by
-    ``fair_shares`` of their demands for it. A proxy's share is its tenants' sum."""
+def tenant_split(
+    budget: int, claims: Mapping[str, int | Mapping[str, Claim]], epoch: int = 0
+) -> dict[str, dict[str, int]]:
+    """Whole units of ``budget`` per proxy and tenant when proxies report demand per tenant
+    (``claims[proxy][tenant]``; a bare number is one ``default`` tenant): the foreground
+    tenants' pooled demands weighted-filled, the background ones from what is left, then
+    each tenant's units split among its proxies by ``fair_shares`` of their demands for it."""
+    by_proxy_claims = {p: _claims(d) for p, d in claims.items()}
     pooled: dict[tuple[bool, str], dict[str, int]] = {}
     weight: dict[tuple[bool, str], float] = {}
-    for proxy, tenants in claims.items():
+    for proxy, tenants in by_proxy_claims.items():
         for name, c in tenants.items():
             key = (c.background, name)
             by_proxy = pooled.setdefault(key, {})
             by_proxy[proxy] = by_proxy.get(proxy, 0) + max(0, c.demand)
             weight[key] = max(weight.get(key, 0.0), c.weight)
-    share = dict.fromkeys(claims, 0)
+    split = {p: dict.fromkeys(cs, 0) for p, cs in by_proxy_claims.items()}
     left = max(0, budget)
     for background in (False, True):
         keys = sorted(k for k in pooled if k[0] is background)
@@ -177,9 +182,16 @@ def tenant_shares(
         units = weighted_fill(left, totals, {k[1]: weight[k] for k in keys}, epoch)
         for k in keys:
             for proxy, s in fair_shares(units[k[1]], pooled[k], epoch).items():
-                share[proxy] += s
+                split[proxy][k[1]] += s
         left -= sum(units.values())
-    return share
+    return split
+
+
+def tenant_shares(
+    budget: int, claims: Mapping[str, int | Mapping[str, Claim]], epoch: int = 0
+) -> dict[str, int]:
+    """Whole units of ``budget`` per proxy: the sum of its tenants' (``tenant_split``)."""
+    return {p: sum(units.values()) for p, units in tenant_split(budget, claims, epoch).items()}
 
 
 def _claims(demand: int | Mapping[str, Claim]) -> Mapping[str, Claim]:

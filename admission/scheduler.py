@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -429,6 +429,16 @@ class Scheduler:
                         memory += job.memory
         return threads, memory
 
+    def set_tenant_weights(self, weights: Mapping[str, float] | None) -> None:
+        """DRR weights for the tenants in place of their configured ones (``None``, or a
+        tenant not named or not positive: its configured weight). A proxy sharing a global
+        budget (proxy.coordinator) weighs its tenants by the units the global split gave each
+        of them here, so that its units are spent the way the split counted them — not split
+        again by configured weight, which would move a tenant's share across proxies."""
+        for t in self._tenants.values():
+            w = weights.get(t.name) if weights else None
+            t.weight = w if w is not None and 0 < w < math.inf else t.workload.weight
+
     def tenant_load(self) -> dict[tuple[str, bool], tuple[float, int, int, int]]:
         """Per (tenant, background): its weight and what its statements in service hold and
         its queued ones would take — statements, threads (fork sizes), memory (bytes) — the
@@ -444,7 +454,7 @@ class Scheduler:
             entry = load.get(key)
             if entry is None:
                 entry = load[key] = [0, 0, 0]
-                weight[key] = lane.tenant.weight
+                weight[key] = lane.tenant.workload.weight  # the configured one
             entry[0] += 1
             if job.state is _RUNNING:
                 entry[1] += job.held
@@ -1078,7 +1088,8 @@ class Scheduler:
             if row is None:
                 row = out[t.name] = {
                     "tenant": t.name,
-                    "weight": t.weight,
+                    "weight": t.workload.weight,
+                    "drr_weight": t.weight,  # another where a coordinator set one
                     "priority": Tier(t.workload.tier).label,
                     "queued": 0,
                     "running": t.running,

@@ -7,7 +7,9 @@ the options, draws the progress bars and reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -72,7 +74,8 @@ def train(
     First every class runs alone, the classes in turn, until each D_r is known within ±5%
     (D_r, its 95% interval, the fork profile, f_r), then CONCURRENCY clients run the
     classes at once under FCFS while threads and CPU are sampled every Δ (U_r, Q_r, A^c_r).
-    The model file is written atomically; Ctrl-C in the concurrent run keeps what was measured.
+    The model file is written atomically; Ctrl-C (or SIGTERM) in the concurrent run keeps what
+    was measured.
     """
     from training.train import TrainConfig
 
@@ -114,6 +117,23 @@ def parse_classes(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(numbers))
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends a training run as Ctrl-C does — a partial model from the concurrent run,
+    none before it — rather than at once with nothing: what a service manager, a container
+    stop or ``kill`` sends, and what reaches a run started in the background, where the shell
+    has SIGINT ignored."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _run(config: TrainConfig) -> TrainResult:
     """Both phases with progress lines and bars on stderr; failures end in one line."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -135,7 +155,8 @@ def _run(config: TrainConfig) -> TrainResult:
             return lambda done: bars.update(task, completed=done)
 
         try:
-            return run_training(config, progress=say, bar=bar)
+            with _terminate_as_interrupt():
+                return run_training(config, progress=say, bar=bar)
         except KeyboardInterrupt:
             raise fail("interrupted before the concurrent run: no model written") from None
         except (RuntimeError, ValueError, OSError) as e:

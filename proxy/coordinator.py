@@ -12,15 +12,15 @@ common case. The arithmetic, and why the invariant Σ held ≤ budget holds, is 
 * **Heartbeat** every ``period`` (default TTL/5), and at once when statements queue while the
   local limit is full and the pool had units to give (looked at every 10 ms, off the
   statements' path): the local limit drops to what the proxy still needs (``release``; the
-  demand is the largest of the last three heartbeats', so a closed loop's client between two
-  statements does not cost it its unit), then one transaction — serialized by a
-  transaction-level advisory lock — deletes the rows whose lease expired (a proxy that
-  died: its units come back), reads every row, takes free units up to this proxy's fair
-  share (``grow``), writes its row with ``expires = now() + TTL`` (the database's clock, the
-  only one that matters) and commits; the local limit grows only then. A proxy that gave
-  units back, or saw dead ones deleted, while another proxy wants more than it holds sends a
-  ``NOTIFY admission_leases``: the others listen and heartbeat at once, so a unit given back
-  is picked up within a round trip, not a period.
+  demand is, per tenant, the largest of the last three heartbeats', summed, so a closed
+  loop's client between two statements does not cost it its unit), then one transaction —
+  serialized by a transaction-level advisory lock — deletes the rows whose lease expired (a
+  proxy that died: its units come back), reads every row, takes free units up to this
+  proxy's fair share (``grow``), writes its row with ``expires = now() + TTL`` (the
+  database's clock, the only one that matters) and commits; the local limit grows only
+  then. A proxy that gave units back, or saw dead ones deleted, while another proxy wants
+  more than it holds sends a ``NOTIFY admission_leases``: the others listen and heartbeat at
+  once, so a unit given back is picked up within a round trip, not a period.
 * **Demand** is, per resource, what is in service plus what the queued statements would take
   here (statements; their fork sizes; their classes' M_r), reported per workload class
   (tenant; the column ``tenants``) with its weight; the fair share is the budget water-filled
@@ -67,7 +67,7 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from admission.coordination import Claim, grow, release, shares_with_slack
+from admission.coordination import Claim, grow, release, shares_with_slack, tenant_split
 from proxy.gate import AdmissionGate
 
 __all__ = ["DEFAULT_TTL", "Coordinator"]
@@ -83,6 +83,7 @@ ROTATE = 1.0  # seconds: who gets a remainder unit among equal demands changes t
 WATCH = 0.01  # seconds between looks for statements waiting on units the pool may have
 KICK_GAP = 0.02  # seconds at least between two heartbeats the look asks for
 DEMAND_MEMORY = 3  # heartbeats whose largest demand a proxy keeps units for
+IDLE_WEIGHT = 0.05  # the DRR weight here of a tenant the global split gave no unit here
 
 _SCHEMA = """
 create table if not exists admission_leases (
@@ -93,9 +94,9 @@ create table if not exists admission_leases (
     expires timestamptz not null,
     started timestamptz not null default now(),
     host text not null default '',
+    tenants jsonb not null default '{}',
     primary key (proxy, resource)
 );
-alter table admission_leases add column if not exists tenants jsonb not null default '{}';
 create table if not exists admission_budget (
     name text primary key,
     units bigint not null check (units >= 1)
@@ -237,6 +238,7 @@ class Coordinator:
 
     def _fall_back(self) -> None:
         self.state = "fallback"
+        self.gate.scheduler.set_tenant_weights(None)  # alone again: the configured weights
         self.held_by = self.fallbacks  # what it runs on, and registers when back
         self._apply(self.fallbacks)
 
@@ -450,6 +452,18 @@ class Coordinator:
         async with conn.transaction():
             await conn.execute("select pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             await conn.execute(_SCHEMA)
+            # a table made by an earlier version has no ``tenants``: added once (looked up
+            # first: ALTER TABLE takes the table's strongest lock even when it changes
+            # nothing, and needs its owner)
+            cur = await conn.execute(
+                "select 1 from pg_attribute where attrelid = 'admission_leases'::regclass "
+                "and attname = 'tenants' and not attisdropped"
+            )
+            if await cur.fetchone() is None:
+                await conn.execute(
+                    "alter table admission_leases "
+                    "add column if not exists tenants jsonb not null default '{}'"
+                )
             if self._registered:  # a reconnect: the budgets are what the table says
                 return conn
             for resource, units in self.budgets.items():
@@ -540,6 +554,7 @@ class Coordinator:
         sent = loop.time()
         conn = self._conn
         grants = {}
+        split: dict[str, int] | None = None  # this proxy's statements by tenant, as split
         # two round trips, each one simple Query of several statements (bound on this side):
         # the lock and the reads; then the rows written, the NOTIFY and the COMMIT. A Query
         # reaches the server whole or not at all, and between the two the server's
@@ -580,6 +595,8 @@ class Coordinator:
             demands = {p: _claims_of(d, t) for p, _h, d, t in rows}
             demands[self.name] = claims[r]
             targets = shares_with_slack(budget, demands, int(now / ROTATE))
+            if r == "mpl" and self.gate.scheduler.workloads is not None:
+                split = tenant_split(budget, demands, int(now / ROTATE))[self.name]
             grants[r] = grow(
                 budget, keep[r], sum(h for _p, h, _d, _t in rows), demand[r], targets[self.name]
             )
@@ -613,6 +630,18 @@ class Coordinator:
         self.free_by = {r: g.free for r, g in grants.items()}
         self.proxies = len({p for p, *_ in others}) + 1
         self.claims = claims
+        if split is not None:
+            # the units are spent the way the split counted them: each tenant weighted here by
+            # its units (one with none, barely: it still runs when the others have nothing)
+            weights: dict[str, float] = {}
+            for name, units in sorted(
+                split.items(), key=lambda kv: claims["mpl"][kv[0]].background
+            ):
+                tenant = (
+                    name.removesuffix("/background") if claims["mpl"][name].background else name
+                )
+                weights.setdefault(tenant, max(float(units), IDLE_WEIGHT))
+            self.gate.scheduler.set_tenant_weights(weights)
         self.last_ok = sent
         self.deadline = sent + self.ttl
         self.heartbeats += 1
@@ -702,8 +731,8 @@ def _claims_of(demand: int, tenants: Any) -> dict[str, Claim] | int:
         return demand
     try:
         return {
-            str(n): Claim(max(0, int(v[0])), max(1e-6, float(v[1])), bool(v[2]))
+            str(n): Claim(max(0, int(v[0])), min(1e6, max(1e-6, float(v[1]))), v[2] is True)
             for n, v in tenants.items()
         }
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, LookupError, OverflowError):
         return demand  # written by something else: its total still counts

@@ -13,6 +13,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -34,6 +35,18 @@ def pg_bin() -> Path:
         "PostgreSQL server binaries (initdb) not found; scripts/check installs them "
         "(apt-get install postgresql)"
     )
+
+
+def interruptible(argv: list[str]) -> list[str]:
+    """``argv`` run with SIGINT at its default disposition, as from a terminal where Ctrl-C
+    reaches it: a test run started in the background by a shell without job control (``… &``
+    in a script) has SIGINT ignored, which its children inherit — and a Python program that
+    starts with SIGINT ignored never raises KeyboardInterrupt."""
+    restore = (
+        "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", restore, *argv]
 
 
 def free_port() -> int:

@@ -116,8 +116,10 @@ class Load:
     threads: list[threading.Thread] = field(default_factory=list)
     hosts: dict[int, str] = field(default_factory=dict)  # proxy port → address, if not loopback
     apps: dict[int, str] = field(default_factory=dict)  # proxy port → its clients' application
+    by_app: dict[str, int] = field(default_factory=dict)  # application → statements completed
 
-    def client(self, port: int) -> None:
+    def client(self, port: int, app: str | None = None) -> None:
+        app = self.apps.get(port, "") if app is None else app
         try:
             with psycopg.connect(
                 host=self.hosts.get(port, "127.0.0.1"),
@@ -125,19 +127,20 @@ class Load:
                 user="postgres",
                 dbname="postgres",
                 autocommit=True,
-                application_name=self.apps.get(port, ""),
+                application_name=app,
             ) as conn:
                 while not self.stop.is_set():
                     conn.execute("select pg_sleep(0.02)")
                     self.done[port] = self.done.get(port, 0) + 1
+                    self.by_app[app] = self.by_app.get(app, 0) + 1
         except psycopg.Error as e:
             if not self.stop.is_set():
                 self.errors.append(f"{port}: {e}")
 
-    def start(self, ports: list[int], per_proxy: int) -> None:
+    def start(self, ports: list[int], per_proxy: int, app: str | None = None) -> None:
         for port in ports:
             for _ in range(per_proxy):
-                t = threading.Thread(target=self.client, args=(port,), daemon=True)
+                t = threading.Thread(target=self.client, args=(port, app), daemon=True)
                 t.start()
                 self.threads.append(t)
 
@@ -448,46 +451,69 @@ match = { application_name = "silver" }
 """
 
 
+def _served_by_app(seconds: float, *loads: Load) -> dict[str, int]:
+    """Statements completed per application over the next ``seconds``, all loads together."""
+    before = [dict(load.by_app) for load in loads]
+    time.sleep(seconds)
+    served: dict[str, int] = {}
+    for load, then in zip(loads, before, strict=True):
+        for app, n in dict(load.by_app).items():
+            served[app] = served.get(app, 0) + n - then.get(app, 0)
+    return served
+
+
 def test_tenants_share_the_global_budget_by_weight_across_proxies(
     pg: Cluster, tmp_path: Path
 ) -> None:
-    """Two proxies with the same workload classes, one serving tenant gold (weight 2), the
-    other silver (weight 1), both saturated: the global MPL of 3 is leased 2:1 — by tenant,
-    not host — and the statements served follow."""
+    """Two proxies with the same workload classes, gold weighted 2 and silver 1, all
+    saturated, a global MPL of 6. One proxy serving gold and the other silver: the budget is
+    leased 4:2 — by tenant, not host — and the statements served follow. Then the first
+    serves gold and silver, the second silver: gold still gets 4 of the 6 units — the first
+    proxy holds 5 and spends them 4:1 as the split counted them, not 2:1 by the configured
+    weights, which would give silver 2⅔ + 1."""
     path = tmp_path / "workloads.toml"
     path.write_text(WORKLOADS)
     coordinator = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
-    extra = ("--mpl", "3", "--workload-classes", str(path))
+    extra = ("--mpl", "6", "--workload-classes", str(path))
     started = [_start(pg, coordinator, *extra) for _ in range(2)]
-    gold, silver = started
-    load = Load(apps={gold.port: "gold", silver.port: "silver"})
+    first, second = started
     sampler = Sampler(pg)
+    load = Load(apps={first.port: "gold", second.port: "silver"})
+    mixed = Load()
     try:
         load.start([p.port for p in started], per_proxy=6)
         time.sleep(1.5)  # leases taken, shares settled
-        before = dict(load.done)
         t = time.monotonic()
         held = []
-        while time.monotonic() - t < 4.0:
+        while time.monotonic() - t < 3.0:
             held.append(tuple(p.status()["coordinator"]["held"] for p in started))
             time.sleep(0.1)
-        served = {p: load.done.get(p, 0) - before.get(p, 0) for p in (gold.port, silver.port)}
-        assert max(sampler.since(t)) <= 3
-        # the leases: gold's proxy 2, silver's 1, nearly always (a unit in flight between two
-        # reads of /status aside)
-        assert sum(h == (2, 1) for h in held) >= 0.8 * len(held), held
-        ratio = served[gold.port] / served[silver.port]
-        assert 1.6 <= ratio <= 2.5, served
-        tenants = gold.status()["coordinator"]["tenants"]
+        assert max(sampler.since(t)) <= 6
+        # the leases: 4 and 2 nearly always (a unit in flight between two reads aside)
+        assert sum(h == (4, 2) for h in held) >= 0.8 * len(held), held
+        served = _served_by_app(3.0, load)
+        print(f"one tenant per proxy: served {served}")
+        assert 1.6 <= served["gold"] / served["silver"] <= 2.5, served
+        tenants = first.status()["coordinator"]["tenants"]
         assert set(tenants) == {"gold"} and tenants["gold"]["weight"] == 2.0, tenants
-        assert tenants["gold"]["demand"] >= 3, tenants
+        assert tenants["gold"]["demand"] >= 4, tenants
+
+        mixed.start([first.port], per_proxy=6, app="silver")
+        time.sleep(1.5)
+        t = time.monotonic()
+        served = _served_by_app(4.0, load, mixed)  # gold: the first; silver: both proxies
+        print(f"gold and silver on one proxy, silver on the other: served {served}")
+        assert max(sampler.since(t)) <= 6
+        assert set(first.status()["coordinator"]["tenants"]) == {"gold", "silver"}
+        assert 1.6 <= served["gold"] / served["silver"] <= 2.5, served
     finally:
         load.finish()
+        mixed.finish()
         sampler.close()
         for p in started:
             p.proc.send_signal(signal.SIGTERM)
             p.proc.communicate(timeout=15)
-    assert not load.errors, load.errors[:3]
+    assert not load.errors and not mixed.errors, (load.errors + mixed.errors)[:3]
 
 
 def test_a_proxy_stopping_cancels_its_statements_and_keeps_their_units_a_ttl(

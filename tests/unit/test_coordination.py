@@ -15,8 +15,10 @@ from admission.coordination import (
     shares_with_slack,
     slack,
     tenant_shares,
+    tenant_split,
     weighted_fill,
 )
+from proxy.coordinator import _claims_of
 
 
 def test_fair_shares_water_fill_in_whole_units() -> None:
@@ -87,6 +89,46 @@ def test_weighted_fill_spends_the_budget_by_weight(
                 assert share[b] / weights[b] < (share[a] + 1) / weights[a] + 1 / weights[b]
     if len({weights[n] for n in demands if demands[n] > 0}) <= 1:
         assert share == fair_shares(budget, demands, epoch)
+
+
+@settings(max_examples=300)
+@given(
+    st.integers(0, 300),
+    st.dictionaries(
+        st.sampled_from("abcdef"),
+        st.tuples(st.integers(0, 40), st.floats(1e-6, 1e12)),
+        min_size=1,
+    ),
+    st.integers(0, 10),
+)
+def test_weighted_fill_holds_for_weights_far_apart(
+    budget: int, tenants: dict[str, tuple[int, float]], epoch: int
+) -> None:
+    """Weights many orders of magnitude apart (a sum of floats taken apart drifts to zero or
+    below): it still spends exactly the budget or every demand, and ends."""
+    demands = {n: d for n, (d, _w) in tenants.items()}
+    share = weighted_fill(budget, demands, {n: w for n, (_d, w) in tenants.items()}, epoch)
+    assert all(0 <= share[n] <= demands[n] for n in demands)
+    assert sum(share.values()) == min(budget, sum(demands.values()))
+
+
+def test_the_split_is_by_tenant_and_proxy() -> None:
+    both = {"P1": {"gold": Claim(20, 2.0), "silver": Claim(20, 1.0)}, "P2": {"silver": Claim(20)}}
+    assert tenant_split(12, both) == {"P1": {"gold": 8, "silver": 2}, "P2": {"silver": 2}}
+    assert tenant_split(4, {"P1": 3, "P2": 5}) == {"P1": {"default": 2}, "P2": {"default": 2}}
+
+
+def test_another_proxys_row_is_read_whatever_it_holds() -> None:
+    assert _claims_of(5, {}) == 5 and _claims_of(5, None) == 5
+    assert _claims_of(5, {"gold": [3, 2, False], "bg": [2, 1.5, True]}) == {
+        "gold": Claim(3, 2.0, False),
+        "bg": Claim(2, 1.5, True),
+    }
+    # a weight out of range is clamped; a flag that is not JSON's true is not background
+    assert _claims_of(1, {"x": [1, 1e300, "false"]}) == {"x": Claim(1, 1e6, False)}
+    # rows in a shape this version does not write count by their total
+    for odd in ({"x": {"demand": 3}}, {"x": [1]}, {"x": ["a", 1, False]}, {"x": 3}):
+        assert _claims_of(4, odd) == 4
 
 
 def test_tenant_shares_weigh_tenants_not_hosts() -> None:

@@ -223,6 +223,36 @@ def test_tenant_load_is_what_a_proxy_reports_by_tenant() -> None:
     assert plain.tenant_load() == {("default", False): (1.0, 2, 2, 0)}
 
 
+def test_tenant_weights_set_from_outside_steer_the_drr_and_can_be_restored() -> None:
+    """A coordinator's split gives gold 1 unit here and silver 3: the DRR weighs them so
+    (silver first, three to gold's one), whatever the configured weights say; restored, the
+    configured 2:1 again. tenant_load reports the configured weight either way."""
+    cfg = _config(workloads=[Tenant("gold", weight=2.0), Tenant("silver", weight=1.0)], hold=0)
+    s = Scheduler(_model(1.0), "fcfs", Limits(mpl=1), workloads=cfg)
+    s.submit("x", "q0", 0.0, tenant="gold")  # in service: the rest queue
+    for i in range(30):
+        s.submit(f"g{i}", "q0", 0.0, tenant="gold")
+        s.submit(f"s{i}", "q0", 0.0, tenant="silver")
+    s.set_tenant_weights({"gold": 1.0, "silver": 3.0})
+    order, running, now = [], "x", 0.0
+    for _ in range(8):
+        now += 1.0
+        (nxt,) = s.complete(running, now)
+        running = nxt.id
+        order.append(running[0])
+    assert order.count("s") == 6 and order.count("g") == 2, order
+    assert s.tenant_load()[("gold", False)][0] == 2.0
+    s.set_tenant_weights(None)
+    order = []
+    for _ in range(13):
+        now += 1.0
+        (nxt,) = s.complete(running, now)
+        running = nxt.id
+        order.append(running[0])
+    # the round under way ends on the weights it began with; then 2:1
+    assert order[4:].count("g") == 6 and order[4:].count("s") == 3, order
+
+
 def test_background_runs_only_when_the_foreground_is_idle() -> None:
     cfg = _config(workloads=[Tenant("web"), Tenant("bg", tier=Tier.BACKGROUND)], hold=0)
     s = Scheduler(_model(1.0), "fcfs", Limits(mpl=4), workloads=cfg)
