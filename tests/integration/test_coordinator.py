@@ -516,6 +516,41 @@ def test_tenants_share_the_global_budget_by_weight_across_proxies(
     assert not load.errors and not mixed.errors, (load.errors + mixed.errors)[:3]
 
 
+def test_a_lease_table_of_an_earlier_version_is_upgraded_and_its_rows_counted(
+    pg: Cluster,
+) -> None:
+    """A table made before leases carried tenants (no ``tenants`` column) and a live row an
+    earlier proxy wrote: the column is added once, and that row's demand counts as one
+    tenant's — the new proxy takes its share beside it, never over the budget."""
+    pg.psql("create database leases_v1")
+    pg.psql(
+        "create table admission_leases (proxy text not null, resource text not null, "
+        "held bigint not null, demand bigint not null, expires timestamptz not null, "
+        "started timestamptz not null default now(), host text not null default '', "
+        "primary key (proxy, resource)); "
+        "insert into admission_leases (proxy, resource, held, demand, expires) "
+        "values ('old', 'mpl', 2, 8, now() + interval '1 hour')",
+        dbname="leases_v1",
+    )
+    coordinator = f"postgresql://postgres@127.0.0.1:{pg.port}/leases_v1"
+    with _proxies(pg, 1, coordinator) as (proxy,):
+        load = Load()
+        try:
+            load.start([proxy.port], per_proxy=6)
+            time.sleep(1.0)
+            status = proxy.status()["coordinator"]
+            assert status["state"] == "ok" and status["proxies"] == 2, status
+            # demand 8 against 6 (and more), budget 4: two each; the old row holds its two
+            assert status["held"] == 2 and status["fair_share"] == 2, status
+        finally:
+            load.finish()
+        rows = pg.psql(
+            "select tenants::text from admission_leases where proxy <> 'old'", dbname="leases_v1"
+        )
+        assert '"default"' in rows, rows
+    assert not load.errors, load.errors[:3]
+
+
 def test_a_proxy_stopping_cancels_its_statements_and_keeps_their_units_a_ttl(
     pg: Cluster,
 ) -> None:
