@@ -125,6 +125,8 @@ def _terminate_as_interrupt() -> Iterator[None]:
     has SIGINT ignored."""
 
     def interrupt(_signum: int, _frame: object) -> None:
+        # once: a second SIGTERM while the run stops ends the process at once, as before
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -83,7 +83,7 @@ ROTATE = 1.0  # seconds: who gets a remainder unit among equal demands changes t
 WATCH = 0.01  # seconds between looks for statements waiting on units the pool may have
 KICK_GAP = 0.02  # seconds at least between two heartbeats the look asks for
 DEMAND_MEMORY = 3  # heartbeats whose largest demand a proxy keeps units for
-IDLE_WEIGHT = 0.05  # the DRR weight here of a tenant the global split gave no unit here
+IDLE_WEIGHT = 0.05  # a tenant given no unit here: this part of the least weight given
 
 _SCHEMA = """
 create table if not exists admission_leases (
@@ -631,17 +631,7 @@ class Coordinator:
         self.proxies = len({p for p, *_ in others}) + 1
         self.claims = claims
         if split is not None:
-            # the units are spent the way the split counted them: each tenant weighted here by
-            # its units (one with none, barely: it still runs when the others have nothing)
-            weights: dict[str, float] = {}
-            for name, units in sorted(
-                split.items(), key=lambda kv: claims["mpl"][kv[0]].background
-            ):
-                tenant = (
-                    name.removesuffix("/background") if claims["mpl"][name].background else name
-                )
-                weights.setdefault(tenant, max(float(units), IDLE_WEIGHT))
-            self.gate.scheduler.set_tenant_weights(weights)
+            self.gate.scheduler.set_tenant_weights(drr_weights(split, claims["mpl"]))
         self.last_ok = sent
         self.deadline = sent + self.ttl
         self.heartbeats += 1
@@ -722,6 +712,28 @@ class Coordinator:
             conn, self._conn = self._conn, None
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), timeout=0.5)
+
+
+def drr_weights(split: dict[str, int], claims: dict[str, Claim]) -> dict[str, float]:
+    """This proxy's DRR weights from its units by tenant as the global split counted them:
+    in the units' proportions, scaled to the sum of the tenants' configured weights (the
+    DRR's quantum is a weight's worth of statements: raw unit counts would let a tenant
+    keep its turn for dozens of statements, and would dwarf the configured weight of a
+    tenant that arrives before the next heartbeat). A tenant given no unit here gets a
+    twentieth of the least weight given: it runs when the others have nothing queued."""
+    units: dict[str, int] = {}
+    configured: dict[str, float] = {}
+    for name, n in sorted(split.items(), key=lambda kv: claims[kv[0]].background):
+        tenant = name.removesuffix("/background") if claims[name].background else name
+        if tenant not in units:  # its foreground units when it has both
+            units[tenant], configured[tenant] = n, claims[name].weight
+    total = sum(units.values())
+    if total == 0:
+        return {}  # nothing given here: the configured weights
+    scale = sum(configured.values()) / total
+    given = {t: n * scale for t, n in units.items() if n > 0}
+    least = min(given.values())
+    return {t: given.get(t, IDLE_WEIGHT * least) for t in units}
 
 
 def _claims_of(demand: int, tenants: Any) -> dict[str, Claim] | int:

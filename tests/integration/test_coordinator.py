@@ -522,6 +522,7 @@ def test_a_lease_table_of_an_earlier_version_is_upgraded_and_its_rows_counted(
     """A table made before leases carried tenants (no ``tenants`` column) and a live row an
     earlier proxy wrote: the column is added once, and that row's demand counts as one
     tenant's — the new proxy takes its share beside it, never over the budget."""
+    pg.psql("drop database if exists leases_v1")
     pg.psql("create database leases_v1")
     pg.psql(
         "create table admission_leases (proxy text not null, resource text not null, "
@@ -542,12 +543,13 @@ def test_a_lease_table_of_an_earlier_version_is_upgraded_and_its_rows_counted(
             assert status["state"] == "ok" and status["proxies"] == 2, status
             # demand 8 against 6 (and more), budget 4: two each; the old row holds its two
             assert status["held"] == 2 and status["fair_share"] == 2, status
+            rows = pg.psql(
+                "select tenants::text from admission_leases where proxy <> 'old'",
+                dbname="leases_v1",
+            )
+            assert '"default"' in rows, rows
         finally:
             load.finish()
-        rows = pg.psql(
-            "select tenants::text from admission_leases where proxy <> 'old'", dbname="leases_v1"
-        )
-        assert '"default"' in rows, rows
     assert not load.errors, load.errors[:3]
 
 

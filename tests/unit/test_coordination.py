@@ -18,7 +18,7 @@ from admission.coordination import (
     tenant_split,
     weighted_fill,
 )
-from proxy.coordinator import _claims_of
+from proxy.coordinator import _claims_of, drr_weights
 
 
 def test_fair_shares_water_fill_in_whole_units() -> None:
@@ -116,6 +116,21 @@ def test_the_split_is_by_tenant_and_proxy() -> None:
     both = {"P1": {"gold": Claim(20, 2.0), "silver": Claim(20, 1.0)}, "P2": {"silver": Claim(20)}}
     assert tenant_split(12, both) == {"P1": {"gold": 8, "silver": 2}, "P2": {"silver": 2}}
     assert tenant_split(4, {"P1": 3, "P2": 5}) == {"P1": {"default": 2}, "P2": {"default": 2}}
+
+
+def test_drr_weights_follow_the_split_at_the_configured_scale() -> None:
+    """A proxy spends its units as the split counted them: DRR weights in the units'
+    proportions, summing to the configured weights (a quantum stays a few statements
+    however large the budget), a tenant given nothing a twentieth of the least."""
+    claims = {"gold": Claim(90, 2.0), "silver": Claim(90, 1.0)}
+    w = drr_weights({"gold": 67, "silver": 33}, claims)
+    assert w["gold"] / w["silver"] == 67 / 33 and sum(w.values()) == 3.0
+    w = drr_weights({"gold": 6, "silver": 0}, claims)
+    assert w["gold"] == 3.0 and w["silver"] == 0.05 * 3.0
+    assert drr_weights({"gold": 0, "silver": 0}, claims) == {}
+    # a tenant with foreground and background work: its foreground units count
+    both = {"gold": Claim(4, 2.0), "gold/background": Claim(4, 2.0, background=True)}
+    assert drr_weights({"gold": 3, "gold/background": 1}, both) == {"gold": 2.0}
 
 
 def test_another_proxys_row_is_read_whatever_it_holds() -> None:
