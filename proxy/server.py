@@ -706,13 +706,14 @@ class ClientConnection(asyncio.Protocol):
             self._apply(self.session.client_lost())
         self._teardown()
 
-    def _cancel_orphan(self) -> asyncio.Task[None] | None:
+    def _cancel_orphan(self, stopping: bool = False) -> asyncio.Task[None] | None:
         """The client is going with a statement running on the server: nobody will read its
         result, so stop the work there too (PostgreSQL would run it to its end). The cancel's
-        task, if one was sent."""
+        task, if one was sent. After a Terminate what the client sent runs on, as PostgreSQL
+        would run it — unless the proxy is ``stopping``: its server connection goes with it,
+        and a statement left running would hold a unit nobody accounts for any more."""
         key = self.server_key
-        # (after a Terminate what the client sent runs on, as PostgreSQL would run it)
-        terminated = self.pooled and self._terminating
+        terminated = self.pooled and self._terminating and not stopping
         if not self.session.statement_running or key is None or terminated:
             return None
         return asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
@@ -1232,7 +1233,7 @@ class ClientConnection(asyncio.Protocol):
     def shutdown(self, why: str) -> asyncio.Task[None] | None:
         """Close the client with ``why`` (57P01); its running statement is cancelled on the
         server (the task sending the cancel, if one was sent)."""
-        cancel = None if self._closed else self._cancel_orphan()
+        cancel = None if self._closed else self._cancel_orphan(stopping=True)
         error = pg.error_response(pg.SQLSTATE_ADMIN_SHUTDOWN, why, severity="FATAL")
         self._apply([SendToClient(error), *self.session.client_lost()])
         return cancel

@@ -371,6 +371,37 @@ def _in_one_write(proxy: ProxyHarness, pg: Cluster, table: str, middle: bytes) -
         raw.sock.close()
 
 
+def test_a_stopping_proxy_cancels_what_a_terminated_client_left_running(
+    pooled: Callable[..., ProxyHarness], pg: Cluster
+) -> None:
+    """A client sends a long statement and Terminate at once: the statement runs on, as on
+    PostgreSQL — until the proxy stops, which cancels it with the others (its server
+    connection is closed with the pool; left running it would hold capacity nobody counts)."""
+    from proxy.wire import protocol
+
+    slow = "SELECT pg_sleep(30) /* terminated */"
+    running = f"SELECT count(*) FROM pg_stat_activity WHERE query = '{slow}' AND state = 'active'"
+    proxy = pooled(size=1)
+    raw = RawClient(proxy.port)
+    try:
+        raw.send(startup_packet("postgres", "postgres"))
+        raw.replies(1)
+        raw.send(protocol.message(b"Q", slow.encode() + b"\0") + protocol.message(b"X", b""))
+        deadline = time.monotonic() + 10
+        while pg.psql(running).strip() != "1" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        assert pg.psql(running).strip() == "1"  # still running after the Terminate
+        stopped = time.monotonic()
+        proxy.call(proxy.server.close)  # what serve does on SIGTERM
+        while pg.psql(running).strip() != "0" and time.monotonic() - stopped < 10:
+            time.sleep(0.05)
+        assert pg.psql(running).strip() == "0"
+        assert time.monotonic() - stopped < 3.0  # cancelled, not run for 30 s
+    finally:
+        raw.sock.close()
+
+
 def test_a_transaction_sent_in_one_write_runs(
     pooled: Callable[..., ProxyHarness], pg: Cluster
 ) -> None:
