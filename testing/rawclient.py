@@ -9,6 +9,10 @@ import struct
 __all__ = ["RawClient", "startup_packet"]
 
 
+def _message(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!I", len(body) + 4) + body
+
+
 def startup_packet(user: str, dbname: str) -> bytes:
     body = struct.pack("!I", 196608) + f"user\0{user}\0database\0{dbname}\0\0".encode()
     return struct.pack("!I", len(body) + 4) + body
@@ -59,6 +63,21 @@ class RawClient:
             out.append(message)
             count -= message[0] == b"Z"
         return out
+
+    def login(self, user: str = "postgres", dbname: str = "postgres") -> None:
+        """Startup (trust authentication) up to the first ReadyForQuery."""
+        self.send(startup_packet(user, dbname))
+        self.replies(1)
+
+    def queries(self, *sqls: str) -> None:
+        """Simple Queries, all in one write (pipelined: none waits for the one before)."""
+        self.send(b"".join(_message(b"Q", sql.encode() + b"\0") for sql in sqls))
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.sock.close()
 
     def reset(self) -> None:
         """Die without a word: SO_LINGER 0 makes close() send an RST, not a FIN."""

@@ -353,22 +353,15 @@ def test_a_refusal_inside_a_transaction_aborts_it_as_postgresql_would(
     assert proxy.call(lambda: proxy.pools.status())[0]["sv_active"] == 0
 
 
-def _in_one_write(proxy: ProxyHarness, pg: Cluster, table: str, middle: bytes) -> list[Any]:
+def _in_one_write(proxy: ProxyHarness, pg: Cluster, table: str, middle: str) -> list[Any]:
     """BEGIN, an INSERT into ``table`` (made empty first), ``middle`` and COMMIT, each a Query
     of its own, sent in one write; the replies up to the fourth ReadyForQuery."""
-    from proxy.wire import protocol
-
     pg.psql(f"CREATE TABLE IF NOT EXISTS {table} (x int)")
     pg.psql(f"TRUNCATE {table}")
-    raw = RawClient(proxy.port)
-    try:
-        raw.send(startup_packet("postgres", "postgres"))
-        raw.replies(1)
-        sqls = (b"BEGIN", f"INSERT INTO {table} VALUES (1)".encode(), middle, b"COMMIT")
-        raw.send(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
+    with RawClient(proxy.port) as raw:
+        raw.login()
+        raw.queries("BEGIN", f"INSERT INTO {table} VALUES (1)", middle, "COMMIT")
         return raw.replies(4)
-    finally:
-        raw.sock.close()
 
 
 def test_a_stopping_proxy_cancels_what_a_terminated_client_left_running(
@@ -382,10 +375,8 @@ def test_a_stopping_proxy_cancels_what_a_terminated_client_left_running(
     slow = "SELECT pg_sleep(30) /* terminated */"
     running = f"SELECT count(*) FROM pg_stat_activity WHERE query = '{slow}' AND state = 'active'"
     proxy = pooled(size=1)
-    raw = RawClient(proxy.port)
-    try:
-        raw.send(startup_packet("postgres", "postgres"))
-        raw.replies(1)
+    with RawClient(proxy.port) as raw:
+        raw.login()
         raw.send(protocol.message(b"Q", slow.encode() + b"\0") + protocol.message(b"X", b""))
         deadline = time.monotonic() + 10
         while pg.psql(running).strip() != "1" and time.monotonic() < deadline:
@@ -398,8 +389,6 @@ def test_a_stopping_proxy_cancels_what_a_terminated_client_left_running(
             time.sleep(0.05)
         assert pg.psql(running).strip() == "0"
         assert time.monotonic() - stopped < 3.0  # cancelled, not run for 30 s
-    finally:
-        raw.sock.close()
 
 
 def test_a_transaction_sent_in_one_write_runs(
@@ -409,7 +398,7 @@ def test_a_transaction_sent_in_one_write_runs(
     the BEGIN belong to its transaction and its connection — they must not queue for the slot
     that transaction holds (they did, and waited for ever)."""
     proxy = pooled(size=1)
-    got = _in_one_write(proxy, pg, "pool_piped_ok", b"SELECT 1")
+    got = _in_one_write(proxy, pg, "pool_piped_ok", "SELECT 1")
     assert [body for kind, body in got if kind == b"Z"] == [b"T", b"T", b"T", b"I"], got
     assert pg.psql("SELECT count(*) FROM pool_piped_ok").strip() == "1"
     proxy.wait_idle()
@@ -422,7 +411,7 @@ def test_a_refusal_in_a_pipelined_transaction_rolls_it_back(
     the COMMIT rolls back, as on PostgreSQL, and each ReadyForQuery says what the server's
     transaction is then."""
     proxy = pooled(size=1)
-    got = _in_one_write(proxy, pg, "pool_piped", b"LISTEN pool_channel")
+    got = _in_one_write(proxy, pg, "pool_piped", "LISTEN pool_channel")
     ready = [body for kind, body in got if kind == b"Z"]
     tags = [body for kind, body in got if kind == b"C"]
     errors = [body for kind, body in got if kind == b"E"]

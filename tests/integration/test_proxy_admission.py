@@ -21,7 +21,7 @@ import pytest
 from admission import ClassProfile, EtaModel, Limits
 from testing.pgcluster import Cluster, free_port
 from testing.proxyharness import ProxyHarness
-from testing.rawclient import RawClient, startup_packet
+from testing.rawclient import RawClient
 
 MakeProxy = Callable[..., ProxyHarness]
 
@@ -278,24 +278,17 @@ def test_a_refusal_pipelined_behind_a_begin_not_yet_answered_aborts_the_block(
     Query) and times out before the server has answered the BEGIN: the proxy cannot know yet
     that a block is open, and aborts it all the same — the COMMIT rolls back, nothing is
     kept (it committed the first INSERT: half a transaction)."""
-    from proxy.wire import protocol
-
     pg.psql("CREATE TABLE IF NOT EXISTS piped_session (x int)")
     pg.psql("TRUNCATE piped_session")
     proxy = make_proxy(limits=Limits(mpl=1, queue_timeout=0.2))
-    raw = RawClient(proxy.port)
-    try:
-        raw.send(startup_packet("postgres", "postgres"))
-        raw.replies(1)
-        sqls = (
-            b"BEGIN; INSERT INTO piped_session VALUES (1); SELECT pg_sleep(0.8)",
-            b"INSERT INTO piped_session VALUES (2)",
-            b"COMMIT",
+    with RawClient(proxy.port) as raw:
+        raw.login()
+        raw.queries(
+            "BEGIN; INSERT INTO piped_session VALUES (1); SELECT pg_sleep(0.8)",
+            "INSERT INTO piped_session VALUES (2)",
+            "COMMIT",
         )
-        raw.send(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
         got = raw.replies(3)
-    finally:
-        raw.sock.close()
     ready = [body for kind, body in got if kind == b"Z"]
     tags = [body for kind, body in got if kind == b"C"]
     errors = [body for kind, body in got if kind == b"E"]
@@ -306,20 +299,15 @@ def test_a_refusal_pipelined_behind_a_begin_not_yet_answered_aborts_the_block(
 
     # the same without a block: the abort sent behind the first Query changes nothing, and
     # the client hears the status the server is in
-    raw = RawClient(proxy.port)
-    try:
-        raw.send(startup_packet("postgres", "postgres"))
-        raw.replies(1)
-        sqls = (
-            b"INSERT INTO piped_session VALUES (1); SELECT pg_sleep(0.8)",
-            b"INSERT INTO piped_session VALUES (2)",
+    with RawClient(proxy.port) as raw:
+        raw.login()
+        raw.queries(
+            "INSERT INTO piped_session VALUES (1); SELECT pg_sleep(0.8)",
+            "INSERT INTO piped_session VALUES (2)",
         )
-        raw.send(b"".join(protocol.message(b"Q", sql + b"\0") for sql in sqls))
         got = raw.replies(2)
-        raw.send(protocol.message(b"Q", b"INSERT INTO piped_session VALUES (3)\0"))
+        raw.queries("INSERT INTO piped_session VALUES (3)")
         got += raw.replies(1)
-    finally:
-        raw.sock.close()
     assert [body for kind, body in got if kind == b"Z"] == [b"I", b"I", b"I"], got
     assert [body for kind, body in got if kind == b"C"][-1] == b"INSERT 0 1\0", got
     assert pg.psql("SELECT string_agg(x::text, ',' ORDER BY x) FROM piped_session").strip() == (
