@@ -338,8 +338,6 @@ class ProxySession:
         self._queue: deque[_Batch] = deque()  # batches not yet (fully) forwarded, in order
         # what each ReadyForQuery closes
         self._replies: deque[_Batch | _Synthetic | _Swallow] = deque()
-        # an abort sent behind batches not answered yet, and no batch forwarded since
-        self._abort_sent_behind = False
         self._jobs: dict[int, _Batch] = {}
         self.fast_path = True  # False: every event takes the general path (for comparison)
         self._fast_job: int | None = None  # the fast path's statement (see fast_client)
@@ -794,7 +792,6 @@ class ProxySession:
     def _forward(self, batch: _Batch, out: list[Action], setting: bytes | None = None) -> None:
         if not batch.forwarded:
             batch.forwarded = True
-            self._abort_sent_behind = False  # a batch after the proxy's abort: a new stretch
             if (
                 setting is not None
                 and setting != self._setting
@@ -868,24 +865,16 @@ class ProxySession:
         if not batch.complete:
             self._client.fail(batch)  # the rest up to its Sync is dropped; Sync → Z
         status = self.transaction_status
-        # batches forwarded before this one and not answered yet (session mode: a statement
-        # queued behind them, pipelined after a BEGIN; pooled, a batch is a job only once
-        # what went before it is answered): the status they leave is not known yet
-        owed = any(isinstance(r, _Batch) for r in self._replies)
-        if owed and self._abort_sent_behind:
-            pass  # one abort behind the same unanswered batches does for every refusal
-        elif self.state is State.READY and (status == b"T" or owed):
+        if self.state is State.READY and status == b"T":
             # an error inside a transaction block aborts it, as PostgreSQL's own would: the
             # server's transaction fails too (its replies cut), so that what the client sends
             # next fails with 25P02 and its COMMIT rolls back — never half a transaction kept.
-            # Behind unanswered batches it is sent all the same, after them: outside a block
-            # the failing statement changes nothing, and the server's ReadyForQuery after it
-            # (cut, but read) tells the status the client's error is followed by.
+            # (Pooled, a batch is a job only once what went before it is answered: the status
+            # is the server's. In session mode a statement queued behind unanswered ones —
+            # pipelined after a BEGIN — is judged by the status before them.)
             self._replies.extend((_SWALLOW, _SWALLOW))  # (two Syncs: see _own_statement)
             out.append(SendToServer(_own_statement(_ABORT, failing=True)))
-            self._abort_sent_behind = owed
-            if not owed:
-                self.transaction_status = b"E"  # (until the server says so itself)
+            self.transaction_status = b"E"  # (until the server says so itself)
         self._reply_synthetic(error, out, ready=syncs)
         self._pump(out)
         return out

@@ -21,7 +21,6 @@ import pytest
 from admission import ClassProfile, EtaModel, Limits
 from testing.pgcluster import Cluster, free_port
 from testing.proxyharness import ProxyHarness
-from testing.rawclient import RawClient
 
 MakeProxy = Callable[..., ProxyHarness]
 
@@ -267,52 +266,6 @@ def test_queue_timeout(make_proxy: MakeProxy) -> None:
         assert err.value.sqlstate == "57014"
         blocker[0].join(10)
         assert conn.execute("select 'usable'").fetchone() == ("usable",)
-    proxy.wait_idle()
-
-
-def test_a_refusal_pipelined_behind_a_begin_not_yet_answered_aborts_the_block(
-    make_proxy: MakeProxy, pg: Cluster
-) -> None:
-    """Session mode: BEGIN + INSERT + a second of work in one Query, a second INSERT and
-    COMMIT sent in the same write. The second INSERT queues (MPL 1, held by the first
-    Query) and times out before the server has answered the BEGIN: the proxy cannot know yet
-    that a block is open, and aborts it all the same — the COMMIT rolls back, nothing is
-    kept (it committed the first INSERT: half a transaction)."""
-    pg.psql("CREATE TABLE IF NOT EXISTS piped_session (x int)")
-    pg.psql("TRUNCATE piped_session")
-    proxy = make_proxy(limits=Limits(mpl=1, queue_timeout=0.2))
-    with RawClient(proxy.port) as raw:
-        raw.login()
-        raw.queries(
-            "BEGIN; INSERT INTO piped_session VALUES (1); SELECT pg_sleep(0.8)",
-            "INSERT INTO piped_session VALUES (2)",
-            "COMMIT",
-        )
-        got = raw.replies(3)
-    ready = [body for kind, body in got if kind == b"Z"]
-    tags = [body for kind, body in got if kind == b"C"]
-    errors = [body for kind, body in got if kind == b"E"]
-    assert ready == [b"T", b"E", b"I"], got
-    assert len(errors) == 1 and b"queue timeout" in errors[0], got
-    assert tags[-1] == b"ROLLBACK\0", got
-    assert pg.psql("SELECT count(*) FROM piped_session").strip() == "0"
-
-    # the same without a block: the abort sent behind the first Query changes nothing, and
-    # the client hears the status the server is in
-    with RawClient(proxy.port) as raw:
-        raw.login()
-        raw.queries(
-            "INSERT INTO piped_session VALUES (1); SELECT pg_sleep(0.8)",
-            "INSERT INTO piped_session VALUES (2)",
-        )
-        got = raw.replies(2)
-        raw.queries("INSERT INTO piped_session VALUES (3)")
-        got += raw.replies(1)
-    assert [body for kind, body in got if kind == b"Z"] == [b"I", b"I", b"I"], got
-    assert [body for kind, body in got if kind == b"C"][-1] == b"INSERT 0 1\0", got
-    assert pg.psql("SELECT string_agg(x::text, ',' ORDER BY x) FROM piped_session").strip() == (
-        "1,3"
-    )
     proxy.wait_idle()
 
 
