@@ -199,14 +199,20 @@ def _claims(demand: int | Mapping[str, Claim]) -> Mapping[str, Claim]:
 
 
 def shares_with_slack(
-    budget: int, demands: Mapping[str, int | Mapping[str, Claim]], epoch: int = 0
+    budget: int,
+    demands: Mapping[str, int | Mapping[str, Claim]],
+    epoch: int = 0,
+    split: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, int]:
     """Fair shares of the demands first — per proxy, or per tenant where a proxy reports its
-    demand by tenant (``tenant_shares``; a bare number is one ``default`` tenant) — then what
-    the budget has left shared out as slack (``slack(demand)`` at most each): an idle
-    proxy's slack never comes before a busy proxy's demand."""
+    demand by tenant (``tenant_split``, or ``split`` when the caller has it already; a bare
+    number is one ``default`` tenant) — then what the budget has left shared out as slack
+    (``slack(demand)`` at most each): an idle proxy's slack never comes before a busy
+    proxy's demand."""
     claims = {n: _claims(d) for n, d in demands.items()}
-    shares = tenant_shares(budget, claims, epoch)
+    if split is None:
+        split = tenant_split(budget, claims, epoch)
+    shares = {n: sum(units.values()) for n, units in split.items()}
     left = budget - sum(shares.values())
     if left > 0:
         total = {n: sum(max(0, c.demand) for c in cs.values()) for n, cs in claims.items()}

@@ -416,19 +416,6 @@ class Scheduler:
         """N_c for every class, in model order (a copy)."""
         return list(self._tasks)
 
-    def queued_load(self) -> tuple[int, int]:
-        """Threads (fork sizes) and memory (bytes, M_r) the queued jobs would take: what a
-        proxy sharing a global budget asks for beyond what it holds (proxy.coordinator).
-        O(queued): read at heartbeats, not per statement."""
-        threads = memory = 0
-        for lane in self._lanes:
-            for queue in lane.queues:
-                for job in queue:
-                    if job.state is _QUEUED:
-                        threads += job.fork
-                        memory += job.memory
-        return threads, memory
-
     def set_tenant_weights(self, weights: Mapping[str, float] | None) -> None:
         """DRR weights for the tenants in place of their configured ones (``None``, or a
         tenant not named or not positive: its configured weight). A proxy sharing a global

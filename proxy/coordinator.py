@@ -502,6 +502,7 @@ class Coordinator:
         one instant understates a closed loop's (a client between two statements), so units
         are given back only when unused that long."""
         load = self.gate.scheduler.tenant_load()
+        weights = {k: v[0] for k, v in load.items()}
         claims: dict[str, dict[str, Claim]] = {}
         for i, r in enumerate(("mpl", "threads", "memory")):
             if r not in self.budgets:
@@ -512,7 +513,6 @@ class Coordinator:
                 recent[key] = [*recent.get(key, [])[-(DEMAND_MEMORY - 1) :], now]
                 if not any(recent[key]):
                     del recent[key]
-            weights = {k: v[0] for k, v in load.items()}
             claims[r] = {
                 f"{name}/background" if bg else name: Claim(
                     max(history), weights.get((name, bg), self._weight(name)), bg
@@ -594,9 +594,10 @@ class Coordinator:
             # a unit here)
             demands = {p: _claims_of(d, t) for p, _h, d, t in rows}
             demands[self.name] = claims[r]
-            targets = shares_with_slack(budget, demands, int(now / ROTATE))
+            by_tenant = tenant_split(budget, demands, int(now / ROTATE))
+            targets = shares_with_slack(budget, demands, int(now / ROTATE), by_tenant)
             if r == "mpl" and self.gate.scheduler.workloads is not None:
-                split = tenant_split(budget, demands, int(now / ROTATE))[self.name]
+                split = by_tenant[self.name]
             grants[r] = grow(
                 budget, keep[r], sum(h for _p, h, _d, _t in rows), demand[r], targets[self.name]
             )
