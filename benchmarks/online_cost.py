@@ -95,12 +95,17 @@ def _with_both(s: Scheduler) -> None:
 
 def _with_all(s: Scheduler) -> None:
     """The estimator, the adaptive MPL and the live profile's recorder (what
-    ``training.live.LiveProfile`` hangs on the scheduler; its sampling thread is left out:
+    ``training.live.LiveProfile`` hangs on the scheduler: the loop notes each admission and
+    completion, and the sampling thread replays the notes into the estimator every Δ — that
+    replay is counted here, every 200 statements; the thread's /proc sampling is left out:
     ``benchmarks.sampler`` measures that)."""
     _with_both(s)
     estimator = Estimator(2, {c.fingerprint: c.f for c in s.model.classes}, keep_jobs=False)
-    recorder = Recorder(estimator, DuckDBJobs(ThreadProbe(), {}), lambda _j: ("?", None), 0.2)
+    recorder = Recorder(
+        estimator, DuckDBJobs(ThreadProbe(), {}), lambda _j: ("?", None), 0.2, deferred=True
+    )
     recorder.recording = True
+    noted = [0]
 
     def granted(job: Job, _tasks: Sequence[int]) -> None:
         if not job.bypass:
@@ -109,6 +114,9 @@ def _with_all(s: Scheduler) -> None:
     def finished(job: Job, _now: float) -> None:
         if not job.bypass:
             recorder.released(job.id)
+            noted[0] += 1
+            if noted[0] % 200 == 0:
+                recorder.flush()
 
     s.observe(grants=granted, finishes=finished)
 

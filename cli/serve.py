@@ -501,7 +501,7 @@ def serve(
             lease_ttl=lease_ttl,
             coordinator_fallback=coordinator_fallback,
             # (not in transaction pool mode: a statement's server process is known only once
-            # its connection is, and the per-statement /proc reads cost a pool's throughput)
+            # its connection is, after its admission)
             extend=_live_profile(sample_interval, profile_window, backend is None)
             if learn and sample_interval > 0 and pool is None
             else None,

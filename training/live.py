@@ -57,7 +57,9 @@ class LiveProfile:
         self.learning = learning
         self.gate = learning.gate
         self.cores, self.interval, self.window = cores, interval, window
-        self.recorder = Recorder(self._estimator(), jobs, self._describe, interval)
+        # deferred: the loop only notes admissions and completions; the sampling thread
+        # replays them each Δ (no lock and no /proc read per statement on the proxy's loop)
+        self.recorder = Recorder(self._estimator(), jobs, self._describe, interval, deferred=True)
         # the scheduler's grant and finish observers hand over the job itself: no event
         # objects, no lookups (what every statement pays for the profile: benchmarks.online_cost)
         self.gate.scheduler.observe(grants=self._granted, finishes=self._finished)
@@ -78,7 +80,7 @@ class LiveProfile:
 
     @classmethod
     def for_postgresql(cls, learning: LiveModel, cores: int, **kwargs: Any) -> LiveProfile:
-        profile = cls(learning, PostgresJobs(), cores, **kwargs)
+        profile = cls(learning, PostgresJobs(per_tick=True), cores, **kwargs)
         profile.check_pids = True  # the first backend pid says whether the server is here
         return profile
 

@@ -13,17 +13,21 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
+import pytest
 
 from admission import Limits
 from admission.model import EtaModel
+from admission.scheduler import Job
 from proxy.app import BackgroundProxy, ProxyConfig
 from proxy.server import BackendAddress, Listener, Tuner
 from testing.pgcluster import Cluster
+from training.estimate import Estimator
 from training.live import LiveProfile
+from training.sampler import PostgresJobs, Recorder
 
 WINDOW = 1.5  # seconds (60 when serving): two windows in a few seconds of load
 
@@ -122,6 +126,61 @@ def test_postgresql_profiles_each_class_while_serving(pg: Cluster) -> None:
     with _proxy(BackendAddress("127.0.0.1", pg.port)) as proxy:
         assert _load(proxy.conninfo("postgres", "postgres"), statements, 2.5 * WINDOW) > 10
         _check(proxy, statements)
+
+
+def test_per_tick_cpu_agrees_with_reads_at_every_statement(pg: Cluster) -> None:
+    """The live profile reads each backend once per Δ and shares its CPU among the statements
+    it served by time held; training reads it at each admission and completion. Both hear the
+    same statements here (the second recorder on the same scheduler): per class, the CPU per
+    statement agrees, the heavy class stays ~8× the light one."""
+    exact: list[Recorder] = []
+
+    def extend(listener: Listener) -> Tuner | None:
+        assert listener.learning is not None
+        profile = LiveProfile.for_postgresql(listener.learning, 2, interval=0.05, window=60)
+        record = Recorder(Estimator(2, keep_jobs=False), PostgresJobs(), profile._describe, 0.05)
+        exact.append(record)
+
+        def granted(job: Job, _tasks: Sequence[int]) -> None:
+            if record.recording and not job.bypass:
+                record.admitted(job.id, job.klass.fingerprint, profile._pid(job.id))
+
+        def finished(job: Job, _now: float) -> None:
+            if record.recording and not job.bypass:
+                record.released(job.id)
+
+        listener.learning.gate.scheduler.observe(grants=granted, finishes=finished)
+        record.start()
+        return profile
+
+    statements = [
+        "select count(*) from generate_series(1, 800000)",
+        "select sum(x) from generate_series(1, 100000) as x",
+    ]
+    config = ProxyConfig(
+        backend=BackendAddress("127.0.0.1", pg.port),
+        listen_port=0,
+        learn=True,
+        limits=Limits(mpl=2),
+        extend=extend,
+    )
+    proxy = BackgroundProxy(config)
+    try:
+        assert _load(proxy.conninfo("postgres", "postgres"), statements, 4.0) > 40
+        profile = next(t for t in proxy.server.tuners() if isinstance(t, LiveProfile))
+        proxy.call(exact[0].stop)
+        proxy.call(profile.recorder.stop)  # its last sample replays every note
+        model, at = _profiled(proxy, statements)
+        by_fp = {model.classes[i].fingerprint: sql for sql, i in at.items()}
+        ticks = {by_fp[k]: e for k, e in profile.recorder.estimator.estimates().items()}
+        reads = {by_fp[k]: e for k, e in exact[0].estimator.estimates().items()}
+    finally:
+        proxy.close()
+    heavy, light = statements
+    for sql in statements:
+        assert reads[sql].count >= 10 and ticks[sql].count == reads[sql].count, (sql, reads, ticks)
+        assert ticks[sql].cpu == pytest.approx(reads[sql].cpu, rel=0.1), (sql, reads, ticks)
+    assert ticks[heavy].cpu > 4 * ticks[light].cpu
 
 
 def test_statements_never_seen_running_stop_the_sampler(pg: Cluster) -> None:
