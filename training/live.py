@@ -29,7 +29,7 @@ from admission.scheduler import Job
 from proxy.learning import LiveModel
 from training.estimate import Estimator
 from training.proc import ThreadProbe, read_task
-from training.sampler import DuckDBJobs, Jobs, PostgresJobs, Recorder
+from training.sampler import DuckDBJobs, Jobs, PostgresJobs, PostgresTicks, Recorder
 
 __all__ = ["INTERVAL", "WINDOW", "LiveProfile"]
 
@@ -80,7 +80,7 @@ class LiveProfile:
 
     @classmethod
     def for_postgresql(cls, learning: LiveModel, cores: int, **kwargs: Any) -> LiveProfile:
-        profile = cls(learning, PostgresJobs(per_tick=True), cores, **kwargs)
+        profile = cls(learning, PostgresTicks(), cores, **kwargs)
         profile.check_pids = True  # the first backend pid says whether the server is here
         return profile
 
@@ -98,7 +98,9 @@ class LiveProfile:
         return client.backend_pid if client is not None else None
 
     def _granted(self, job: Job, _tasks: Sequence[int]) -> None:
-        if self.recorder.recording and not job.bypass:
+        if self.recorder.recording and job.bypass:
+            self.recorder.passed(job.id, self._pid(job.id))
+        elif self.recorder.recording:
             pid = self._pid(job.id)
             if self.check_pids and pid is not None:
                 self.check_pids = False
@@ -109,7 +111,9 @@ class LiveProfile:
             self.recorder.admitted(job.id, job.klass.fingerprint, pid)
 
     def _finished(self, job: Job, _now: float) -> None:
-        if self.recorder.recording and not job.bypass:
+        if self.recorder.recording and job.bypass:
+            self.recorder.passed_done(job.id)
+        elif self.recorder.recording:
             self.recorder.released(job.id)
 
     def start(self) -> None:
@@ -158,6 +162,7 @@ class LiveProfile:
 
     def _close_window(self) -> None:
         recorder = self.recorder
+        recorder.flush()  # what was noted up to now counts in this window (the loop notes)
         with recorder.lock:
             old = recorder.estimator
             new = self._estimator()

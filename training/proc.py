@@ -37,6 +37,7 @@ class TaskReading:
     cpu: float  # seconds since the task started
     ppid: int
     children_cpu: float  # of reaped children (cutime + cstime), seconds
+    started: int = 0  # clock ticks after boot: a pid used again names another process
 
 
 def _read(path: str) -> bytes:
@@ -66,6 +67,7 @@ def read_task(path: str) -> TaskReading | None:
         cpu=cpu,
         ppid=int(fields[1]),
         children_cpu=(int(fields[13]) + int(fields[14])) / CLK_TCK,
+        started=int(fields[19]),
     )
 
 
@@ -82,6 +84,7 @@ class PostgresProbe:
 
     def __init__(self) -> None:
         self.postmaster: int | None = None
+        self.children: list[int] = []  # the postmaster's, at the last ``workers``
         self._leader_of: dict[int, int | None] = {}  # child pid → leader pid (None: not a worker)
 
     def workers(self) -> dict[int, list[int]]:
@@ -89,7 +92,7 @@ class PostgresProbe:
         out: dict[int, list[int]] = {}
         if self.postmaster is None:
             return out
-        kids = children(self.postmaster)
+        kids = self.children = children(self.postmaster)
         alive = set(kids)
         for pid in kids:
             if pid in self._leader_of:

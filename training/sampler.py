@@ -8,8 +8,8 @@ depends on the backend:
   pid; in execution means state R, and the fork profile counts them running or not. CPU per
   statement = the backend's CPU from admission to completion (read at both instants) + each
   worker's CPU as last sampled; the workers' unseen last moments are recovered at the end.
-  ``per_tick`` (what ``serve`` uses): no /proc read per statement — each Δ every backend that
-  served a statement since the last sample is read once, and its CPU since then is shared
+  ``PostgresTicks`` (what ``serve`` uses): no /proc read per statement — each Δ every backend
+  that served a statement since the last sample is read once, and its CPU since then is shared
   among those statements by the time each held it (a few reads per Δ, at any rate).
 * ``RemotePostgresJobs``: a server on another machine, so no /proc: active leaders and workers
   from ``pg_stat_activity``; CPU is *estimated* as each active process's share of M cores.
@@ -20,6 +20,7 @@ depends on the backend:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -30,7 +31,9 @@ from typing import Any, Protocol
 from training.estimate import Estimator, attribute
 from training.proc import PostgresProbe, TaskReading, ThreadProbe, children
 
-__all__ = ["DuckDBJobs", "PostgresJobs", "Recorder", "RemotePostgresJobs"]
+__all__ = ["DuckDBJobs", "PostgresJobs", "PostgresTicks", "Recorder", "RemotePostgresJobs"]
+
+log = logging.getLogger("admission.profile")
 
 
 class Jobs(Protocol):
@@ -50,7 +53,7 @@ class Jobs(Protocol):
 
 
 # A scheduler event as a deferring ``Recorder`` keeps it: (admitted?, job, class, pid, when).
-Event = tuple[bool, Hashable, str, int | None, float]
+Event = tuple[bool, Hashable, str | None, int | None, float]  # class None: bypass
 
 
 NO_WORKERS: frozenset[int] = frozenset()
@@ -80,24 +83,13 @@ class PostgresJobs:
 
     exact_cpu = True
 
-    def __init__(self, per_tick: bool = False) -> None:
-        """``per_tick``: read each backend once per sample, not at every admission and
-        completion (``settle``; what the proxy uses while serving: a /proc read per statement
-        costs a short-statement workload most of its throughput)."""
+    def __init__(self) -> None:
         self.probe = PostgresProbe()
-        self.per_tick = per_tick
         self.jobs: dict[Hashable, _PgJob] = {}
         self.klass: dict[Hashable, str] = {}
         self.reaped_at_start: float | None = None
         self.last_cpu: dict[int, float] = {}  # every process read: pid → CPU last seen
         self.worker_class: dict[int, str] = {}
-        # per tick: when each backend was last read, this sample's readings of the backends,
-        # the workers seen at the last sample (by leader), CPU owed to jobs not begun yet
-        self.read_at: dict[int, float] = {}
-        self.readings: dict[int, TaskReading] = {}
-        self.seen_workers: dict[int, list[int]] = {}
-        self.owed: dict[Hashable, float] = {}
-        self.starts: dict[Hashable, float] = {}
 
     def _open_window(self) -> None:
         postmaster = self.probe.postmaster
@@ -112,14 +104,6 @@ class PostgresJobs:
 
     def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
         if pid is None:
-            return
-        if self.per_tick:  # nothing read: ``settle`` did, for the whole interval
-            seen = self.seen_workers.get(pid)
-            j = _PgJob(pid, 0.0, 0.0, earlier=set(seen) if seen else NO_WORKERS)
-            j.start = self.starts.pop(job, 0.0)
-            j.charged = self.owed.pop(job, 0.0)
-            self.jobs[job] = j
-            self.klass[job] = klass
             return
         reading = self.probe.read(pid)
         cpu = reading.cpu if reading is not None else 0.0
@@ -142,58 +126,14 @@ class PostgresJobs:
         return reading.running
 
     def settle(self, events: Sequence[Event], now: float) -> None:
-        """Per tick, before ``events`` (admissions and completions since the last sample, in
-        order) are replayed: read once every backend that held a statement since then, and
-        share its CPU since its last reading among those statements by the time each held it
-        in that span (the whole of it: between statements a session's backend idles; a
-        backend's first reading is its baseline, so its first statements here are charged
-        nothing)."""
-        if not self.per_tick:
-            return
-        stops: dict[Hashable, float] = {}
-        begun: list[tuple[Hashable, int, float]] = []
-        for admitted, job, _klass, pid, at in events:
-            if not admitted:
-                stops[job] = at
-            elif pid is not None:
-                begun.append((job, pid, at))
-                self.starts[job] = at
-        spans: dict[int, list[tuple[Hashable, float, float]]] = {}
-        for job, j in self.jobs.items():
-            spans.setdefault(j.leader, []).append((job, j.start, stops.get(job, now)))
-        for job, pid, at in begun:
-            spans.setdefault(pid, []).append((job, at, stops.get(job, now)))
-        self.readings = {}
-        for pid, held in spans.items():
-            reading = self.probe.read(pid)
-            if reading is None:
-                continue
-            self.readings[pid] = reading
-            before, since = self.last_cpu.get(pid), self.read_at.get(pid)
-            self.last_cpu[pid], self.read_at[pid] = reading.cpu, now
-            if before is None:
-                continue
-            since = since if since is not None else min(start for _, start, _ in held)
-            weights = {
-                job: max(0.0, min(stop, now) - max(start, since)) for job, start, stop in held
-            }
-            if not any(weights.values()):
-                weights = dict.fromkeys(weights, 1.0)
-            for job, share in attribute(max(0.0, reading.cpu - before), weights).items():
-                held_by = self.jobs.get(job)
-                if held_by is not None:
-                    held_by.charged += share
-                else:
-                    self.owed[job] = self.owed.get(job, 0.0) + share
-        if self.reaped_at_start is None:  # (once a backend has named the postmaster)
-            self._open_window()  # every other backend's baseline
+        pass  # read at each admission and completion (``PostgresTicks``: once per sample)
 
     def sample(self) -> tuple[dict[Hashable, float], dict[Hashable, float] | None]:
-        workers = self.probe.workers()
+        workers = self._workers_now()
         tasks: dict[Hashable, float] = {}
         forks: dict[Hashable, float] = {}
         for job, j in self.jobs.items():
-            leader = self.readings.get(j.leader) if self.per_tick else self.probe.read(j.leader)
+            leader = self._leader(j.leader)
             n = 0
             mine = [w for w in workers.get(j.leader, ()) if w not in j.earlier]
             forks[job] = 1 + len(mine)
@@ -203,18 +143,19 @@ class PostgresJobs:
             for pid in mine:
                 n += self._worker(j, self.klass[job], pid)
             tasks[job] = n
-        if self.per_tick:
-            self.seen_workers = workers
         return tasks, forks
+
+    def _leader(self, pid: int) -> TaskReading | None:
+        return self.probe.read(pid)
+
+    def _workers_now(self) -> dict[int, list[int]]:
+        return self.probe.workers()
 
     def end(self, job: Hashable) -> float | None:
         j = self.jobs.pop(job, None)
         klass = self.klass.pop(job, "")
         if j is None:
-            self.owed.pop(job, None)
             return None
-        if self.per_tick:  # its backend's share, and its workers as last sampled
-            return j.charged + sum(j.workers.values())
         for pid in self.probe.workers().get(j.leader, ()):  # workers still exiting
             if pid not in j.earlier:
                 self._worker(j, klass, pid)
@@ -231,13 +172,13 @@ class PostgresJobs:
             keep.add(j.leader)
             keep.update(j.workers)
             keep.update(j.earlier)
-        if self.per_tick:  # a backend's reading is its next statement's baseline
-            postmaster = self.probe.postmaster
-            alive = set(children(postmaster)) if postmaster is not None else set()
-            keep.update(pid for pid in self.read_at if pid in alive)
-            self.read_at = {pid: at for pid, at in self.read_at.items() if pid in keep}
+        keep.update(self._kept())
         self.last_cpu = {pid: cpu for pid, cpu in self.last_cpu.items() if pid in keep}
         self.worker_class = {pid: k for pid, k in self.worker_class.items() if pid in keep}
+
+    def _kept(self) -> set[int]:
+        """Processes ``prune`` keeps beyond those of the statements in flight."""
+        return set()
 
     def finish(self) -> dict[str, float]:
         """CPU seconds per class that exited workers used after their last sample."""
@@ -255,6 +196,145 @@ class PostgresJobs:
         for klass in gone_workers:
             per_class[klass] = per_class.get(klass, 0) + 1
         return {k: tail * n / len(gone_workers) for k, n in per_class.items()}
+
+
+class PostgresTicks(PostgresJobs):
+    """``PostgresJobs`` for a proxy that serves: nothing read per statement (what ``serve``'s
+    live profile uses; a /proc read at every admission and completion cost a workload of short
+    statements most of its throughput).
+
+    Each Δ (``settle``, before the notes of the admissions and completions since the last
+    sample are replayed) every backend that held a statement since then is read once, and its
+    CPU since its previous reading is shared among the statements it held in that span by the
+    time each held it. Statements that passed admission (session control, statements inside a
+    transaction block) take their share of that time too, and their share is dropped: they are
+    not learned, as they are not when each statement is read at its ends. So a statement is
+    charged exactly its backend's CPU when it is the only one that backend served in a Δ; where
+    several shared one Δ, the split is by time held, not by CPU (a statement that waits on a
+    lock, a sleep or its client is charged some of its neighbours' CPU, within that Δ only).
+
+    Every backend is read once when first seen among the postmaster's children (each sample
+    lists them), so a statement's span starts from a baseline; a process that is newer than
+    the last sample is charged from its start (its connection's setup with it). Workers are
+    counted as in ``PostgresJobs`` but only as sampled: a worker's CPU after its last sample is
+    not seen (``finish`` is for a training run's end).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_at: dict[int, float] = {}  # backend → when its CPU was last read
+        self.started: dict[int, int] = {}  # process → its start: a reused pid is a new process
+        self.readings: dict[int, TaskReading] = {}  # the backends read at this sample
+        self.seen_workers: dict[int, list[int]] = {}  # at the last sample, by leader
+        self.starts: dict[Hashable, float] = {}  # admitted since the last sample: when
+        self.owed: dict[Hashable, float] = {}  # … and what they were charged before ``begin``
+        self.unmeasured: set[Hashable] = set()  # charged nothing for a span: CPU unknown
+        self.passing: dict[Hashable, tuple[int, float]] = {}  # bypass jobs: backend, since
+        self.scanned = False  # every backend alive at the last sample has a baseline
+        self._workers: dict[int, list[int]] = {}
+
+    def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
+        if pid is None:
+            return
+        seen = self.seen_workers.get(pid)
+        j = _PgJob(pid, 0.0, 0.0, earlier=set(seen) if seen else NO_WORKERS)
+        j.start = self.starts.pop(job, 0.0)
+        j.charged = self.owed.pop(job, 0.0)
+        self.jobs[job] = j
+        self.klass[job] = klass
+
+    def settle(self, events: Sequence[Event], now: float) -> None:
+        stops: dict[Hashable, float] = {}
+        begun: list[tuple[Hashable, int, float]] = []
+        for admitted, job, klass, pid, at in events:
+            if not admitted:
+                stops[job] = at
+            elif pid is None:
+                continue
+            elif klass is None:
+                self.passing[job] = (pid, at)
+            else:
+                begun.append((job, pid, at))
+                self.starts[job] = at
+        spans: dict[int, list[tuple[Hashable, float, float]]] = {}
+        for job, j in self.jobs.items():
+            spans.setdefault(j.leader, []).append((job, j.start, stops.get(job, now)))
+        for job, pid, at in begun:
+            spans.setdefault(pid, []).append((job, at, stops.get(job, now)))
+        for job, (pid, at) in self.passing.items():
+            spans.setdefault(pid, []).append((job, at, stops.get(job, now)))
+        self.readings = {}
+        for pid, held in spans.items():
+            self._charge(pid, held, now)
+        for job in stops:
+            self.passing.pop(job, None)
+        if self.reaped_at_start is None:  # (once a backend has named the postmaster)
+            self._open_window()
+
+    def _charge(self, pid: int, held: list[tuple[Hashable, float, float]], now: float) -> None:
+        reading = self.probe.read(pid)
+        if reading is None:
+            return
+        self.readings[pid] = reading
+        same = self.started.get(pid) == reading.started
+        before = self.last_cpu.get(pid) if same else None
+        since = self.read_at.get(pid) if same else None
+        self.last_cpu[pid], self.read_at[pid] = reading.cpu, now
+        self.started[pid] = reading.started
+        if before is None:
+            if not self.scanned:  # (the first sample: older backends never read)
+                self.unmeasured.update(job for job, _, _ in held if job not in self.passing)
+                return
+            before = 0.0  # newer than the last sample's list: all its CPU is since then
+        if since is None:
+            since = min(start for _, start, _ in held)
+        weights = {job: max(0.0, min(stop, now) - max(start, since)) for job, start, stop in held}
+        if not any(weights.values()):
+            weights = dict.fromkeys(weights, 1.0)
+        for job, share in attribute(max(0.0, reading.cpu - before), weights).items():
+            j = self.jobs.get(job)
+            if j is not None:
+                j.charged += share
+            elif job not in self.passing:
+                self.owed[job] = self.owed.get(job, 0.0) + share
+
+    def sample(self) -> tuple[dict[Hashable, float], dict[Hashable, float] | None]:
+        tasks, forks = super().sample()  # (its ``workers`` lists the postmaster's children)
+        workers = self.seen_workers = self._workers
+        parallel = {pid for group in workers.values() for pid in group}
+        for pid in self.probe.children:  # a baseline for each backend new since the last
+            if pid not in self.started and pid not in parallel:
+                reading = self.probe.read(pid)
+                if reading is not None:
+                    self.last_cpu[pid], self.started[pid] = reading.cpu, reading.started
+        self.scanned = self.probe.postmaster is not None
+        return tasks, forks
+
+    def _workers_now(self) -> dict[int, list[int]]:
+        self._workers = self.probe.workers()
+        return self._workers
+
+    def _leader(self, pid: int) -> TaskReading | None:
+        return self.readings.get(pid)  # read by ``settle`` at this sample
+
+    def end(self, job: Hashable) -> float | None:
+        j = self.jobs.pop(job, None)
+        self.klass.pop(job, None)
+        self.owed.pop(job, None)
+        if job in self.unmeasured:
+            self.unmeasured.discard(job)
+            return None
+        if j is None:
+            return None
+        return j.charged + sum(j.workers.values())  # its workers as last sampled
+
+    def _kept(self) -> set[int]:
+        postmaster = self.probe.postmaster
+        alive = set(children(postmaster)) if postmaster is not None else set()
+        self.passing = {job: v for job, v in self.passing.items() if v[0] in alive}
+        self.read_at = {pid: at for pid, at in self.read_at.items() if pid in alive}
+        self.started = {pid: at for pid, at in self.started.items() if pid in alive}
+        return alive  # a backend's reading is its next statement's baseline
 
 
 class RemotePostgresJobs:
@@ -438,6 +518,16 @@ class Recorder:
         with self.lock:
             self._replay(self.clock())
 
+    def passed(self, job: Hashable, pid: int | None) -> None:
+        """Deferred: a statement that passed admission (session control, inside a transaction
+        block) holds backend ``pid``: not learned, but a share of that backend's time."""
+        if self.deferred:
+            self.events.append((True, job, None, pid, self.clock()))
+
+    def passed_done(self, job: Hashable) -> None:
+        if self.deferred:
+            self.events.append((False, job, None, None, self.clock()))
+
     def _replay(self, now: float) -> None:
         """Deferred: the events noted up to ``now``, in order (under the lock)."""
         events: list[Event] = []
@@ -445,7 +535,12 @@ class Recorder:
         while queue and queue[0][4] <= now:
             events.append(queue.popleft())
         self.jobs.settle(events, now)
+        last = self.estimator.last
         for admitted, job, klass, pid, at in events:
+            if klass is None:
+                continue  # a bypass statement: its backend's time only (``settle``)
+            if last is not None and at < last:  # (noted just after a sample read the clock)
+                at = last
             if admitted:
                 self._admit(job, klass, pid, at)
             else:
@@ -485,10 +580,15 @@ class Recorder:
         self.sampler_tid = threading.get_native_id()
         started = time.thread_time()
         next_at = self.clock()
-        while True:
+        try:
+            while True:
+                self.sample_now()
+                next_at += self.interval
+                if self._stop.wait(max(0.0, next_at - self.clock())):
+                    break
             self.sample_now()
-            next_at += self.interval
-            if self._stop.wait(max(0.0, next_at - self.clock())):
-                break
-        self.sample_now()
+        except Exception:  # nothing is noted for ever for a thread that is gone
+            log.exception("the sampler failed and stopped")
+            self.recording = False
+            self.events.clear()
         self.sampler_cpu = time.thread_time() - started

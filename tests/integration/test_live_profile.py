@@ -57,11 +57,14 @@ def _proxy(backend: BackendAddress | None, mpl: int = 2) -> Iterator[BackgroundP
         proxy.close()
 
 
-def _load(conninfo: str, statements: list[str], seconds: float, clients: int = 4) -> int:
+def _load(
+    conninfo: str, statements: list[str], seconds: float, clients: int = 4, blocks: bool = False
+) -> int:
     """``clients`` connections each running one of ``statements`` at random, one after the
     other, for ``seconds``; how many ran. (At random, not in turn: clients alternating two
     statements under MPL 2 can lock into a phase where one class is only ever admitted beside
-    itself.)"""
+    itself.) ``blocks``: one time in three the statement runs inside a transaction block
+    instead (so it passes admission)."""
     done = [0] * clients
     errors: list[BaseException] = []
     stop = time.monotonic() + seconds
@@ -71,7 +74,12 @@ def _load(conninfo: str, statements: list[str], seconds: float, clients: int = 4
         try:
             with psycopg.connect(conninfo, autocommit=True) as conn:
                 while time.monotonic() < stop:
-                    conn.execute(pick(statements))
+                    sql = pick(statements)
+                    if blocks and pick((False, False, True)):
+                        with conn.transaction():
+                            conn.execute(sql)
+                    else:
+                        conn.execute(sql)
                     done[i] += 1
         except BaseException as e:
             errors.append(e)
@@ -131,8 +139,9 @@ def test_postgresql_profiles_each_class_while_serving(pg: Cluster) -> None:
 def test_per_tick_cpu_agrees_with_reads_at_every_statement(pg: Cluster) -> None:
     """The live profile reads each backend once per Δ and shares its CPU among the statements
     it served by time held; training reads it at each admission and completion. Both hear the
-    same statements here (the second recorder on the same scheduler): per class, the CPU per
-    statement agrees, the heavy class stays ~8× the light one."""
+    same statements here (the second recorder on the same scheduler), a third of them inside
+    transaction blocks on the same backends (they pass admission: neither learns them): per
+    class, the CPU per statement agrees, the heavy class stays ~8× the light one."""
     exact: list[Recorder] = []
 
     def extend(listener: Listener) -> Tuner | None:
@@ -166,7 +175,7 @@ def test_per_tick_cpu_agrees_with_reads_at_every_statement(pg: Cluster) -> None:
     )
     proxy = BackgroundProxy(config)
     try:
-        assert _load(proxy.conninfo("postgres", "postgres"), statements, 4.0) > 40
+        assert _load(proxy.conninfo("postgres", "postgres"), statements, 4.0, blocks=True) > 40
         profile = next(t for t in proxy.server.tuners() if isinstance(t, LiveProfile))
         proxy.call(exact[0].stop)
         proxy.call(profile.recorder.stop)  # its last sample replays every note

@@ -1,8 +1,9 @@
 """The sampler's two ways of hearing statements: at once, or noted and replayed each Δ; and the
-per-tick CPU accounting of backends (``PostgresJobs(per_tick=True)``) on real processes."""
+per-sample CPU accounting of backends (``PostgresTicks``) on real processes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import pytest
 
 from training.estimate import Estimator
 from training.proc import read_task
-from training.sampler import Event, PostgresJobs, Recorder
+from training.sampler import Event, PostgresTicks, Recorder
 
 
 class Clock:
@@ -98,18 +99,33 @@ def _cpu(pid: int) -> float:
     return reading.cpu
 
 
-def test_per_tick_charges_each_backend_to_the_statements_it_served(
+def _warmed(busy: int, idle: int) -> tuple[PostgresTicks, float]:
+    """Ticks that have sampled once: the first statements are unmeasured (no baseline yet),
+    every backend then has one; returns the time of the last sample."""
+    jobs = PostgresTicks()
+    t0 = time.monotonic()
+    jobs.settle([(True, "w", "warm", busy, t0), (True, "v", "warm", idle, t0)], t0)
+    jobs.begin("w", "warm", busy)
+    jobs.begin("v", "warm", idle)
+    assert jobs.probe.postmaster == os.getpid() and jobs.reaped_at_start is not None
+    jobs.sample()  # lists this process's children: a baseline for each
+    assert jobs.scanned
+    t1 = time.monotonic()
+    jobs.settle([(False, "w", None, None, t1), (False, "v", None, None, t1)], t1)
+    jobs.sample()
+    assert jobs.end("w") is None and jobs.end("v") is None  # (no baseline at their start)
+    return jobs, t1
+
+
+def test_ticks_charge_each_backend_to_the_statements_it_served(
     processes: tuple[int, int],
 ) -> None:
     busy, idle = processes
-    jobs = PostgresJobs(per_tick=True)
-    t0 = time.monotonic()
+    jobs, t0 = _warmed(busy, idle)
     begun: list[Event] = [(True, "a", "work", busy, t0), (True, "b", "rest", idle, t0)]
-    jobs.settle(begun, t0)  # first readings: baselines; the window opens (its parent named)
-    assert jobs.probe.postmaster is not None and jobs.reaped_at_start is not None
-    for admitted, job, klass, pid, _at in begun:
-        assert admitted
-        jobs.begin(job, klass, pid)
+    jobs.settle(begun, t0)
+    for _admitted, job, klass, pid, _at in begun:
+        jobs.begin(job, klass or "", pid)
     base = jobs.last_cpu[busy]
     time.sleep(0.3)
     t1 = time.monotonic()
@@ -118,8 +134,7 @@ def test_per_tick_charges_each_backend_to_the_statements_it_served(
     assert set(tasks) == {"a", "b"}  # both still held at the sample …
     a = jobs.end("a")  # … then "a"'s completion is replayed
     assert a == pytest.approx(jobs.last_cpu[busy] - base)  # the busy backend's whole CPU
-    assert a is not None and a > 0.05
-    assert a <= _cpu(busy) - base + 1e-9
+    assert a is not None and 0 < a <= _cpu(busy) - base + 1e-9
     time.sleep(0.05)
     t2 = time.monotonic()
     jobs.settle([(False, "b", "", None, t2)], t2)
@@ -127,33 +142,46 @@ def test_per_tick_charges_each_backend_to_the_statements_it_served(
     assert b is not None and b < 0.01  # the sleeping backend used (almost) nothing
 
 
-def test_per_tick_shares_a_backend_among_its_statements_by_time_held(
+def test_ticks_share_a_backend_by_time_held_and_drop_bypass_shares(
     processes: tuple[int, int],
 ) -> None:
-    busy, _ = processes
-    jobs = PostgresJobs(per_tick=True)
-    t0 = time.monotonic()
-    jobs.settle([(True, "z", "warm", busy, t0), (False, "z", "", None, t0)], t0)  # baseline
-    jobs.begin("z", "warm", busy)
-    assert jobs.end("z") == 0.0
+    busy, idle = processes
+    jobs, t0 = _warmed(busy, idle)
     time.sleep(0.3)
-    # one statement from t0 to t0 + 0.1, the next on the same backend from then to t0 + 0.3
+    # on one backend: a statement from t0 to +0.1, one that passed admission (a statement in a
+    # transaction block: never learned) to +0.2, then the next admitted one to +0.3
     events: list[Event] = [
         (True, "c", "first", busy, t0),
         (False, "c", "", None, t0 + 0.1),
-        (True, "d", "second", busy, t0 + 0.1),
+        (True, "p", None, busy, t0 + 0.1),
+        (False, "p", None, None, t0 + 0.2),
+        (True, "d", "second", busy, t0 + 0.2),
     ]
     before = jobs.last_cpu[busy]
     jobs.settle(events, t0 + 0.3)
     used = jobs.last_cpu[busy] - before
+    assert used > 0
     jobs.begin("c", "first", busy)
     c = jobs.end("c")
     jobs.begin("d", "second", busy)
     assert c == pytest.approx(used / 3)
-    assert jobs.jobs["d"].charged == pytest.approx(2 * used / 3)
-    # a backend first read now (no baseline) is charged to nobody this time
-    fresh = PostgresJobs(per_tick=True)
-    fresh.reaped_at_start = 0.0  # (its window is open without having read anyone)
-    fresh.settle([(True, "e", "x", busy, t0)], t0 + 0.3)
-    fresh.begin("e", "x", busy)
-    assert fresh.jobs["e"].charged == 0.0 and busy in fresh.read_at
+    assert jobs.jobs["d"].charged == pytest.approx(used / 3)
+    assert not jobs.passing and not jobs.owed
+
+
+def test_ticks_charge_a_backend_newer_than_the_last_sample_from_its_start(
+    processes: tuple[int, int],
+) -> None:
+    busy, idle = processes
+    jobs, t0 = _warmed(busy, idle)
+    new = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        t1 = time.monotonic()
+        jobs.settle([(True, "n", "work", new.pid, t0), (False, "n", "", None, t1)], t1)
+        jobs.begin("n", "work", new.pid)
+        n = jobs.end("n")
+        assert n is not None and n == pytest.approx(jobs.last_cpu[new.pid]) and n > 0
+    finally:
+        new.kill()
+        new.wait()
