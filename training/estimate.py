@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Job:
     klass: str
     admitted: float
@@ -129,15 +129,22 @@ class Estimator:
         return {job: j.klass for job, j in self.jobs.items()}
 
     def admit(self, job: Hashable, klass: str, now: float) -> None:
-        self._known(klass)
+        if klass not in self._task_time:
+            self._known(klass)
         row = self._a_sum[klass]
-        seen = {r: n for r, n in self._held.items() if n}  # tasks of the jobs in flight
-        seen[klass] = seen.get(klass, 0.0) + self.fork.get(klass, 1)
-        for r, n in seen.items():
-            row[r] = row.get(r, 0.0) + n
-        self._admissions[klass] += 1
         if self.keep_jobs:
+            seen = {r: n for r, n in self._held.items() if n}  # tasks of the jobs in flight
+            seen[klass] = seen.get(klass, 0.0) + self.fork.get(klass, 1)
+            for r, n in seen.items():
+                row[r] = row.get(r, 0.0) + n
             self._admission_log.append((now, klass, seen))
+        else:  # the same sums, without the record of what each admission saw
+            get = row.get
+            for r, n in self._held.items():
+                if n:
+                    row[r] = get(r, 0.0) + n
+            row[klass] = get(klass, 0.0) + self.fork.get(klass, 1)
+        self._admissions[klass] += 1
         self.jobs[job] = _Job(klass, now)
 
     def sample(

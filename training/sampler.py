@@ -21,6 +21,7 @@ depends on the backend:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -534,17 +535,21 @@ class Recorder:
         queue = self.events
         while queue and queue[0][4] <= now:
             events.append(queue.popleft())
-        self.jobs.settle(events, now)
-        last = self.estimator.last
-        for admitted, job, klass, pid, at in events:
+        jobs, estimator = self.jobs, self.estimator
+        jobs.settle(events, now)
+        last = estimator.last if estimator.last is not None else -math.inf
+        begin, admit, end, complete = jobs.begin, estimator.admit, jobs.end, estimator.complete
+        in_flight = estimator.jobs
+        for admitted, job, klass, pid, at in events:  # (``_admit`` and ``_release``, inlined)
             if klass is None:
                 continue  # a bypass statement: its backend's time only (``settle``)
-            if last is not None and at < last:  # (noted just after a sample read the clock)
+            if at < last:  # (noted just after a sample read the clock)
                 at = last
             if admitted:
-                self._admit(job, klass, pid, at)
-            else:
-                self._release(job, at)
+                begin(job, klass, pid)
+                admit(job, klass, at)
+            elif job in in_flight:
+                complete(job, at, end(job))
 
     # sampling
 
