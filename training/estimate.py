@@ -192,11 +192,13 @@ class Estimator:
         if cpu is not None:
             j.cpu = cpu
             self._cpu[j.klass] += cpu
-        sums = self._done.setdefault(j.klass, [0, 0.0, 0.0, 0.0])
+        sums = self._done.setdefault(j.klass, [0, 0.0, 0.0, 0.0, 0])
         sums[0] += 1
         sums[1] += now - j.admitted
         sums[2] += j.thread_seconds
         sums[3] += j.cpu or 0.0
+        if j.cpu is None:
+            sums[4] += 1  # its CPU is not known
         if self.keep_jobs:
             self.completed.append(
                 Completed(job, j.klass, j.admitted, now, j.thread_seconds, j.cpu, tuple(j.series))
@@ -221,16 +223,19 @@ class Estimator:
         total_adm = sum(self._admissions.values())
         out = {}
         for r in self._classes:
-            n, response, thread_seconds, cpu = self._done.get(r, (0, 0.0, 0.0, 0.0))
+            n, response, thread_seconds, cpu, unknown = self._done.get(r, (0, 0.0, 0.0, 0.0, 0))
+            measured = n - unknown
+            # CPU known for some completions only (a live sampler's): the others took as much
+            scale = n / measured if unknown and measured else 1.0
             a_any = sum(self._a_sum[c].get(r, 0.0) for c in self._classes)
             out[r] = ClassEstimate(
-                U=self._cpu[r] / (t * self.cores),
+                U=self._cpu[r] * scale / (t * self.cores),
                 Q=self._task_time[r] / t,
                 A=a_any / total_adm if total_adm else 0.0,
                 throughput=n / t,
                 response=response / n if n else 0.0,
                 thread_seconds=thread_seconds / n if n else 0.0,
-                cpu=cpu / n if n else 0.0,
+                cpu=cpu / measured if measured else 0.0,
                 count=int(n),
             )
         return out

@@ -62,6 +62,8 @@ class LiveProfile:
         self.recorder = Recorder(self._estimator(), jobs, self._describe, interval, deferred=True)
         # the scheduler's grant and finish observers hand over the job itself: no event
         # objects, no lookups (what every statement pays for the profile: benchmarks.online_cost)
+        # statements that pass admission share a backend's time (PostgreSQL only)
+        self.shares_backends = isinstance(jobs, PostgresTicks)
         self.gate.scheduler.observe(grants=self._granted, finishes=self._finished)
         self.windows = 0  # windows closed
         self.merged = 0  # of them, the ones that moved the model
@@ -99,7 +101,8 @@ class LiveProfile:
 
     def _granted(self, job: Job, _tasks: Sequence[int]) -> None:
         if self.recorder.recording and job.bypass:
-            self.recorder.passed(job.id, self._pid(job.id))
+            if self.shares_backends:
+                self.recorder.passed(job.id, self._pid(job.id))
         elif self.recorder.recording:
             pid = self._pid(job.id)
             if self.check_pids and pid is not None:
@@ -112,7 +115,8 @@ class LiveProfile:
 
     def _finished(self, job: Job, _now: float) -> None:
         if self.recorder.recording and job.bypass:
-            self.recorder.passed_done(job.id)
+            if self.shares_backends:
+                self.recorder.passed_done(job.id)
         elif self.recorder.recording:
             self.recorder.released(job.id)
 
@@ -126,8 +130,7 @@ class LiveProfile:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self.recorder.recording:
-            self.recorder.stop()
+        self.recorder.stop()  # (also a sampler that stopped recording by itself: its thread)
         if why is not None:
             self.stopped_because = why
             log.warning("live profile stopped: %s", why)
@@ -163,6 +166,9 @@ class LiveProfile:
     def _close_window(self) -> None:
         recorder = self.recorder
         recorder.flush()  # what was noted up to now counts in this window (the loop notes)
+        if recorder.failure is not None:
+            self.stop(f"the sampler failed: {recorder.failure}")
+            return
         with recorder.lock:
             old = recorder.estimator
             new = self._estimator()

@@ -215,8 +215,10 @@ class PostgresTicks(PostgresJobs):
     lock, a sleep or its client is charged some of its neighbours' CPU, within that Δ only).
 
     Every backend is read once when first seen among the postmaster's children (each sample
-    lists them), so a statement's span starts from a baseline; a process that is newer than
-    the last sample is charged from its start (its connection's setup with it). Workers are
+    lists them), so a statement's span starts from a baseline. The statements of a backend
+    newer than the last sample (whose CPU so far is its connection's setup too), or gone by
+    the next one, are left unmeasured (``end`` gives None, as for a job whose CPU is not
+    known), not charged 0. Workers are
     counted as in ``PostgresJobs`` but only as sampled: a worker's CPU after its last sample is
     not seen (``finish`` is for a training run's end).
     """
@@ -231,7 +233,6 @@ class PostgresTicks(PostgresJobs):
         self.owed: dict[Hashable, float] = {}  # … and what they were charged before ``begin``
         self.unmeasured: set[Hashable] = set()  # charged nothing for a span: CPU unknown
         self.passing: dict[Hashable, tuple[int, float]] = {}  # bypass jobs: backend, since
-        self.scanned = False  # every backend alive at the last sample has a baseline
         self._workers: dict[int, list[int]] = {}
 
     def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
@@ -274,7 +275,8 @@ class PostgresTicks(PostgresJobs):
 
     def _charge(self, pid: int, held: list[tuple[Hashable, float, float]], now: float) -> None:
         reading = self.probe.read(pid)
-        if reading is None:
+        if reading is None:  # the backend is gone (its client left): what it used, unknown
+            self.unmeasured.update(job for job, _, _ in held if job not in self.passing)
             return
         self.readings[pid] = reading
         same = self.started.get(pid) == reading.started
@@ -282,11 +284,10 @@ class PostgresTicks(PostgresJobs):
         since = self.read_at.get(pid) if same else None
         self.last_cpu[pid], self.read_at[pid] = reading.cpu, now
         self.started[pid] = reading.started
-        if before is None:
-            if not self.scanned:  # (the first sample: older backends never read)
-                self.unmeasured.update(job for job, _, _ in held if job not in self.passing)
-                return
-            before = 0.0  # newer than the last sample's list: all its CPU is since then
+        if before is None:  # newer than the last sample's list (or the first sample): its
+            # CPU so far is its connection's setup too, not only these statements'
+            self.unmeasured.update(job for job, _, _ in held if job not in self.passing)
+            return
         if since is None:
             since = min(start for _, start, _ in held)
         weights = {job: max(0.0, min(stop, now) - max(start, since)) for job, start, stop in held}
@@ -303,12 +304,14 @@ class PostgresTicks(PostgresJobs):
         tasks, forks = super().sample()  # (its ``workers`` lists the postmaster's children)
         workers = self.seen_workers = self._workers
         parallel = {pid for group in workers.values() for pid in group}
-        for pid in self.probe.children:  # a baseline for each backend new since the last
+        listed = set(self.probe.children)
+        for pid in [p for p in self.started if p not in listed]:  # gone: a pid used again
+            del self.started[pid]  # is another process, read afresh
+        for pid in listed:  # a baseline for each backend new since the last sample
             if pid not in self.started and pid not in parallel:
                 reading = self.probe.read(pid)
                 if reading is not None:
                     self.last_cpu[pid], self.started[pid] = reading.cpu, reading.started
-        self.scanned = self.probe.postmaster is not None
         return tasks, forks
 
     def _workers_now(self) -> dict[int, list[int]]:
@@ -465,6 +468,7 @@ class Recorder:
     ) -> None:
         self.deferred = deferred
         self.events: deque[Event] = deque()  # deferred: appended by the loop, taken here
+        self.failure: str | None = None  # why sampling stopped by itself
         self.estimator = estimator
         self.jobs = jobs
         self.describe = describe
@@ -517,7 +521,10 @@ class Recorder:
     def flush(self) -> None:
         """Deferred: replay what was noted so far (the sampling thread does, every Δ)."""
         with self.lock:
-            self._replay(self.clock())
+            try:
+                self._replay(self.clock())
+            except Exception as e:
+                self._failed(e)
 
     def passed(self, job: Hashable, pid: int | None) -> None:
         """Deferred: a statement that passed admission (session control, inside a transaction
@@ -592,8 +599,12 @@ class Recorder:
                 if self._stop.wait(max(0.0, next_at - self.clock())):
                     break
             self.sample_now()
-        except Exception:  # nothing is noted for ever for a thread that is gone
-            log.exception("the sampler failed and stopped")
-            self.recording = False
-            self.events.clear()
+        except Exception as e:  # nothing is noted for ever for a thread that is gone
+            self._failed(e)
         self.sampler_cpu = time.thread_time() - started
+
+    def _failed(self, e: Exception) -> None:
+        log.error("the sampler failed and stopped", exc_info=e)
+        self.failure = f"{type(e).__name__}: {e}"
+        self.recording = False
+        self.events.clear()

@@ -283,3 +283,23 @@ def test_the_t_quantile_table_is_students() -> None:
 
     for df, value in enumerate(_T975, start=1):
         assert value == pytest.approx(t.ppf(0.975, df), abs=1e-3), df
+
+
+def test_completions_whose_cpu_is_unknown_count_as_the_measured_ones() -> None:
+    est = Estimator(cores=1)
+    est.sample(0.0, {})
+    for job in ("a", "b", "c"):
+        est.admit(job, "r", 0.0)
+    est.complete("a", 1.0, 0.4)
+    est.complete("b", 1.0, None)  # (a live sampler's statement on a backend it could not read)
+    est.complete("c", 1.0, 0.2)
+    est.sample(2.0, {})
+    e = est.estimates()["r"]
+    assert e.count == 3 and e.cpu == pytest.approx(0.3)  # the mean of the two measured
+    assert e.U == pytest.approx(3 * 0.3 / 2.0)  # three statements of 0.3 s over 2 s, 1 core
+    known = Estimator(cores=1)
+    known.sample(0.0, {})
+    known.admit("a", "r", 0.0)
+    known.complete("a", 1.0, 0.4)
+    known.sample(2.0, {})
+    assert known.estimates()["r"].U == 0.4 / 2.0  # all known: exactly the sum, as before

@@ -109,7 +109,7 @@ def _warmed(busy: int, idle: int) -> tuple[PostgresTicks, float]:
     jobs.begin("v", "warm", idle)
     assert jobs.probe.postmaster == os.getpid() and jobs.reaped_at_start is not None
     jobs.sample()  # lists this process's children: a baseline for each
-    assert jobs.scanned
+    assert busy in jobs.started and idle in jobs.started
     t1 = time.monotonic()
     jobs.settle([(False, "w", None, None, t1), (False, "v", None, None, t1)], t1)
     jobs.sample()
@@ -123,10 +123,10 @@ def test_ticks_charge_each_backend_to_the_statements_it_served(
     busy, idle = processes
     jobs, t0 = _warmed(busy, idle)
     begun: list[Event] = [(True, "a", "work", busy, t0), (True, "b", "rest", idle, t0)]
+    base = jobs.last_cpu[busy]  # (read at the last sample, at t0: "a" starts from it)
     jobs.settle(begun, t0)
     for _admitted, job, klass, pid, _at in begun:
         jobs.begin(job, klass or "", pid)
-    base = jobs.last_cpu[busy]
     time.sleep(0.3)
     t1 = time.monotonic()
     jobs.settle([(False, "a", "", None, t1)], t1)
@@ -169,19 +169,39 @@ def test_ticks_share_a_backend_by_time_held_and_drop_bypass_shares(
     assert not jobs.passing and not jobs.owed
 
 
-def test_ticks_charge_a_backend_newer_than_the_last_sample_from_its_start(
+def test_ticks_leave_a_backend_newer_than_the_last_sample_or_gone_unmeasured(
     processes: tuple[int, int],
 ) -> None:
     busy, idle = processes
     jobs, t0 = _warmed(busy, idle)
     new = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    gone = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
+        jobs.sample()  # lists both: a baseline each
+        assert gone.pid in jobs.started
+        newer = subprocess.Popen([sys.executable, "-c", "while True: pass"])
         time.sleep(0.2)
+        gone.kill()
+        gone.wait()
         t1 = time.monotonic()
-        jobs.settle([(True, "n", "work", new.pid, t0), (False, "n", "", None, t1)], t1)
-        jobs.begin("n", "work", new.pid)
+        events: list[Event] = [
+            (True, "n", "work", new.pid, t0),
+            (True, "g", "work", gone.pid, t0),
+            (True, "m", "work", newer.pid, t0),
+        ]
+        jobs.settle([*events, *((False, job, "", None, t1) for _, job, _, _, _ in events)], t1)
+        for _, job, klass, pid, _ in events:
+            jobs.begin(job, klass or "", pid)
         n = jobs.end("n")
-        assert n is not None and n == pytest.approx(jobs.last_cpu[new.pid]) and n > 0
+        assert n is not None and n > 0  # listed at the last sample: measured from there
+        assert jobs.end("g") is None  # its backend gone by this sample: CPU unknown
+        assert jobs.end("m") is None  # newer than the last sample: its setup not told apart
+        assert not jobs.unmeasured and not jobs.owed
+        newer.kill()
+        newer.wait()
+        jobs.sample()
+        assert gone.pid not in jobs.started and newer.pid not in jobs.started
     finally:
-        new.kill()
-        new.wait()
+        for p in (new, gone):
+            p.kill()
+            p.wait()
