@@ -56,6 +56,29 @@ def _wait(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None
     raise RuntimeError(f"no proxy on port {port}")
 
 
+def serve_proxy(
+    pg: Cluster, args: list[str], port: int | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``admission serve`` in front of ``pg`` with ``args``, listening (on ``port`` or a free
+    one) once this returns: (process, port)."""
+    port = port or free_port()
+    proc = subprocess.Popen(
+        [
+            ADMISSION,
+            "serve",
+            "--backend",
+            f"postgresql://127.0.0.1:{pg.port}",
+            "--listen",
+            f"127.0.0.1:{port}",
+            *args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    _wait(port, proc)
+    return proc, port
+
+
 def _proxies(
     pg: Cluster, n: int, budget: int, coordinated: bool
 ) -> list[tuple[subprocess.Popen[bytes], int, int]]:
@@ -67,27 +90,8 @@ def _proxies(
         coordinator = f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
         extra = ["--coordinator", coordinator] if coordinated else []
         mpl = budget if coordinated or n == 1 else max(1, split[i])
-        proc = subprocess.Popen(
-            [
-                ADMISSION,
-                "serve",
-                "--backend",
-                f"postgresql://127.0.0.1:{pg.port}",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--mpl",
-                str(mpl),
-                "--no-learn",
-                "--policy",
-                "fcfs",
-                "--admin",
-                f"127.0.0.1:{admin}",
-                *extra,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        _wait(port, proc)
+        args = ["--mpl", str(mpl), "--no-learn", "--policy", "fcfs"]
+        proc, _ = serve_proxy(pg, [*args, "--admin", f"127.0.0.1:{admin}", *extra], port)
         out.append((proc, port, admin))
     time.sleep(1.0)  # leases taken
     return out

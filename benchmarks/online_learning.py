@@ -38,7 +38,7 @@ from pathlib import Path
 
 from admission.model import EtaModel
 from admission.scheduler import Limits
-from lab.bench import BenchConfig, paired_change, paired_changes, run_bench
+from lab.bench import BenchConfig, paired_change, paired_changes, repetition_means, run_bench
 from workloads.tpch.mixes import mix_by_name
 
 __all__ = ["main"]
@@ -105,6 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     online = paired_change(result, learning, args.baseline)
     per_trained = paired_changes(result, args.policy, args.baseline)
     per_online = paired_changes(result, learning, args.baseline)
+    print("mean R (s) of each repetition:")
+    for name in config.policies:
+        means = ", ".join(f"{x:.3f}" for x in repetition_means(result, name))
+        print(f"  {name:<24} {means}")
     print(f"mean R lower than {args.baseline}, paired by repetition:")
     print(f"  trained model: {trained}   ({', '.join(f'{x:.1%}' for x in per_trained)})")
     print(f"  learning:      {online}   ({', '.join(f'{x:.1%}' for x in per_online)})")

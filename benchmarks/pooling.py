@@ -42,7 +42,7 @@ from pathlib import Path
 
 import psycopg
 
-from benchmarks.coordinator import ADMISSION, _wait
+from benchmarks.coordinator import _wait, serve_proxy
 from testing.pgcluster import Cluster, free_port, start_cluster
 
 
@@ -77,26 +77,10 @@ def start_pgbouncer(pg_port: int, pool: int, work: Path) -> tuple[subprocess.Pop
 
 
 def start_proxy(pg: Cluster, pool: int, learn: bool) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    args = [
-        ADMISSION,
-        "serve",
-        "--backend",
-        f"postgresql://127.0.0.1:{pg.port}",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--pool-mode",
-        "transaction",
-        "--pool-size",
-        str(pool),
-        "--log-level",
-        "warning",
-    ]
+    args = ["--pool-mode", "transaction", "--pool-size", str(pool), "--log-level", "warning"]
     if not learn:
         args += ["--no-learn", "--policy", "fcfs"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _wait(port, proc)
-    return proc, port
+    return serve_proxy(pg, args)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

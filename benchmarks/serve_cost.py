@@ -22,9 +22,9 @@ import random
 import statistics
 import subprocess
 
-from benchmarks.coordinator import ADMISSION, _wait
+from benchmarks.coordinator import serve_proxy
 from benchmarks.pooling import pgbench, stop
-from testing.pgcluster import free_port, start_cluster
+from testing.pgcluster import start_cluster
 
 __all__ = ["main"]
 
@@ -56,23 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             order = list(SETTINGS)
             random.Random(rnd).shuffle(order)
             for name in order:
-                port = free_port()
-                proc = subprocess.Popen(
-                    [
-                        ADMISSION,
-                        "serve",
-                        "--backend",
-                        f"postgresql://127.0.0.1:{pg.port}",
-                        "--listen",
-                        f"127.0.0.1:{port}",
-                        "--log-level",
-                        "warning",
-                        *SETTINGS[name],
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                )
-                _wait(port, proc)
+                proc, port = serve_proxy(pg, ["--log-level", "warning", *SETTINGS[name]])
                 try:
                     row = pgbench(
                         port,

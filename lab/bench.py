@@ -68,6 +68,7 @@ __all__ = [
     "mean_mpl",
     "paired_change",
     "paired_changes",
+    "repetition_means",
     "parse_policy",
     "run_bench",
     "tunes_mpl",
@@ -851,6 +852,12 @@ def mean_mpl(mpls: Sequence[tuple[float, int]], since: float = 0.0) -> float:
     """The MPL a tuned run held on average (over equally spaced samples) after ``since``."""
     held = [m for t, m in mpls if t >= since]
     return statistics.fmean(held) if held else float("nan")
+
+
+def repetition_means(result: BenchResult, policy: str) -> list[float]:
+    """``policy``'s own mean response time in each repetition (what ``paired_changes``
+    compares): a change carried by one repetition shows which side moved."""
+    return [_repetition_mean(result, policy, rep) for rep in range(result.config.repetitions)]
 
 
 def _repetition_mean(result: BenchResult, policy: str, rep: int) -> float:

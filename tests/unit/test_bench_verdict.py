@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 
 from admission.model import EtaModel
-from lab.bench import BenchConfig, BenchResult, Run, _summary, paired_change, verdict
+from lab.bench import (
+    BenchConfig,
+    BenchResult,
+    Run,
+    _summary,
+    paired_change,
+    repetition_means,
+    verdict,
+)
 from workloads.tpch.load import LoadResult, Statement
 from workloads.tpch.mixes import mix_by_name
 
@@ -46,6 +54,8 @@ def test_paired_change_is_taken_repetition_by_repetition() -> None:
     result = _result({"none": [1.0, 2.0, 1.0], "latency@2": [0.5, 1.0, 0.5]})
     change = paired_change(result, "latency@2", "none")
     assert change.mean == pytest.approx(0.5) and change.ci == pytest.approx(0.0, abs=1e-12)
+    assert repetition_means(result, "none") == pytest.approx([1.0, 2.0, 1.0])
+    assert repetition_means(result, "latency@2") == pytest.approx([0.5, 1.0, 0.5])
 
 
 def test_verdict_names_the_best_baseline_and_the_recommended_policys_change() -> None:
