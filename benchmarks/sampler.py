@@ -3,7 +3,9 @@
 PostgreSQL: a server started here, 64 connections each running ``pg_sleep`` (64 backends to
 read from /proc every Δ, plus the postmaster's children list). DuckDB: the embedded database's
 threads in this process, while 64 statements are registered in flight. The sampling thread's
-CPU time (``time.thread_time``) over the wall time is printed for each.
+CPU time (``time.thread_time``) over the wall time is printed for each; for PostgreSQL both as
+training follows backends (``PostgresJobs``) and as ``serve``'s live profile does
+(``PostgresTicks``: notes replayed each Δ, each backend read once per Δ).
 
     python -m benchmarks.sampler [--seconds 10] [--interval 0.05] [--statements 64]
 """
@@ -21,16 +23,23 @@ import psycopg
 from testing.pgcluster import start_cluster
 from training.estimate import Estimator
 from training.proc import ThreadProbe
-from training.sampler import DuckDBJobs, Jobs, PostgresJobs, Recorder
+from training.sampler import DuckDBJobs, Jobs, PostgresJobs, PostgresTicks, Recorder
 
 
-def _measure(jobs: Jobs, ids: list[tuple[int, int | None]], seconds: float, dt: float) -> float:
-    estimator = Estimator(cores=2)
-    recorder = Recorder(estimator, jobs, lambda job: ("bench", None), dt)
-    for job, pid in ids:
-        jobs.begin(job, "bench", pid)
-        estimator.admit(job, "bench", time.monotonic())
-    recorder.start()
+def _measure(
+    jobs: Jobs, ids: list[tuple[int, int | None]], seconds: float, dt: float, deferred: bool = False
+) -> float:
+    estimator = Estimator(cores=2, keep_jobs=not deferred)
+    recorder = Recorder(estimator, jobs, lambda job: ("bench", None), dt, deferred=deferred)
+    if deferred:
+        recorder.start()
+        for job, pid in ids:
+            recorder.admitted(job, "bench", pid)
+    else:
+        for job, pid in ids:
+            jobs.begin(job, "bench", pid)
+            estimator.admit(job, "bench", time.monotonic())
+        recorder.start()
     started = time.monotonic()
     time.sleep(seconds)
     recorder.stop()
@@ -64,7 +73,10 @@ def main(argv: list[str] | None = None) -> None:
             t.start()
         time.sleep(0.5)
         pg_share = _measure(PostgresJobs(), list(enumerate(pids)), args.seconds, args.interval)
-        print(f"  sampler CPU: {pg_share:.2%} of one core")
+        print(f"  sampler CPU, as training follows them: {pg_share:.2%} of one core")
+        ids = list(enumerate(pids))
+        tick_share = _measure(PostgresTicks(), ids, args.seconds, args.interval, deferred=True)
+        print(f"  sampler CPU, as serve's live profile does: {tick_share:.2%} of one core")
         for c in conns:
             c.cancel_safe()
         for t in sleepers:
