@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import threading
 import time
+from collections.abc import Sequence
 
 import duckdb
 import psycopg
@@ -27,7 +28,11 @@ from training.sampler import DuckDBJobs, Jobs, PostgresJobs, PostgresTicks, Reco
 
 
 def _measure(
-    jobs: Jobs, ids: list[tuple[int, int | None]], seconds: float, dt: float, deferred: bool = False
+    jobs: Jobs,
+    ids: Sequence[tuple[int, int | None]],
+    seconds: float,
+    dt: float,
+    deferred: bool = False,
 ) -> float:
     estimator = Estimator(cores=2, keep_jobs=not deferred)
     recorder = Recorder(estimator, jobs, lambda job: ("bench", None), dt, deferred=deferred)
