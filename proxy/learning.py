@@ -11,15 +11,18 @@ there atomically every ``save_every`` seconds when it changed, and once more on 
 restart resumes from what was learned.
 
 On the embedded DuckDB it also follows each class's memory (M_r, what a memory budget reserves):
-the first ``MEMORY_FIRST`` statements of a class and then one in ``MEMORY_EVERY`` run with
-DuckDB's profiler on (``memory_wanted``), and a statement that took more than its class's M_r
-raises it to what it took at the next look (``memory_measured``).
+the first ``MEMORY_FIRST`` statements of a class and then one in ``MEMORY_EVERY`` — at most
+one a ``MEMORY_GAP`` per class, so a class of tiny statements does not pay the profiler's
+switch a few hundred times a second — run with DuckDB's profiler on (``memory_wanted``), and
+a statement that took more than its class's M_r raises it to what it took at the next look
+(``memory_measured``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -41,7 +44,10 @@ PLAN_AT_ONCE = 16  # classes asked about per look
 Planner = Callable[[str], Awaitable["float | PlanEstimate | None"]]
 SAVE_EVERY = 300.0  # seconds between saves of a changed model to its file
 MEMORY_FIRST = 8  # statements of a class whose memory is measured first …
-MEMORY_EVERY = 32  # … then one in this many
+MEMORY_EVERY = 32  # … then one in this many …
+# … and no sooner than this many seconds after the last (a profiled statement costs 0.5-1 ms
+# more: 1 in 32 `SELECT 1`s cost 10 % of the embedded server's throughput)
+MEMORY_GAP = 1.0
 _MEMORY_KEEP = 4096  # classes followed at most (fingerprints beyond the scheduler's: dropped)
 
 
@@ -55,8 +61,10 @@ class LiveModel:
         save_every: float = SAVE_EVERY,
         estimator: OnlineEstimator | None = None,
         planner: Planner | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.gate = gate
+        self.clock = clock
         self.planner = planner
         # what the sampler measuring U_r, Q_r and A^c_r says of itself (training.live), if one
         self.profile_status: Callable[[], dict[str, Any]] | None = None
@@ -72,6 +80,7 @@ class LiveModel:
         self._saved_at = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._memory_seen: dict[str, int] = {}  # class → statements seen by memory_wanted
+        self._memory_last: dict[str, tuple[int, float]] = {}  # class → (seen, when) last taken
         self._memory_taken: dict[str, float] = {}  # class → the most a statement took
 
     @property
@@ -130,8 +139,19 @@ class LiveModel:
         seen = self._memory_seen.get(fingerprint, 0) + 1
         if len(self._memory_seen) >= _MEMORY_KEEP and fingerprint not in self._memory_seen:
             self._memory_seen.clear()
+            self._memory_last.clear()
         self._memory_seen[fingerprint] = seen
-        return seen <= MEMORY_FIRST or seen % MEMORY_EVERY == 0
+        if seen > MEMORY_FIRST:
+            count, at = self._memory_last.get(fingerprint, (0, -math.inf))
+            if seen - count < MEMORY_EVERY:
+                return False
+            now = self.clock()
+            if now - at < MEMORY_GAP:
+                return False
+        else:
+            now = self.clock()
+        self._memory_last[fingerprint] = (seen, now)
+        return True
 
     def memory_measured(self, measured: Any) -> None:
         """A ``Measurement`` of the embedded server: its memory, if more than seen yet."""

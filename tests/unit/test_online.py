@@ -327,3 +327,31 @@ def test_a_cost_prior_stays_within_what_the_measured_classes_took() -> None:
     model = est.refresh(s.model)
     assert model is not None
     assert next(c for c in model.classes if c.fingerprint == "fp:huge").D == 0.5
+
+
+def test_memory_samples_after_the_first_are_one_in_32_and_at_most_one_a_second() -> None:
+    from proxy.gate import AdmissionGate
+    from proxy.learning import MEMORY_EVERY, MEMORY_FIRST, MEMORY_GAP, LiveModel
+
+    now = [0.0]
+    gate = AdmissionGate(Scheduler(EtaModel(), "fcfs", Limits()))
+    learning = LiveModel(gate, clock=lambda: now[0])
+
+    def taken(n: int, step: float) -> list[int]:
+        out = []
+        for _ in range(n):
+            now[0] += step
+            if learning.memory_wanted("fp:a"):
+                out.append(learning._memory_seen["fp:a"])
+        return out
+
+    # a slow class (a statement every 0.1 s): the first 8, then every 32nd as before
+    assert taken(MEMORY_FIRST + 2 * MEMORY_EVERY, 0.1) == [
+        *range(1, MEMORY_FIRST + 1),
+        MEMORY_FIRST + MEMORY_EVERY,
+        MEMORY_FIRST + 2 * MEMORY_EVERY,
+    ]
+    # a class of tiny statements (10,000 a second): one a MEMORY_GAP, not 300
+    fast = taken(30_000, 1e-4)
+    assert len(fast) == pytest.approx(3 / MEMORY_GAP, abs=1)
+    assert learning.memory_wanted("fp:new")  # another class starts with its first 8
