@@ -14,9 +14,9 @@ The whole suite's ratio is also taken round by round (round k of every query, su
 the proxy over in-process), with a distribution-free 95% interval for its median.
 
 The server learns as it serves (its default): it profiles the first 8 statements of each class
-and then one in 32 for their memory, which costs about a millisecond a statement. With the
-default single warm-up run the rounds measure those sampled statements; ``--warmup 8`` measures
-the statements after them (what a class costs once learned).
+and then one in 32 (at most one a second) for their memory, which costs about a millisecond a
+statement. With the default single warm-up run the rounds measure those sampled statements;
+``--warmup 8`` measures the statements after them (what a class costs once learned).
 
     python -m benchmarks.embedded_tpch [--sf 1] [--rounds 7] [--warmup 1]
 """

@@ -345,7 +345,7 @@ def test_memory_samples_after_the_first_are_one_in_32_and_at_most_one_a_second()
                 out.append(learning._memory_seen["fp:a"])
         return out
 
-    # a slow class (a statement every 0.1 s): the first 8, then every 32nd as before
+    # a slow class (a statement every 0.1 s): the first 8, then every 32nd after them
     assert taken(MEMORY_FIRST + 2 * MEMORY_EVERY, 0.1) == [
         *range(1, MEMORY_FIRST + 1),
         MEMORY_FIRST + MEMORY_EVERY,
