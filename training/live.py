@@ -100,10 +100,12 @@ class LiveProfile:
         return client.backend_pid if client is not None else None
 
     def _granted(self, job: Job, _tasks: Sequence[int]) -> None:
-        if self.recorder.recording and job.bypass:
+        if not self.recorder.recording:
+            return
+        if job.bypass:
             if self.shares_backends:
                 self.recorder.passed(job.id, self._pid(job.id))
-        elif self.recorder.recording:
+        else:
             pid = self._pid(job.id)
             if self.check_pids and pid is not None:
                 self.check_pids = False
@@ -114,11 +116,12 @@ class LiveProfile:
             self.recorder.admitted(job.id, job.klass.fingerprint, pid)
 
     def _finished(self, job: Job, _now: float) -> None:
-        if self.recorder.recording and job.bypass:
-            if self.shares_backends:
-                self.recorder.passed_done(job.id)
-        elif self.recorder.recording:
+        if not self.recorder.recording:
+            return
+        if not job.bypass:
             self.recorder.released(job.id)
+        elif self.shares_backends:
+            self.recorder.passed_done(job.id)
 
     def start(self) -> None:
         """Start sampling (call on the proxy's loop)."""

@@ -333,8 +333,7 @@ class PostgresTicks(PostgresJobs):
         return j.charged + sum(j.workers.values())  # its workers as last sampled
 
     def _kept(self) -> set[int]:
-        postmaster = self.probe.postmaster
-        alive = set(children(postmaster)) if postmaster is not None else set()
+        alive = set(self.probe.children)  # (as the last sample listed them)
         self.passing = {job: v for job, v in self.passing.items() if v[0] in alive}
         self.read_at = {pid: at for pid, at in self.read_at.items() if pid in alive}
         self.started = {pid: at for pid, at in self.started.items() if pid in alive}
