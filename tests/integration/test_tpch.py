@@ -91,6 +91,49 @@ def test_loads_are_complete_and_idempotent(
     assert duck.execute("select count(*) from region").fetchone() == (5,)
 
 
+def _fingerprints(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[object, ...]]:
+    """Per table: its row count and a sum of its rows' hashes (order-free, every column)."""
+    return {
+        t: con.execute(f"select count(*), sum(hash(t)) from {t} t").fetchone()  # type: ignore[misc]
+        for t in TABLES
+    }
+
+
+def test_duckdb_loads_again_from_its_parquet_copy(
+    duck: duckdb.DuckDBPyConnection, data: Path, tmp_path: Path
+) -> None:
+    """The first load read the CSVs and kept a Parquet copy of each table; a second load reads
+    the copies and holds the same rows, value for value. A damaged copy is not trusted: the
+    load falls back to the CSV, and keeps a good copy again."""
+    assert sorted(p.stem for p in data.glob("*.parquet")) == sorted(TABLES)
+    assert not list(data.glob("*.partial"))
+    said: list[str] = []
+    again = duckdb.connect()
+    load_duckdb(again, data, SF, progress=said.append)
+    assert not any("CSV" in line for line in said), said
+    assert _fingerprints(again) == _fingerprints(duck)
+    again.close()
+
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    for table in TABLES:
+        (damaged / f"{table}.csv").write_bytes((data / f"{table}.csv").read_bytes())
+        (damaged / f"{table}.parquet").write_bytes((data / f"{table}.parquet").read_bytes())
+    (damaged / "orders.parquet").write_bytes(b"PAR1 not a parquet file")
+    said.clear()
+    third = duckdb.connect()
+    load_duckdb(third, damaged, SF, progress=said.append)
+    assert any("orders.parquet is unreadable" in line for line in said), said
+    assert _fingerprints(third) == _fingerprints(duck)
+    third.close()
+    fourth = duckdb.connect()
+    said.clear()
+    load_duckdb(fourth, damaged, SF, progress=said.append)
+    assert not any("CSV" in line for line in said), said
+    assert _fingerprints(fourth) == _fingerprints(duck)
+    fourth.close()
+
+
 @pytest.mark.parametrize("query", QUERY_NUMBERS)
 def test_query_agrees_between_duckdb_and_postgres(
     query: int, duck: duckdb.DuckDBPyConnection, postgres: psycopg.Connection
