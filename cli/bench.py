@@ -80,11 +80,24 @@ def bench(
     load: Annotated[
         float | None,
         typer.Option(
-            help="Open arrivals: offered load ρ = λ·Σ p_r D_r (D_r from the model); the rate "
-            "is derived and printed.",
+            help="Open arrivals: offered load ρ; the rate is derived and printed. By default "
+            "ρ = λ·Σ p_r D_r (D_r from the model); see --load-basis.",
             min=0,
         ),
     ] = None,
+    load_basis: Annotated[
+        str,
+        typer.Option(
+            help="What --load is a share of: 'model' (λ·Σ p_r D_r, each D_r a statement alone "
+            "as training measured it) or 'measured' (the statements/s this server completes "
+            "of the mix in a closed loop with no admission control, measured just before the "
+            "runs: the load on the machine as it is now, whatever the training run said).",
+        ),
+    ] = "model",
+    capacity_seconds: Annotated[
+        float,
+        typer.Option(help="--load-basis measured: seconds of the capacity run.", min=1.0),
+    ] = 10.0,
     burst_factor: Annotated[
         float, typer.Option(help="bursty: rate multiplier inside a burst.", min=0)
     ] = 2.0,
@@ -207,6 +220,8 @@ def bench(
             arrivals=arrivals,
             rate=rate,
             load=load,
+            load_basis=load_basis,
+            capacity_seconds=capacity_seconds,
             bursts=Bursts(burst_factor, burst_every, burst_length)
             if arrivals == "bursty"
             else None,
@@ -322,7 +337,10 @@ def _print_result(result: BenchResult) -> None:
     c = result.config
     if c.open:
         load = (
-            f"{c.arrivals} arrivals, {result.rate:.3g}/s (ρ = {result.offered_load:.2f})"
+            f"{c.arrivals} arrivals, {result.rate:.3g}/s (ρ = {c.load:g} of the measured "
+            f"{result.capacity:.3g}/s; by D_r {result.offered_load:.2f})"
+            if result.capacity is not None and result.offered_load is not None
+            else f"{c.arrivals} arrivals, {result.rate:.3g}/s (ρ = {result.offered_load:.2f})"
             if result.rate is not None and result.offered_load is not None
             else f"{c.arrivals} arrivals"
         )

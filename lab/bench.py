@@ -77,6 +77,7 @@ __all__ = [
 
 ALL_POLICIES = ("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p", "latency")
 ARRIVALS = ("closed", "poisson", "bursty", "trace")
+LOAD_BASES = ("model", "measured")  # what --load is a share of (see BenchConfig.load_basis)
 BASELINES = ("none", "fcfs")  # what a user has without admission control: nothing, or a pool
 RECOMMENDED = "latency"  # the policy the verdict speaks for (``admission serve``'s default)
 THESIS = ("sept", "min-q", "min-a", "max-u", "max-p")
@@ -182,6 +183,12 @@ class BenchConfig:
     arrivals: str = "closed"
     rate: float | None = None  # open: statements per second …
     load: float | None = None  # … or the offered load ρ
+    # what ρ is a share of: "model", λ·Σ p_r D_r with the model's D_r (a statement alone);
+    # "measured", the statements/s this server completed in a closed loop with no admission
+    # control just before the runs (``measure_capacity``): the machine as it is now, the
+    # parallelism between statements included, whatever the training run measured
+    load_basis: str = "model"
+    capacity_seconds: float = 10.0  # the length of that closed loop
     bursts: Bursts | None = None  # bursty
     trace: Path | None = None  # trace
     slo: dict[str, float] = field(default_factory=dict)  # class name → seconds
@@ -245,6 +252,17 @@ class BenchConfig:
                 "--rate, --load and --trace need open arrivals "
                 "(--arrivals poisson, bursty or trace)"
             )
+        if self.load_basis not in LOAD_BASES:
+            raise ValueError(
+                f"--load-basis must be one of {', '.join(LOAD_BASES)}, not {self.load_basis!r}"
+            )
+        if self.load_basis == "measured":
+            if self.load is None:
+                raise ValueError("--load-basis measured sets the rate from --load: give --load")
+            if not self.capacity_seconds >= 1:
+                raise ValueError(
+                    f"--capacity-seconds must be at least 1, not {self.capacity_seconds}"
+                )
         for name, value in (
             ("rate", self.rate),
             ("load", self.load),
@@ -319,6 +337,9 @@ class BenchResult:
     runs: list[Run] = field(default_factory=list)
     rate: float | None = None  # open: the arrival rate used (statements/s)
     offered_load: float | None = None  # open: ρ = λ · Σ p_r D_r
+    # open, --load-basis measured: the statements/s measured before the runs; ρ is then
+    # λ / capacity, and ``offered_load`` stays the model's ρ of the same λ
+    capacity: float | None = None
     slo: dict[str, float] = field(default_factory=dict)  # the SLO of each class
     open: dict[str, OpenSummary] = field(default_factory=dict)
     # --pool-size: the pools' counts at the end (server connections opened, handovers …)
@@ -344,6 +365,9 @@ class BenchResult:
                 "arrivals": c.arrivals,
                 "rate": self.rate,
                 "offered_load": self.offered_load,
+                "load_basis": c.load_basis if c.open else None,
+                "capacity": self.capacity,
+                "load": c.load,
                 "bursts": dataclasses.asdict(c.bursts)
                 if c.bursts and c.arrivals == "bursty"
                 else None,
@@ -399,18 +423,10 @@ def run_bench(
     demands = _demands(model, config.mix, dialect, config.tpch)
     trace = read_trace(config.trace) if config.arrivals == "trace" and config.trace else None
     result = BenchResult(config, model)
-    if config.open and trace is None:
+    measured = config.open and trace is None and config.load_basis == "measured"
+    if config.open and trace is None and not measured:
         result.rate, result.offered_load = _rate(config, demands)
-        progress(
-            f"{config.arrivals} arrivals at {result.rate:.3g} statements/s: offered load "
-            f"ρ = λ·Σ p_r D_r = {result.offered_load:.3g} (D_r from the model)"
-            + (
-                f", ×{config.bursts.factor:g} for {config.bursts.length:g} s every "
-                f"{config.bursts.every:g} s"
-                if config.arrivals == "bursty" and config.bursts
-                else ""
-            )
-        )
+        _say_rate(config, result, progress)
     target = open_target(
         config.backend,
         config.tpch,
@@ -434,6 +450,16 @@ def run_bench(
     traced, traced_demands = _traced(trace, model) if trace is not None else (None, {})
     try:
         gate = proxy.gate
+        if measured:
+            assert config.load is not None
+            if learning is not None:
+                proxy.call(functools.partial(learning.keep, model))
+            if auto_mpl is not None:
+                proxy.call(auto_mpl.pause)
+            result.capacity = measure_capacity(proxy, conninfo, config, dialect, progress)
+            result.rate = config.load * result.capacity
+            result.offered_load = result.rate * _work(config, demands)
+            _say_rate(config, result, progress)
         done = 0
         for rep in range(config.repetitions):
             order = list(config.policies)
@@ -525,9 +551,73 @@ def run_bench(
     return result
 
 
+def _say_rate(config: BenchConfig, result: BenchResult, progress: Progress) -> None:
+    assert result.rate is not None and result.offered_load is not None
+    burst = (
+        f", ×{config.bursts.factor:g} for {config.bursts.length:g} s every "
+        f"{config.bursts.every:g} s"
+        if config.arrivals == "bursty" and config.bursts
+        else ""
+    )
+    if result.capacity is not None:
+        progress(
+            f"{config.arrivals} arrivals at {result.rate:.3g} statements/s: offered load "
+            f"ρ = {config.load:g} of the measured {result.capacity:.3g}/s (by the model's D_r, "
+            f"λ·Σ p_r D_r = {result.offered_load:.3g}){burst}"
+        )
+    else:
+        progress(
+            f"{config.arrivals} arrivals at {result.rate:.3g} statements/s: offered load "
+            f"ρ = λ·Σ p_r D_r = {result.offered_load:.3g} (D_r from the model){burst}"
+        )
+
+
+def measure_capacity(
+    proxy: Any, conninfo: str, config: BenchConfig, dialect: Dialect, progress: Progress
+) -> float:
+    """Statements per second this server completes of the mix, now: a closed loop of
+    max(8, 2 × cores) clients with no think time for ``capacity_seconds``, with no admission
+    control (with ``pool_size``, FCFS over the pool), counted over its last 80 %. A closed
+    loop keeps the server saturated, so its throughput is the rate an open load cannot exceed
+    for long; each client draws from the mix, so completions follow the mix's shares."""
+    clients = max(8, 2 * (os.cpu_count() or 1))
+    policy = "none" if config.pool_size is None else f"fcfs@{config.pool_size}"
+    proxy.call(functools.partial(_switch, proxy.gate, policy, _limits(config, policy)))
+    seconds = config.capacity_seconds
+    progress(
+        f"measuring capacity: {clients} closed-loop clients, {policy}, {seconds:g} s "
+        "(--load-basis measured)"
+    )
+    load = run_closed(
+        conninfo,
+        config.mix,
+        clients=clients,
+        duration=seconds,
+        scale_factor=config.tpch,
+        dialect=dialect,
+        seed=config.seed * 1000 + 999,
+    )
+    start, end = load.started + 0.2 * seconds, load.started + seconds
+    done = sum(1 for s in load.ok if start <= s.end <= end)
+    if load.failed:
+        states = sorted({s.sqlstate or "" for s in load.failed})
+        progress(f"capacity run: {len(load.failed)} statements failed ({', '.join(states)})")
+    if done < 2:
+        raise ValueError(
+            f"the capacity run completed {done} statements in its last {end - start:.3g} s: "
+            "too few to measure a rate; give a longer --capacity-seconds, or --rate"
+        )
+    return done / (end - start)
+
+
+def _work(config: BenchConfig, demands: dict[str, float]) -> float:
+    """Σ_r p_r D_r: seconds of work per statement of the mix, by the model."""
+    return sum(config.mix.weights[q] * demands[f"Q{q}"] for q in config.mix.queries)
+
+
 def _rate(config: BenchConfig, demands: dict[str, float]) -> tuple[float, float]:
     """(λ, ρ): the one given, the other from ρ = λ · Σ_r p_r D_r."""
-    work = sum(config.mix.weights[q] * demands[f"Q{q}"] for q in config.mix.queries)
+    work = _work(config, demands)
     if config.rate is not None:
         return config.rate, config.rate * work
     assert config.load is not None

@@ -203,6 +203,30 @@ def test_open_arrivals_poisson_bursty_and_trace(tmp_path: Path) -> None:
         assert all(r["throughput"] > 0 for r in p["repetitions"])
     assert "offered load ρ = λ·Σ p_r D_r = 0.3" in result.stderr
 
+    # ρ of the capacity measured just before the runs, not of the model's D_r (which, at
+    # 0.01 s for both, would put this rate at ρ = 0.01 · λ)
+    measured = _bench(
+        *common,
+        "--arrivals",
+        "poisson",
+        "--load",
+        "0.5",
+        "--load-basis",
+        "measured",
+        "--capacity-seconds",
+        "2",
+        "--policies",
+        "fcfs@2",
+    )
+    assert measured.returncode == 0, measured.stderr[-3000:]
+    m = json.loads(measured.stdout)
+    assert m["load_basis"] == "measured" and m["load"] == 0.5 and m["capacity"] > 10
+    assert m["rate"] == pytest.approx(0.5 * m["capacity"])
+    assert m["offered_load"] == pytest.approx(0.01 * m["rate"])
+    assert "measuring capacity: " in measured.stderr and "of the measured" in measured.stderr
+    fcfs = m["policies"]["fcfs@2"]
+    assert fcfs["errors"] == 0 and 0.5 * m["rate"] < fcfs["throughput"] < 1.5 * m["rate"]
+
     bursts = _bench(
         *common,
         "--arrivals",
@@ -238,6 +262,8 @@ def test_open_arrivals_poisson_bursty_and_trace(tmp_path: Path) -> None:
     assert r["policies"]["fcfs"]["errors"] == 0
     for args, message in (
         (("--arrivals", "poisson"), "needs --rate or --load"),
+        (("--arrivals", "poisson", "--rate", "5", "--load-basis", "measured"), "give --load"),
+        (("--arrivals", "poisson", "--load", "0.5", "--load-basis", "cores"), "must be one of"),
         (("--arrivals", "poisson", "--rate", "5", "--slo", "Q6"), "is not CLASS=SECONDS"),
         (("--arrivals", "poisson", "--rate", "5", "--slo", "Q9=1"), "not in the workload"),
         (("--arrivals", "trace", "--trace", str(tmp_path / "none.csv")), "cannot read the trace"),
