@@ -6,7 +6,7 @@ optionally, a burst and the closed loop for contrast.
     python -m benchmarks.admission_pays --model MODEL.json --mix 1,2,6,9,11,13,14,18 --tpch 1 \\
         [--loads 0.85,0.95] [--duration 60] [--repetitions 3] [--recommended latency@2] \\
         [--policies none,fcfs@1,fcfs@2,fcfs@4,sept@2,min-q@2,min-a@2,latency@2] \\
-        [--burst] [--closed] [--out-dir out/pays]
+        [--burst] [--closed] [--out-dir out/pays] [--load-basis model|measured]
 
 Runs go through ``lab.bench`` (what ``admission bench`` runs): policies interleaved in a new
 order in every repetition, every policy of a repetition fed the same arrivals. Printed per load:
@@ -16,7 +16,9 @@ policy's reduction of the mean against it, *paired* by repetition (same arrivals
 interval; whether the targets hold (≥ 30 % at ρ = 0.95, ≥ 15 % at ρ = 0.85, p99 no worse,
 throughput within 2 %); and, for scale, what M/G/1 theory predicts from the model's D_r for
 processor sharing (what "none" approximates) and for non-preemptive shortest-expected-first.
-Every run's JSON is written into ``--out-dir``.
+Every run's JSON is written into ``--out-dir``. With ``--load-basis measured`` each ρ is a share
+of the capacity measured just before its runs (``admission bench --load-basis``) rather than of
+the model's D_r; the targets are then read at that ρ.
 
 ``--postgres`` runs the same on a throwaway PostgreSQL cluster of its own (the test suite's
 binaries), loading TPC-H at ``--tpch`` and training the model into ``--model`` first when that
@@ -108,7 +110,8 @@ def report(result: BenchResult, recommended: str, label: str, targets: bool = Tr
         if other not in (recommended, best):
             c2 = paired_change(result, recommended, other)
             lines.append(f"  vs {other}: {c2.mean:+.1%}" + (f" ± {c2.ci:.1%}" if c2.ci else ""))
-    rho = result.offered_load
+    # the load the run was asked for: of the model's D_r, or of the measured capacity
+    rho = result.config.load if result.capacity is not None else result.offered_load
     target = TARGETS.get(round(rho, 2)) if rho is not None and targets else None
     if target is not None:
         p99_ok = rec.p99_response.mean <= base.p99_response.mean
@@ -155,6 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tpch", type=float, default=1.0)
     parser.add_argument("--backend", default="duckdb")
     parser.add_argument("--loads", default="0.95,0.85")
+    parser.add_argument(
+        "--load-basis",
+        choices=("model", "measured"),
+        default="model",
+        help="ρ of the model's D_r (as the targets define it), or of the capacity measured "
+        "before each open run (admission bench --load-basis)",
+    )
     parser.add_argument("--duration", type=float, default=60.0)
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument(
@@ -212,10 +222,14 @@ def _main(args: argparse.Namespace) -> int:
         return result
 
     for rho in (float(x) for x in args.loads.split(",")):
-        config = BenchConfig(**{**base.__dict__, "arrivals": "poisson", "load": rho})
+        config = BenchConfig(
+            **{**base.__dict__, "arrivals": "poisson", "load": rho, "load_basis": args.load_basis}
+        )
         result = run(config, f"ρ {rho}", f"poisson-{rho:g}")
         label = (
-            f"Poisson arrivals at ρ = {rho:g} ({result.rate:.3g}/s), mix {mix.name}, SF "
+            f"Poisson arrivals at ρ = {rho:g}"
+            + (f" of the measured {result.capacity:.3g}/s" if result.capacity else "")
+            + f" ({result.rate:.3g}/s), mix {mix.name}, SF "
             f"{args.tpch:g}, {args.repetitions} × {args.duration:g} s"
         )
         block = [*report(result, args.recommended, label), _theory(model, result)]
@@ -228,6 +242,7 @@ def _main(args: argparse.Namespace) -> int:
                 **base.__dict__,
                 "arrivals": "bursty",
                 "load": 0.85,
+                "load_basis": args.load_basis,
                 "bursts": bursts,
                 "duration": max(args.duration, 120.0),
                 "policies": tuple(args.burst_policies.split(",")),
