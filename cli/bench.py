@@ -90,8 +90,9 @@ def bench(
         typer.Option(
             help="What --load is a share of: 'model' (λ·Σ p_r D_r, each D_r a statement alone "
             "as training measured it) or 'measured' (the statements/s this server completes "
-            "of the mix in a closed loop with no admission control, measured just before the "
-            "runs: the load on the machine as it is now, whatever the training run said).",
+            "of the mix in a closed loop with no admission control — FCFS over the pool with "
+            "--pool-size — measured just before the runs: the load on the machine as it is "
+            "now, whatever the training run said).",
         ),
     ] = "model",
     capacity_seconds: Annotated[

@@ -257,6 +257,11 @@ class BenchConfig:
                 f"--load-basis must be one of {', '.join(LOAD_BASES)}, not {self.load_basis!r}"
             )
         if self.load_basis == "measured":
+            if self.arrivals not in ("poisson", "bursty"):
+                raise ValueError(
+                    "--load-basis measured sets the rate of poisson or bursty arrivals from "
+                    "--load (a closed loop or a trace has its own)"
+                )
             if self.load is None:
                 raise ValueError("--load-basis measured sets the rate from --load: give --load")
             if not self.capacity_seconds >= 1:
@@ -365,7 +370,7 @@ class BenchResult:
                 "arrivals": c.arrivals,
                 "rate": self.rate,
                 "offered_load": self.offered_load,
-                "load_basis": c.load_basis if c.open else None,
+                "load_basis": c.load_basis if c.load is not None else None,
                 "capacity": self.capacity,
                 "load": c.load,
                 "bursts": dataclasses.asdict(c.bursts)
@@ -457,6 +462,8 @@ def run_bench(
             if auto_mpl is not None:
                 proxy.call(auto_mpl.pause)
             result.capacity = measure_capacity(proxy, conninfo, config, dialect, progress)
+            if _pg_temp_bytes(config.backend) is not None:  # its statistics, before the runs'
+                time.sleep(PG_STATS_DELAY)
             result.rate = config.load * result.capacity
             result.offered_load = result.rate * _work(config, demands)
             _say_rate(config, result, progress)
@@ -576,11 +583,12 @@ def measure_capacity(
     proxy: Any, conninfo: str, config: BenchConfig, dialect: Dialect, progress: Progress
 ) -> float:
     """Statements per second this server completes of the mix, now: a closed loop of
-    max(8, 2 × cores) clients with no think time for ``capacity_seconds``, with no admission
-    control (with ``pool_size``, FCFS over the pool), counted over its last 80 %. A closed
+    max(8, 2 × the cores this process may run on) clients with no think time for
+    ``capacity_seconds``, with no admission control (with ``pool_size``, FCFS over the pool),
+    counted over its last 80 %. A closed
     loop keeps the server saturated, so its throughput is the rate an open load cannot exceed
     for long; each client draws from the mix, so completions follow the mix's shares."""
-    clients = max(8, 2 * (os.cpu_count() or 1))
+    clients = max(8, 2 * len(os.sched_getaffinity(0)))
     policy = "none" if config.pool_size is None else f"fcfs@{config.pool_size}"
     proxy.call(functools.partial(_switch, proxy.gate, policy, _limits(config, policy)))
     seconds = config.capacity_seconds
@@ -599,13 +607,23 @@ def measure_capacity(
     )
     start, end = load.started + 0.2 * seconds, load.started + seconds
     done = sum(1 for s in load.ok if start <= s.end <= end)
+    connected = len({s.client for s in load.statements})
+    if connected < clients:  # the others could not connect (max_connections, …)
+        progress(f"capacity run: only {connected} of {clients} clients connected")
     if load.failed:
-        states = sorted({s.sqlstate or "" for s in load.failed})
-        progress(f"capacity run: {len(load.failed)} statements failed ({', '.join(states)})")
-    if done < 2:
+        states = ", ".join(sorted({s.sqlstate or "" for s in load.failed}))
+        if len(load.failed) > 0.05 * len(load.statements):
+            raise ValueError(
+                f"the capacity run: {len(load.failed)} of {len(load.statements)} statements "
+                f"failed ({states}); a rate measured on the rest would not be the mix's"
+            )
+        progress(f"capacity run: {len(load.failed)} statements failed ({states})")
+    least = max(20, 2 * clients)  # several per client: not a cohort that started together
+    if done < least:
         raise ValueError(
-            f"the capacity run completed {done} statements in its last {end - start:.3g} s: "
-            "too few to measure a rate; give a longer --capacity-seconds, or --rate"
+            f"the capacity run completed {done} statements in its last {end - start:.3g} s "
+            f"(at least {least} needed to measure a rate): give a longer --capacity-seconds, "
+            "or --rate"
         )
     return done / (end - start)
 

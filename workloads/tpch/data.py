@@ -10,10 +10,12 @@ read instead (SF 1: lineitem in 1.6 s rather than 19 s; the copy is written once
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,7 +77,10 @@ def load_duckdb(con: Any, data: Path, scale_factor: float, progress: Progress = 
     for ddl in create_statements():
         con.execute(ddl)
     for name in TABLES:
-        parquet = data / f"{name}.parquet"
+        columns = _duck_columns(con, name)
+        # named by the table's columns and types: a copy of another schema is never read
+        digest = hashlib.sha256(columns.encode()).hexdigest()[:12]
+        parquet = data / f"{name}.{digest}.parquet"
         if parquet.exists():
             progress(f"loading {name}")
             try:
@@ -83,14 +88,15 @@ def load_duckdb(con: Any, data: Path, scale_factor: float, progress: Progress = 
                     f"insert into {name} by name select * from read_parquet({_sql(parquet)})"
                 )
                 continue
-            except duckdb.Error as e:  # a damaged copy: the CSV is the source; copy it again
-                progress(f"{parquet} is unreadable ({e}); loading {name} from CSV")
+            except (duckdb.InvalidInputException, duckdb.IOException) as e:
+                # a damaged copy (not a Parquet file, cut short): the CSV is the source
+                progress(f"{parquet.name} is unreadable ({e}); loading {name} from CSV")
                 con.execute(f"delete from {name}")
         else:
             progress(f"loading {name} (from CSV; a Parquet copy is kept for the next load)")
         con.execute(
             f"insert into {name} select * from read_csv({_sql(data / f'{name}.csv')}, "
-            f"header = true, columns = {_duck_columns(con, name)})"
+            f"header = true, columns = {columns})"
         )
         _keep_parquet(con, name, parquet, progress)
     con.execute("create or replace table tpch_meta (scale_factor double)")
@@ -105,7 +111,7 @@ def _keep_parquet(con: Any, table: str, parquet: Path, progress: Progress) -> No
     """Write ``table`` as ``parquet`` for the next load: under a name of this process's, then
     renamed, so that a reader sees the whole file or none. A cache that cannot be written
     (read-only, full) only means the next load reads the CSV again."""
-    partial = parquet.with_name(f"{parquet.name}.{os.getpid()}.partial")
+    partial = parquet.with_name(f"{parquet.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
     try:
         con.execute(f"copy {table} to {_sql(partial)} (format parquet)")
         os.replace(partial, parquet)
