@@ -583,12 +583,13 @@ def measure_capacity(
     proxy: Any, conninfo: str, config: BenchConfig, dialect: Dialect, progress: Progress
 ) -> float:
     """Statements per second this server completes of the mix, now: a closed loop of
-    max(8, 2 × the cores this process may run on) clients with no think time for
+    min(32, max(8, 2 × the cores this process may run on)) clients, no think time, for
     ``capacity_seconds``, with no admission control (with ``pool_size``, FCFS over the pool),
     counted over its last 80 %. A closed
     loop keeps the server saturated, so its throughput is the rate an open load cannot exceed
     for long; each client draws from the mix, so completions follow the mix's shares."""
-    clients = max(8, 2 * len(os.sched_getaffinity(0)))
+    # (at most 32: a CPU quota is not seen in the affinity, and more add nothing but memory)
+    clients = min(32, max(8, 2 * len(os.sched_getaffinity(0))))
     policy = "none" if config.pool_size is None else f"fcfs@{config.pool_size}"
     proxy.call(functools.partial(_switch, proxy.gate, policy, _limits(config, policy)))
     seconds = config.capacity_seconds
@@ -618,7 +619,7 @@ def measure_capacity(
                 f"failed ({states}); a rate measured on the rest would not be the mix's"
             )
         progress(f"capacity run: {len(load.failed)} statements failed ({states})")
-    least = max(20, 2 * clients)  # several per client: not a cohort that started together
+    least = max(20, connected)  # at least one per client and 20 in all
     if done < least:
         raise ValueError(
             f"the capacity run completed {done} statements in its last {end - start:.3g} s "

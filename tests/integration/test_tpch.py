@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime
 import math
+import os
 import random
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -133,6 +135,27 @@ def test_duckdb_loads_again_from_its_parquet_copy(
     assert not any("CSV" in line for line in said), said
     assert _fingerprints(fourth) == _fingerprints(duck)
     fourth.close()
+
+    # a CSV newer than its copy (someone replaced it) is read, and the copy made again; copies
+    # of another schema and partial copies an hour old go when it is
+    stale = [damaged / "region.parquet", damaged / "region.0123abcd.parquet"]
+    old_partial = damaged / f"{copies['region']}.1-abc.partial"
+    for path in [*stale, old_partial]:
+        path.write_bytes(b"left over")
+    os.utime(old_partial, (time.time() - 7200, time.time() - 7200))
+    now = time.time()
+    os.utime(damaged / copies["region"], (now - 100, now - 100))
+    os.utime(damaged / "region.csv", (now - 50, now - 50))
+    said.clear()
+    fifth = duckdb.connect()
+    load_duckdb(fifth, damaged, SF, progress=said.append)
+    assert [line for line in said if "CSV" in line] == [
+        "loading region (from CSV; a Parquet copy is kept for the next load)"
+    ], said
+    assert _fingerprints(fifth) == _fingerprints(duck)
+    fifth.close()
+    assert not any(p.exists() for p in [*stale, old_partial])
+    assert (damaged / copies["region"]).stat().st_mtime >= now - 50
 
 
 @pytest.mark.parametrize("query", QUERY_NUMBERS)

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -81,7 +82,9 @@ def load_duckdb(con: Any, data: Path, scale_factor: float, progress: Progress = 
         # named by the table's columns and types: a copy of another schema is never read
         digest = hashlib.sha256(columns.encode()).hexdigest()[:12]
         parquet = data / f"{name}.{digest}.parquet"
-        if parquet.exists():
+        csv = data / f"{name}.csv"
+        # (a copy older than its CSV is of other data: someone replaced the CSV)
+        if parquet.exists() and parquet.stat().st_mtime >= csv.stat().st_mtime:
             progress(f"loading {name}")
             try:
                 con.execute(
@@ -95,7 +98,7 @@ def load_duckdb(con: Any, data: Path, scale_factor: float, progress: Progress = 
         else:
             progress(f"loading {name} (from CSV; a Parquet copy is kept for the next load)")
         con.execute(
-            f"insert into {name} select * from read_csv({_sql(data / f'{name}.csv')}, "
+            f"insert into {name} select * from read_csv({_sql(csv)}, "
             f"header = true, columns = {columns})"
         )
         _keep_parquet(con, name, parquet, progress)
@@ -118,6 +121,16 @@ def _keep_parquet(con: Any, table: str, parquet: Path, progress: Progress) -> No
     except (duckdb.Error, OSError) as e:
         progress(f"could not keep a Parquet copy of {table} ({e}); the next load reads the CSV")
         partial.unlink(missing_ok=True)
+        return
+    # copies of another schema, and partial ones an hour old (a load killed while writing)
+    for other in parquet.parent.glob(f"{table}.*parquet*"):
+        try:
+            if other != parquet and (
+                other.suffix == ".parquet" or other.stat().st_mtime < time.time() - 3600
+            ):
+                other.unlink()
+        except OSError:
+            pass
 
 
 def _duck_columns(con: Any, table: str) -> str:
