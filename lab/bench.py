@@ -428,7 +428,7 @@ def run_bench(
     demands = _demands(model, config.mix, dialect, config.tpch)
     trace = read_trace(config.trace) if config.arrivals == "trace" and config.trace else None
     result = BenchResult(config, model)
-    measured = config.open and trace is None and config.load_basis == "measured"
+    measured = config.load_basis == "measured"  # (only poisson or bursty: BenchConfig)
     if config.open and trace is None and not measured:
         result.rate, result.offered_load = _rate(config, demands)
         _say_rate(config, result, progress)
@@ -585,9 +585,9 @@ def measure_capacity(
     """Statements per second this server completes of the mix, now: a closed loop of
     min(32, max(8, 2 × the cores this process may run on)) clients, no think time, for
     ``capacity_seconds``, with no admission control (with ``pool_size``, FCFS over the pool),
-    counted over its last 80 %. A closed
-    loop keeps the server saturated, so its throughput is the rate an open load cannot exceed
-    for long; each client draws from the mix, so completions follow the mix's shares."""
+    counted over its last 80 %. A closed loop keeps the server saturated, so its throughput is
+    the rate an open load cannot exceed for long; each client draws from the mix, so
+    completions follow the mix's shares."""
     # (at most 32: a CPU quota is not seen in the affinity, and more add nothing but memory)
     clients = min(32, max(8, 2 * len(os.sched_getaffinity(0))))
     policy = "none" if config.pool_size is None else f"fcfs@{config.pool_size}"
