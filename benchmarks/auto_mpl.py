@@ -3,6 +3,7 @@
     python -m benchmarks.auto_mpl --model MODEL.json [--mix 1,2,6,9,11,13,14,18] [--tpch 1]
         [--policy latency] [--mpls 1,2,3,4] [--scenarios closed,open] [--load 0.95]
         [--clients 8] [--duration 120] [--warmup 40] [--repetitions 3] [--seed 0]
+        [--load-basis model|measured] [--capacity-seconds 10]
 
 Per scenario, one ``lab.bench`` run (what ``admission bench`` runs) on the embedded DuckDB with
 TPC-H: ``POLICY@m`` for every static MPL m and ``POLICY@auto`` — started from the cores of
@@ -11,7 +12,9 @@ on the same arrivals:
 
 - ``closed``: ``--clients`` clients with no think time, where the mean response time is
   N / X: the MPL that keeps throughput is the one that keeps R;
-- ``open``: Poisson arrivals at offered load ``--load`` (ρ from the model's D_r).
+- ``open``: Poisson arrivals at offered load ``--load`` (ρ from the model's D_r, or with
+  ``--load-basis measured`` of the capacity a closed loop with no admission control measures
+  just before the runs, as ``admission bench --load-basis`` does).
 
 Only the time after ``--warmup`` seconds counts, so the tuned run is judged after that much
 time to find its MPL. Printed per scenario: each contender's throughput, mean and p99 response
@@ -57,6 +60,8 @@ def _scenario(args: argparse.Namespace, model: EtaModel, arrivals: str) -> Bench
         arrivals=arrivals,
         load=args.load if arrivals != "closed" and args.rate is None else None,
         rate=args.rate if arrivals != "closed" else None,
+        load_basis=args.load_basis if arrivals != "closed" else "model",
+        capacity_seconds=args.capacity_seconds,
     )
     return run_bench(config, model, _say)
 
@@ -69,6 +74,9 @@ def _report(name: str, result: BenchResult, args: argparse.Namespace) -> bool:
         f"closed loop, {args.clients} clients, no think time"
         if name == "closed"
         else f"Poisson arrivals at {result.rate:.3g}/s (ρ = {result.offered_load:.3g} from D_r)"
+        if result.capacity is None
+        else f"Poisson arrivals at {result.rate:.3g}/s (ρ = {result.config.load:g} of the "
+        f"measured capacity {result.capacity:.3g}/s, {result.offered_load:.3g} from D_r)"
     )
     print(
         f"\n{name}: {what}; mix {args.mix}, SF {args.tpch:g}, {args.repetitions} × "
@@ -119,9 +127,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write each scenario's bench JSON here")
+    parser.add_argument(
+        "--load-basis",
+        choices=("model", "measured"),
+        default="model",
+        help="open: ρ of the model's D_r, or of the capacity measured before the runs",
+    )
+    parser.add_argument(
+        "--capacity-seconds", type=float, default=10.0, help="length of that capacity run"
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.warmup < args.duration:
         parser.error("--warmup must be at least 0 and shorter than --duration")
+    if args.load_basis == "measured" and args.rate is not None:
+        parser.error("--load-basis measured takes --load (a share of the capacity), not --rate")
+    if not args.capacity_seconds >= 1:
+        parser.error(f"--capacity-seconds must be at least 1, not {args.capacity_seconds}")
     scenarios = [x.strip() for x in args.scenarios.split(",") if x.strip()]
     if not scenarios or any(x not in ("closed", "open") for x in scenarios):
         parser.error("--scenarios takes closed, open or both")

@@ -3,7 +3,8 @@ gain that training gives?
 
     python -m benchmarks.online_learning --model MODEL.json [--mix 1,2,6,9,11,13,14,18]
         [--tpch 1] [--load 0.95] [--duration 120] [--warmup 60] [--repetitions 3]
-        [--policy latency@2] [--baseline fcfs@2]
+        [--policy latency@2] [--baseline fcfs@2] [--load-basis model|measured]
+        [--capacity-seconds 10]
 
 Open Poisson arrivals at offered load ``--load`` (ρ from the trained model's D_r) of a TPC-H
 mix on the embedded DuckDB, through ``lab.bench`` (what ``admission bench`` runs): per
@@ -20,11 +21,17 @@ more than 1/Σ p_r D_r statements a second (``benchmarks.overload`` measured 14.
 this mix at SF 1, against 8.3/s for ρ = 1), so a ``--load`` above 1 is how to get near
 saturation, where admission has something to decide.
 
+With ``--load-basis measured`` ρ is a share of the capacity a closed loop with no admission
+control measures just before the runs (``admission bench --load-basis``), not of the trained
+D_r: the same ``--load`` then means the same on the machine whatever the training run gave.
+
 Only statements that arrive after ``--warmup`` seconds are measured, so the learning run is
 judged after that much load. Printed: each contender's mean and p99 response time; the
 reduction of the mean against the baseline, paired by repetition, for the trained model and
 for the learning run, and the share of the trained model's reduction the learning run reaches
-(target ≥ 90 % after 60 s of load); and the D_r the learning run ended with beside the trained
+(target ≥ 90 % after 60 s of load) — as the ratio of the mean reductions and, paired by
+repetition, as the interval of (learning's reduction − 90 % of the trained model's): the target
+is shown when that interval lies above 0; and the D_r the learning run ended with beside the trained
 ones.
 """
 
@@ -38,6 +45,7 @@ from pathlib import Path
 
 from admission.model import EtaModel
 from admission.scheduler import Limits
+from admission.sim.study import Estimate
 from lab.bench import BenchConfig, paired_change, paired_changes, repetition_means, run_bench
 from workloads.tpch.mixes import mix_by_name
 
@@ -65,9 +73,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", default="latency@2")
     parser.add_argument("--baseline", default="fcfs@2")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--load-basis",
+        choices=("model", "measured"),
+        default="model",
+        help="ρ of the trained model's D_r, or of the capacity measured before the runs",
+    )
+    parser.add_argument(
+        "--capacity-seconds", type=float, default=10.0, help="length of that capacity run"
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.warmup < args.duration:
         parser.error("--warmup must be at least 0 and shorter than --duration")
+    if args.load_basis == "measured" and args.rate is not None:
+        parser.error("--load-basis measured takes --load (a share of the capacity), not --rate")
+    if not args.capacity_seconds >= 1:
+        parser.error(f"--capacity-seconds must be at least 1, not {args.capacity_seconds}")
     model = EtaModel.load(args.model)
     learning = f"{args.policy}+learn"
     config = BenchConfig(
@@ -82,12 +103,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         arrivals="poisson",
         load=args.load if args.rate is None else None,
         rate=args.rate,
+        load_basis=args.load_basis,
+        capacity_seconds=args.capacity_seconds,
     )
     learned: list[EtaModel] = []
     result = run_bench(config, model, _say, learned=learned)
     s = result.summaries
+    basis = (
+        f"ρ = {config.load:g} of the measured capacity {result.capacity:.3g}/s, "
+        f"{result.offered_load:.3g} by the trained D_r"
+        if result.capacity is not None
+        else f"ρ = {result.offered_load:.3g} from D_r"
+    )
     print(
-        f"Poisson arrivals at {result.rate:.3g}/s (ρ = {result.offered_load:.3g} from D_r), "
+        f"Poisson arrivals at {result.rate:.3g}/s ({basis}), "
         f"mix {config.mix.name}, "
         f"SF {args.tpch:g}, {args.repetitions} × {args.duration:g} s, the first "
         f"{args.warmup:g} s of each run not measured"
@@ -117,6 +146,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"the learning run reaches {share:.0%} of the trained model's reduction (target "
             f"≥ {TARGET:.0%}): {'met' if share >= TARGET else 'NOT met'}"
+        )
+        margin = Estimate.of([o - TARGET * t for o, t in zip(per_online, per_trained, strict=True)])
+        if margin.ci is None:
+            verdict = "one repetition: no interval"
+        elif margin.mean - margin.ci > 0:
+            verdict = "its 95 % interval above 0: shown"
+        else:
+            verdict = "its 95 % interval reaches 0: not shown"
+        print(
+            f"  paired: learning's reduction − {TARGET:.0%} of the trained model's = {margin} "
+            f"({verdict})"
         )
     else:
         print("the trained model does not lower the mean here: no share to compute")

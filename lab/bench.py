@@ -61,6 +61,7 @@ __all__ = [
     "ALL_POLICIES",
     "ARRIVALS",
     "BASELINES",
+    "POOL_COUNTERS",
     "RECOMMENDED",
     "BenchConfig",
     "BenchResult",
@@ -69,6 +70,7 @@ __all__ = [
     "paired_change",
     "paired_changes",
     "parse_policy",
+    "pool_counts_since",
     "repetition_means",
     "run_bench",
     "tunes_mpl",
@@ -347,7 +349,8 @@ class BenchResult:
     capacity: float | None = None
     slo: dict[str, float] = field(default_factory=dict)  # the SLO of each class
     open: dict[str, OpenSummary] = field(default_factory=dict)
-    # --pool-size: the pools' counts at the end (server connections opened, handovers …)
+    # --pool-size: the pools' counts over the runs (server connections opened, handovers …;
+    # a capacity run's before them not included) and their state at the end
     pools: list[dict[str, Any]] | None = None
 
     def json(self) -> dict[str, Any]:
@@ -432,6 +435,8 @@ def run_bench(
     if config.open and trace is None and not measured:
         result.rate, result.offered_load = _rate(config, demands)
         _say_rate(config, result, progress)
+    traced, traced_demands = _traced(trace, model) if trace is not None else (None, {})
+    _slos(config, traced_demands if traced is not None else demands)  # refused before any run
     target = open_target(
         config.backend,
         config.tpch,
@@ -450,9 +455,10 @@ def run_bench(
     if budget is None and any(memory_aware(p) for p in config.policies):
         budget = proxy.server.gate.scheduler.limits.memory  # the server's auto
         if budget is None:
+            target.close()
             raise ValueError("POLICY+mem needs --memory SIZE (in front of PostgreSQL: no auto)")
         progress(f"memory budget of the +mem runs: {budget / 2**20:.0f} MiB")
-    traced, traced_demands = _traced(trace, model) if trace is not None else (None, {})
+    pools_before: list[dict[str, Any]] = []
     try:
         gate = proxy.gate
         if measured:
@@ -462,6 +468,8 @@ def run_bench(
             if auto_mpl is not None:
                 proxy.call(auto_mpl.pause)
             result.capacity = measure_capacity(proxy, conninfo, config, dialect, progress)
+            if gate.pools is not None:  # the runs' counts will not include the capacity run's
+                pools_before = proxy.call(gate.pools.status)
             if _pg_temp_bytes(config.backend) is not None:  # its statistics, before the runs'
                 time.sleep(PG_STATS_DELAY)
             result.rate = config.load * result.capacity
@@ -542,7 +550,7 @@ def run_bench(
                 if tick:
                     tick(done)
         if gate.pools is not None:
-            result.pools = proxy.call(gate.pools.status)
+            result.pools = pool_counts_since(proxy.call(gate.pools.status), pools_before)
     finally:
         target.close()
     if traced is not None:  # the trace's classes, not the mix's
@@ -577,6 +585,36 @@ def _say_rate(config: BenchConfig, result: BenchResult, progress: Progress) -> N
             f"{config.arrivals} arrivals at {result.rate:.3g} statements/s: offered load "
             f"ρ = λ·Σ p_r D_r = {result.offered_load:.3g} (D_r from the model){burst}"
         )
+
+
+# a pool's counts that only grow (proxy.pool.Pool.status); the others are of the moment
+POOL_COUNTERS = (
+    "opened",
+    "closed",
+    "failed",
+    "waited",
+    "wait_seconds",
+    "handovers",
+    "settings_replayed",
+    "reprepared",
+    "evicted",
+    "parked",
+)
+
+
+def pool_counts_since(
+    now: Sequence[dict[str, Any]], before: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each pool's status ``now``, its counts less what they were at ``before`` (a pool that
+    did not exist then keeps its own): what the runs did, without the capacity run's."""
+    base = {(p["database"], p["user"]): p for p in before}
+    out = []
+    for pool in now:
+        then = base.get((pool["database"], pool["user"]))
+        if then is not None:
+            pool = {**pool, **{k: round(pool[k] - then[k], 6) for k in POOL_COUNTERS}}
+        out.append(pool)
+    return out
 
 
 def measure_capacity(

@@ -80,3 +80,25 @@ def test_verdict_in_a_closed_loop_says_the_mean_cannot_move() -> None:
     result = _result({"none": [1.0, 1.1], "latency": [1.05, 1.0]}, arrivals="closed")
     lines = verdict(result)
     assert "(not significant at 95 %" in lines[1] and "N = X·R" in lines[-1]
+
+
+def test_pool_counts_leave_out_the_capacity_run() -> None:
+    """--load-basis measured with --pool-size: what the pools did before the runs (the capacity
+    run's handovers, waits, opened connections) is taken out of the counts; the pool's state at
+    the end and a pool first seen in the runs stay as they are."""
+    import dataclasses
+
+    from lab.bench import POOL_COUNTERS, pool_counts_since
+    from proxy.pool import PoolStats
+
+    assert set(POOL_COUNTERS) == {f.name for f in dataclasses.fields(PoolStats)}  # no drift
+
+    def pool(database: str, n: float, **state: int) -> dict[str, object]:
+        return {"database": database, "user": "u", **dict.fromkeys(POOL_COUNTERS, n), **state}
+
+    before = [pool("a", 3, sv_idle=2)]
+    now = [pool("a", 10, sv_idle=1, cl_waiting=4), pool("b", 5, sv_idle=1)]
+    got = pool_counts_since(now, before)
+    assert got[0] == pool("a", 7, sv_idle=1, cl_waiting=4)
+    assert got[1] == now[1]
+    assert pool_counts_since(now, []) == now

@@ -64,6 +64,7 @@ def test_speed_probe_is_short_and_positive() -> None:
     assert "rows/s" in UNIT and "median" in UNIT
 
 
+@pytest.mark.serial  # "quiet" must be quiet: no test running beside it
 def test_speed_probe_sees_a_load_on_one_core_of_several() -> None:
     """The reason it is a parallel probe, and the median: with a busy process on one core
     the probe reads slower (a single-threaded probe read the same). Skipped on one core."""

@@ -110,7 +110,7 @@ def test_a_full_queue_under_overload_sheds_its_oldest_with_53300() -> None:
     async def run() -> None:
         a = QueryClass("fp:a", "A")
         gate = AdmissionGate(
-            Scheduler(None, "fcfs", Limits(mpl=1, lifo_after=0.05, queue_timeout=10)),
+            Scheduler(None, "fcfs", Limits(mpl=1, lifo_after=0.5, queue_timeout=10)),
             max_queue=2,
         )
         who = {i: Recorder() for i in range(6)}
@@ -119,7 +119,7 @@ def test_a_full_queue_under_overload_sheds_its_oldest_with_53300() -> None:
         gate.submit(2, a, False, "select 1", who[2])
         gate.submit(3, a, False, "select 1", who[3])  # full, not yet overloaded: refused
         assert who[3].told == [("53300", 3)]
-        await asyncio.sleep(0.06)
+        await asyncio.sleep(0.55)
         gate.submit(4, a, False, "select 1", who[4])  # overloaded: the oldest makes room
         assert who[1].told == [("53300", 1)] and who[4].told == []
         assert gate.stats.shed == 1 and gate.stats.queue_full == 1

@@ -117,6 +117,7 @@ def _warmed(busy: int, idle: int) -> tuple[PostgresTicks, float]:
     return jobs, t1
 
 
+@pytest.mark.serial  # busy processes whose CPU it reads: alone
 def test_ticks_charge_each_backend_to_the_statements_it_served(
     processes: tuple[int, int],
 ) -> None:
@@ -142,6 +143,7 @@ def test_ticks_charge_each_backend_to_the_statements_it_served(
     assert b is not None and b < 0.01  # the sleeping backend used (almost) nothing
 
 
+@pytest.mark.serial  # busy processes whose CPU it reads: alone
 def test_ticks_share_a_backend_by_time_held_and_drop_bypass_shares(
     processes: tuple[int, int],
 ) -> None:
@@ -169,6 +171,7 @@ def test_ticks_share_a_backend_by_time_held_and_drop_bypass_shares(
     assert not jobs.passing and not jobs.owed
 
 
+@pytest.mark.serial  # busy processes whose CPU it reads: alone
 def test_ticks_leave_a_backend_newer_than_the_last_sample_or_gone_unmeasured(
     processes: tuple[int, int],
 ) -> None:
