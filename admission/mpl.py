@@ -17,9 +17,11 @@ What it measures
 ----------------
 Throughput at MPL m says something about m only while m is what limits it: while statements
 are queued and m are in service (*saturated*). Unsaturated time — spare capacity, or the thread
-budget rather than the MPL holding statements back — says nothing about m's capacity; it only
-counts toward the *demand*, the work arriving per second over the last ``demand_window``
-seconds. The driver reports, every few hundred milliseconds, the time elapsed, whether the gate
+budget rather than the MPL holding statements back — says nothing about m's capacity. All
+time counts toward the *demand*, the work completed per second over the last
+``demand_window`` seconds: what arrives while nothing queues, but at a saturated MPL that MPL's
+own capacity (so near saturation it does not show that a lower MPL would be overloaded). The
+driver reports, every few hundred milliseconds, the time elapsed, whether the gate
 was saturated, the statements completed and their *work*: each one's expected service time
 (D_r), so that a stretch with more long statements than usual does not read as lower
 throughput. A *sample* of the MPL's capacity (work per second) closes once ``window`` seconds
