@@ -33,6 +33,7 @@ from pathlib import Path
 
 from admission.model import EtaModel
 from admission.scheduler import Limits
+from benchmarks.options import add_load_basis, check_load_basis
 from lab.bench import BenchConfig, BenchResult, paired_change, paired_changes, run_bench
 from workloads.tpch.mixes import mix_by_name
 
@@ -127,22 +128,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write each scenario's bench JSON here")
-    parser.add_argument(
-        "--load-basis",
-        choices=("model", "measured"),
-        default="model",
-        help="open: ρ of the model's D_r, or of the capacity measured before the runs",
-    )
-    parser.add_argument(
-        "--capacity-seconds", type=float, default=10.0, help="length of that capacity run"
-    )
+    add_load_basis(parser, "the model's D_r (open runs)")
     args = parser.parse_args(argv)
     if not 0 <= args.warmup < args.duration:
         parser.error("--warmup must be at least 0 and shorter than --duration")
-    if args.load_basis == "measured" and args.rate is not None:
-        parser.error("--load-basis measured takes --load (a share of the capacity), not --rate")
-    if not args.capacity_seconds >= 1:
-        parser.error(f"--capacity-seconds must be at least 1, not {args.capacity_seconds}")
+    check_load_basis(parser, args)
     scenarios = [x.strip() for x in args.scenarios.split(",") if x.strip()]
     if not scenarios or any(x not in ("closed", "open") for x in scenarios):
         parser.error("--scenarios takes closed, open or both")

@@ -46,6 +46,7 @@ from pathlib import Path
 from admission.model import EtaModel
 from admission.scheduler import Limits
 from admission.sim.study import Estimate
+from benchmarks.options import add_load_basis, check_load_basis
 from lab.bench import BenchConfig, paired_change, paired_changes, repetition_means, run_bench
 from workloads.tpch.mixes import mix_by_name
 
@@ -73,22 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--policy", default="latency@2")
     parser.add_argument("--baseline", default="fcfs@2")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--load-basis",
-        choices=("model", "measured"),
-        default="model",
-        help="ρ of the trained model's D_r, or of the capacity measured before the runs",
-    )
-    parser.add_argument(
-        "--capacity-seconds", type=float, default=10.0, help="length of that capacity run"
-    )
+    add_load_basis(parser, "the trained model's D_r")
     args = parser.parse_args(argv)
     if not 0 <= args.warmup < args.duration:
         parser.error("--warmup must be at least 0 and shorter than --duration")
-    if args.load_basis == "measured" and args.rate is not None:
-        parser.error("--load-basis measured takes --load (a share of the capacity), not --rate")
-    if not args.capacity_seconds >= 1:
-        parser.error(f"--capacity-seconds must be at least 1, not {args.capacity_seconds}")
+    check_load_basis(parser, args)
     model = EtaModel.load(args.model)
     learning = f"{args.policy}+learn"
     config = BenchConfig(
