@@ -21,6 +21,7 @@ is withdrawn and its client gets SQLSTATE 57014; otherwise the request goes to t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -169,8 +170,9 @@ def _trusted_login(replies: bytes) -> dict[str, str] | None:
 class CancelTarget(Protocol):
     """A client connection a CancelRequest can name (by the backend key it was given)."""
 
-    def cancel(self) -> None:
-        """Withdraw the queued statement, or stop the running one."""
+    def cancel(self) -> asyncio.Future[None] | None:
+        """Withdraw the queued statement, or stop the running one; what is still on its way to
+        the server (a forwarded CancelRequest), if anything."""
 
 
 # A client has this long from connecting to being ready for queries (PostgreSQL's
@@ -293,13 +295,14 @@ class Listener:
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
-    def cancel(self, pid: int, secret: int) -> None:
-        """A CancelRequest (``proxy.wire.frontend.CancelRequest``) for the client given this key."""
+    def cancel(self, pid: int, secret: int) -> asyncio.Future[None] | None:
+        """A CancelRequest (``proxy.wire.frontend.CancelRequest``) for the client given this key;
+        returns the forwarded request still on its way to the server, if any."""
         target = self.by_key.get((pid, secret))
         if target is None:
             log.info("cancel request for an unknown key ignored")
-            return
-        target.cancel()
+            return None
+        return target.cancel()
 
 
 class ProxyServer(Listener):
@@ -481,6 +484,10 @@ class ProxyServer(Listener):
             transport.close()
 
 
+def _close_transport(transport: asyncio.BaseTransport, _done: object) -> None:
+    transport.close()
+
+
 class _CancelSent(asyncio.Protocol):
     """A CancelRequest's connection: ``closed`` is done when the server closes it."""
 
@@ -549,6 +556,7 @@ class ClientConnection(asyncio.Protocol):
         "_closed",
         "_early",
         "_finished",
+        "_forwarding",
         "_holding",
         "_key",
         "_login",
@@ -594,6 +602,7 @@ class ClientConnection(asyncio.Protocol):
         # connects, then the backend transport's own write
         self._server_write: Callable[[bytes], None] = _drop
         self._closed = False
+        self._forwarding: asyncio.Future[None] | None = None  # a cancel on its way (ForwardCancel)
         self._key: tuple[int, int] | None = None
         self._reading_paused = False
         self.parameters: dict[str, str] = {}  # the startup message's (workload classes match)
@@ -1160,7 +1169,7 @@ class ClientConnection(asyncio.Protocol):
                 self._server_write = self._to_server.append
                 asyncio.get_running_loop().create_task(self._connect(action.startup))
             elif isinstance(action, ForwardCancel):
-                self.server.cancel(action.pid, action.secret)
+                self._forwarding = self.server.cancel(action.pid, action.secret)
             elif isinstance(action, StartTLS):
                 # the client's handshake must not be read as a startup packet: stop reading
                 # now, not when the task runs
@@ -1170,34 +1179,42 @@ class ClientConnection(asyncio.Protocol):
                 asyncio.get_running_loop().create_task(self._start_tls())
             elif isinstance(action, Close):
                 self._closed = True
-                if self.transport is not None:
-                    self.transport.close()
+                forwarding, transport = self._forwarding, self.transport
+                if forwarding is not None and not forwarding.done() and transport is not None:
+                    # a cancel's connection is closed once the server has taken the cancel, as
+                    # PostgreSQL closes it once it has signalled the backend: a client that
+                    # waits for that (psycopg's cancel_safe) then sends its next statement, and
+                    # a cancel still on its way must not stop that statement
+                    forwarding.add_done_callback(functools.partial(_close_transport, transport))
+                elif transport is not None:
+                    transport.close()
                 self._close_backend()
                 self._teardown()
         if self._holding or self.buffer_reported:  # read the client again? fewer bytes?
             self._check_held()
 
-    def cancel(self) -> None:
+    def cancel(self) -> asyncio.Future[None] | None:
         """A CancelRequest named this client: withdraw its queued statement, or have the server
-        stop the running one (with the key the server gave it, which the client was given)."""
+        stop the running one (with the key the server gave it, which the client was given).
+        Returns the forwarded request, done once the server has taken it."""
         gate = self.server.gate
         for job in self.session.active_jobs:
             if gate.cancel(job):
                 log.info("cancelled queued statement job=%s", job)
-                return
+                return None
         key = self.server_key
         if key is None:
-            return
+            return None
         link = self.link if self.pooled else None
         if link is None:
-            asyncio.get_running_loop().create_task(self.server._forward_cancel(*key))
-            return
+            return asyncio.get_running_loop().create_task(self.server._forward_cancel(*key, True))
         # the link goes to no other client before the cancel is through (the callback runs
         # however the task ends, even cancelled before it starts)
         pool = link.pool
         pool.cancel_sent(link)
         task = asyncio.get_running_loop().create_task(self.server._forward_cancel(*key, True))
         task.add_done_callback(lambda _task: pool.cancel_done(link))
+        return task
 
     # -- the gate's answers ------------------------------------------------------------------
 
