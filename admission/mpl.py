@@ -17,16 +17,16 @@ What it measures
 ----------------
 Throughput at MPL m says something about m only while m is what limits it: while statements
 are queued and m are in service (*saturated*). Unsaturated time — spare capacity, or the thread
-budget rather than the MPL holding statements back — says nothing about m's capacity. All
-time counts toward the *demand*, the work completed per second over the last
-``demand_window`` seconds: what arrives while nothing queues, but at a saturated MPL that MPL's
-own capacity (so near saturation it does not show that a lower MPL would be overloaded). The
-driver reports, every few hundred milliseconds, the time elapsed, whether the gate
-was saturated, the statements completed and their *work*: each one's expected service time
-(D_r), so that a stretch with more long statements than usual does not read as lower
-throughput. A *sample* of the MPL's capacity (work per second) closes once ``window`` seconds
-of saturated time and ``min_completions`` completions have gathered (long statements get longer
-samples); each MPL keeps its last ``samples``. A sample counts as *fresh* for ``stale`` seconds.
+budget rather than the MPL holding statements back — says nothing about m's capacity. The
+*demand* is the work *arriving* per second, averaged over the last ``demand_window`` seconds:
+with open arrivals it does not depend on the MPL, so it says what a lower MPL would have to
+carry even while this one is saturated. The driver reports, every few hundred milliseconds, the
+time elapsed, whether the gate was saturated, the statements completed and their *work* — each
+one's expected service time (D_r), so that a stretch with more long statements than usual does
+not read as lower throughput — and the work of the statements that arrived. A *sample* of the
+MPL's capacity (work per second) closes once ``window`` seconds of saturated time and
+``min_completions`` completions have gathered (long statements get longer samples); each MPL
+keeps its last ``samples``. A sample counts as *fresh* for ``stale`` seconds.
 
 How it moves
 ------------
@@ -38,20 +38,27 @@ tolerance step by step — and floor = (1 − tolerance) × best, raised toward 
 demand would load the lower MPL beyond ``utilization`` (waiting grows steeply as a server
 fills; giving up capacity is only cheap while there is some to spare):
 
-1. significantly below the floor (one-sided 95 %, from the standard errors of its samples and
-   of the best's): one step toward the best MPL;
+1. below the floor (see *Doubt* below): one step toward the best MPL;
 2. else look one higher — when this MPL is the best known and gained significantly more
    than half the tolerance over the MPL below (the curve is still climbing: keep climbing),
    or when it had settled here, the MPL above has no fresh samples and it last looked
    ``stale`` seconds ago (the workload may have changed);
 3. else one step down when the MPL below is not known to be worse (no fresh samples, not
-   significantly below the floor, or found so on fewer samples than a level keeps and a
-   quarter of ``stale`` ago) — the lower MPL is what this controller is for;
-
-Samples are noisy (a 2 s sample of statements of 50 ms counts some 40 of them: ±16 %), so
-"within the tolerance" means "not shown to be below it": differences smaller than the noise
-of a few samples are not told apart, and the lower MPL gets the benefit of the doubt.
+   below the floor, or found so on fewer samples than a level keeps and a quarter of
+   ``stale`` ago) — the lower MPL is what this controller is for;
 4. else stay.
+
+Doubt
+-----
+Samples are noisy (a 2 s sample of statements of 50 ms counts some 40 of them: ±16 %). While
+the floor is the tolerance's, "within the tolerance" means "not shown to be below it"
+(one-sided 95 %, from the standard errors of its samples and of the best's): differences
+smaller than the noise of a few samples are not told apart, and the lower MPL gets the benefit
+of the doubt — a wrong guess costs at most a few per cent of capacity the load does not need.
+While the *demand* sets the floor, a wrong guess overloads the lower MPL, and waiting at a
+server loaded near 100 % grows without bound: there an MPL is judged on its estimate, no
+benefit of the doubt. (A closed loop's demand is whatever its MPL completes, so its floor is
+always the best: it settles on the lowest MPL whose estimate is within the best's noise.)
 
 Between ``low`` and ``high``. Nothing here reads a clock: the driver passes the time.
 """
@@ -74,6 +81,7 @@ MIN_SAMPLES = 6  # samples an MPL needs, taken since it was last moved to, befor
 STALE = 600.0  # seconds a sample counts as fresh (and how often it looks again around)
 DEMAND_WINDOW = 60.0  # seconds over which the demand (work arriving per second) is averaged
 Z = 1.645  # one-sided 95 %: how many standard errors apart two capacities must be to differ
+CLOSED = 0.98  # saturated this share of the time at the best MPL: the demand is what it completes
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +94,7 @@ class LevelEstimate:
     stderr: float  # standard error of the mean (nan with fewer than two samples)
     age: float  # seconds since its newest sample
     fresh: bool  # its newest sample is younger than ``stale``
+    saturated: float = 1.0  # share of the time at this MPL its samples took that was saturated
 
 
 def _se(level: LevelEstimate) -> float:
@@ -93,17 +102,20 @@ def _se(level: LevelEstimate) -> float:
 
 
 class _Level:
-    __slots__ = ("samples", "times")
+    __slots__ = ("samples", "shares", "times")
 
     def __init__(self, keep: int) -> None:
         self.samples: deque[float] = deque(maxlen=keep)
+        self.shares: deque[float] = deque(maxlen=keep)  # each sample's saturated share
         self.times: deque[float] = deque(maxlen=keep)
 
-    def add(self, value: float, now: float, stale: float) -> None:
+    def add(self, value: float, share: float, now: float, stale: float) -> None:
         if self.times and now - self.times[-1] >= stale:  # measured anew: the old is history
             self.samples.clear()
+            self.shares.clear()
             self.times.clear()
         self.samples.append(value)
+        self.shares.append(share)
         self.times.append(now)
 
 
@@ -142,11 +154,13 @@ class MplController:
         self.keep, self.min_samples, self.demand_window = samples, min_samples, demand_window
         self.changes = 0  # MPL changes made
         self.reason = "starting"  # why the MPL is what it is, for people
-        self.demand = 0.0  # work arriving per second, averaged over demand_window
+        self._arrived = 0.0  # work arriving per second, a moving average over demand_window
+        self._weight = 0.0  # how much of that average is the start's zero (bias correction)
         self._levels: dict[int, _Level] = {}
         self._work = 0.0  # work completed in the current sample's saturated time
         self._done = 0  # completions in it
         self._filled = 0.0  # saturated seconds in it
+        self._spent = 0.0  # seconds at this MPL, saturated or not, while it was gathered
         self._taken = 0  # samples taken at the current MPL since it was moved to
         # after a move: saturated seconds and completions still to let pass before measuring
         # (the statements admitted under the old MPL are still in service for a while)
@@ -159,42 +173,62 @@ class MplController:
     # -- what the driver tells -----------------------------------------------------------
 
     def observe(
-        self, now: float, elapsed: float, saturated: bool, work: float, completed: int = 0
+        self,
+        now: float,
+        elapsed: float,
+        saturated: bool,
+        work: float,
+        completed: int = 0,
+        *,
+        arrived: float,
     ) -> int | None:
         """``elapsed`` seconds ending at ``now`` passed, saturated or not, in which
-        ``completed`` statements completed with ``work`` seconds of expected service in all.
-        Returns the new MPL when it changes."""
+        ``completed`` statements completed with ``work`` seconds of expected service in all,
+        and statements with ``arrived`` seconds of it arrived. Returns the new MPL when it
+        changes."""
         self._now = max(self._now, now)
         if elapsed <= 0:
             return None
         share = min(1.0, elapsed / self.demand_window)
-        self.demand += share * (work / elapsed - self.demand)
+        self._arrived += share * (arrived / elapsed - self._arrived)
+        self._weight += share * (1.0 - self._weight)
+        settling = self._settle > 0 or self._settle_done > 0
         if not saturated:
+            if not settling:
+                self._spent += elapsed
             return None
-        if self._settle > 0 or self._settle_done > 0:
+        if settling:
             self._settle -= elapsed
             self._settle_done -= completed
             return None
         self._work += work
         self._done += completed
         self._filled += elapsed
+        self._spent += elapsed
         if self._filled < self.window or self._done < self.min_completions:
             return None
         level = self._levels.get(self.mpl)
         if level is None:
             level = self._levels[self.mpl] = _Level(self.keep)
-        level.add(self._work / self._filled, now, self.stale)
-        self._work, self._done, self._filled = 0.0, 0, 0.0
+        level.add(self._work / self._filled, self._filled / self._spent, now, self.stale)
+        self._work, self._done, self._filled, self._spent = 0.0, 0, 0.0, 0.0
         self._taken += 1
         if self._taken < self.min_samples:
             return None
         return self._decide(now)
+
+    @property
+    def demand(self) -> float:
+        """Work arriving per second, averaged over the last ``demand_window`` seconds (over
+        all seen so far, at the start: an average from zero would read as no demand)."""
+        return self._arrived / self._weight if self._weight > 0 else 0.0
 
     def forget(self) -> None:
         """Drop every sample (the unit of work changed), keep the MPL."""
         self._levels.clear()
         self._looked_up.clear()
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
+        self._spent = 0.0
 
     # -- what it knows ---------------------------------------------------------------------
 
@@ -209,9 +243,8 @@ class MplController:
             n = len(values)
             stderr = statistics.stdev(values) / math.sqrt(n) if n > 1 else math.nan
             age = self._now - level.times[-1]
-            out.append(
-                LevelEstimate(mpl, statistics.fmean(values), n, stderr, age, age < self.stale)
-            )
+            mean, share = statistics.fmean(values), statistics.fmean(level.shares)
+            out.append(LevelEstimate(mpl, mean, n, stderr, age, age < self.stale, share))
         return out
 
     def floor(self, best: float) -> float:
@@ -232,15 +265,26 @@ class MplController:
         lower = every.get(self.mpl - 1)
         upper = every.get(self.mpl + 1)
 
-        def acceptable(level: LevelEstimate) -> bool:
-            """Not significantly below the floor (one-sided 95 %, the best's noise too)."""
+        # the benefit of the doubt is for the tolerance alone: a floor raised by a demand
+        # that arrives whatever the MPL — the best MPL left spare time — is one an MPL must
+        # reach on its estimate (*Doubt* in the module's docstring)
+        raised = floor > (1 - self.tolerance) * max(best.mean - _se(best), 0.0)
+        enter = 0.0 if raised and best.saturated < CLOSED else Z
+        # an MPL is chosen on ``enter`` (judged the first time after a move, or to move down
+        # to it) and kept on the benefit of the doubt: judged on every sample, an estimate
+        # would leave a level of the same capacity as the best for no reason now and then
+        first = self._taken == self.min_samples
+
+        def acceptable(level: LevelEstimate, doubt: float) -> bool:
+            """Not below the floor by more than ``doubt`` standard errors (one-sided, the
+            best's noise too): 0 is on the estimate."""
             if level.mpl == best.mpl:
                 return True
             scale = floor / best.mean if best.mean > 0 else 1.0
             noise = math.hypot(_se(level), scale * _se(best))
-            return level.mean >= floor - Z * noise
+            return level.mean >= floor - doubt * noise
 
-        if not acceptable(here):
+        if not acceptable(here, enter if first else Z):
             step = 1 if best.mpl > self.mpl else -1
             why = f"capacity {here.mean:.3g} below the floor {floor:.3g}"
             return self._move(self.mpl + step, f"{why} (best {best.mean:.3g} at MPL {best.mpl})")
@@ -259,8 +303,15 @@ class MplController:
             return self._move(self.mpl + 1, f"{why}: looking one higher")
         # a lower MPL found worse on thin evidence (fewer samples than a level keeps) is
         # looked at again sooner: one unlucky measurement must not hold for the whole stale
-        thin = lower is not None and lower.samples < self.keep and lower.age >= self.stale / 4
-        if self.mpl > self.low and (lower is None or not lower.fresh or thin or acceptable(lower)):
+        thin = (
+            enter > 0
+            and lower is not None
+            and lower.samples < self.keep
+            and lower.age >= self.stale / 4
+        )
+        if self.mpl > self.low and (
+            lower is None or not lower.fresh or thin or acceptable(lower, enter)
+        ):
             return self._move(self.mpl - 1, "capacity within the floor: trying lower")
         self._settled = True
         self.reason = (
@@ -278,5 +329,6 @@ class MplController:
         self.changes += 1
         self._settled = False
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
+        self._spent = 0.0
         self._settle, self._settle_done = self.window, old
         return mpl

@@ -135,7 +135,17 @@ class Limits:
 class _ClassState:
     """One class: its aggregate queue count and its tasks in service (its queues are per lane)."""
 
-    __slots__ = ("cost", "fingerprint", "fork", "index", "live", "memory", "name", "tasks")
+    __slots__ = (
+        "arrived",
+        "cost",
+        "fingerprint",
+        "fork",
+        "index",
+        "live",
+        "memory",
+        "name",
+        "tasks",
+    )
 
     def __init__(
         self, fingerprint: str, name: str, index: int, fork: int, memory: int = 0, cost: float = 1.0
@@ -145,6 +155,7 @@ class _ClassState:
         self.cost = cost  # expected service (D_r, s): what a tenant's DRR deficit is charged
         self.live = 0  # queued jobs not cancelled or timed out, in every lane
         self.tasks = 0  # N_c
+        self.arrived = 0  # jobs submitted to be admitted (bypass not counted), ever
 
     def __repr__(self) -> str:
         return f"<class {self.name} #{self.index}: {self.live} queued, {self.tasks} tasks>"
@@ -416,6 +427,11 @@ class Scheduler:
         """N_c for every class, in model order (a copy)."""
         return list(self._tasks)
 
+    def arrivals_by_class(self) -> dict[str, int]:
+        """Fingerprint → jobs of the class submitted for admission so far (bypass not
+        counted): what arrives, whatever the MPL lets through (the adaptive MPL's demand)."""
+        return {st.fingerprint: st.arrived for st in self._classes}
+
     def set_tenant_weights(self, weights: Mapping[str, float] | None) -> None:
         """DRR weights for the tenants in place of their configured ones (``None``, or a
         tenant not named or not positive: its configured weight). A proxy sharing a global
@@ -519,6 +535,7 @@ class Scheduler:
             self._blocked_until = _NEVER
             self._admit(job, now)
             return [job]
+        st.arrived += 1
         if not self.queued:
             mpl = self.limits.mpl
             if (

@@ -1,12 +1,15 @@
 """``--mpl auto``: the live proxy tunes its own MPL (``admission.mpl`` on the event loop).
 
-Every ``TICK`` seconds ``AutoMpl`` tells the controller how long it has been, whether the gate
-was saturated at that instant (statements queued while the MPL's worth are in service: the MPL
-is what holds them back), and the work completed since the last tick — the model's D_r of
-every statement that completed, read from the scheduler's ``finishes`` observer. When the
-controller moves the MPL, the gate's limits change (``set_limits``: the queue is dispatched at
-once if the MPL grew; statements in service finish if it shrank). Reading two counters every
-0.1 s costs the loop next to nothing.
+Every ``TICK`` seconds ``AutoMpl`` tells the controller how long it has been; whether the gate
+was saturated when the last tick looked (statements queued while the MPL's worth are in
+service: the MPL is what holds them back) — at the start of the interval, not its end: a gate
+still saturated at the end is one whose statements completed slowly, and capacity measured on
+such intervals alone would read low; the work completed since the last tick (the model's D_r
+of every statement that completed, read from the scheduler's ``finishes`` observer); and the
+work that arrived (the D_r of the statements submitted, from the scheduler's per-class
+counts). When the controller moves the MPL, the gate's limits change (``set_limits``: the
+queue is dispatched at once if the MPL grew; statements in service finish if it shrank).
+Reading a few counters every 0.1 s costs the loop next to nothing.
 
 Throughput is counted in the model's D_r as each class was first seen here, kept while the
 live model moves D_r, so that capacities measured at different MPLs stay comparable.
@@ -41,7 +44,9 @@ class AutoMpl:
         self._work = 0.0  # expected seconds of service completed since the last tick
         self._done = 0  # statements completed since the last tick
         self._demands: dict[str, float] = {}  # class → the D_r its work is counted in
+        self._arrivals: dict[str, int] = dict(gate.scheduler.arrivals_by_class())  # seen so far
         self._last = 0.0
+        self._saturated = False  # the gate's state when the last tick looked
         self._timer: asyncio.TimerHandle | None = None
         gate.scheduler.observe(finishes=self._finished)
 
@@ -81,12 +86,10 @@ class AutoMpl:
         )
         self.enabled = True
         self._work, self._done = 0.0, 0
+        self._arrived()  # what arrived while it was not tuning is not this controller's
         self._apply(self.controller.mpl)
 
-    def _finished(self, job: Job, _now: float) -> None:
-        if job.state is not JobState.DONE or job.bypass:
-            return
-        fingerprint = job.klass.fingerprint
+    def _demand(self, fingerprint: str) -> float:
         demand = self._demands.get(fingerprint)
         if demand is None:
             # a class's work is its D_r as first seen here, kept: capacities measured at
@@ -95,19 +98,38 @@ class AutoMpl:
             index = model.index().get(fingerprint)
             d = model.classes[index].D if index is not None else 0.0
             demand = self._demands[fingerprint] = d if d > 0 else 1.0
-        self._work += demand
+        return demand
+
+    def _finished(self, job: Job, _now: float) -> None:
+        if job.state is not JobState.DONE or job.bypass:
+            return
+        self._work += self._demand(job.klass.fingerprint)
         self._done += 1
+
+    def _arrived(self) -> float:
+        """The work of the statements submitted since the last call."""
+        work = 0.0
+        seen = self._arrivals
+        for fingerprint, n in self.gate.scheduler.arrivals_by_class().items():
+            before = seen.get(fingerprint, 0)
+            if n != before:
+                # fewer than before: the scheduler's classes were rebuilt, counting from 0
+                work += (n - before if n > before else n) * self._demand(fingerprint)
+                seen[fingerprint] = n
+        return work
 
     def _tick(self) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
         try:
             if self.enabled:
-                scheduler = self.gate.scheduler
-                mpl = scheduler.limits.mpl
-                saturated = mpl is not None and scheduler.queued > 0 and scheduler.running >= mpl
                 moved = self.controller.observe(
-                    now, now - self._last, saturated, self._work, self._done
+                    now,
+                    now - self._last,
+                    self._saturated,
+                    self._work,
+                    self._done,
+                    arrived=self._arrived(),
                 )
                 if moved is not None:
                     log.info("MPL %d: %s", moved, self.controller.reason)
@@ -116,7 +138,13 @@ class AutoMpl:
             log.exception("the adaptive MPL failed")
         self._work, self._done = 0.0, 0
         self._last = now
+        self._saturated = self._is_saturated()
         self._timer = loop.call_later(self.tick, self._tick)
+
+    def _is_saturated(self) -> bool:
+        scheduler = self.gate.scheduler
+        mpl = scheduler.limits.mpl
+        return mpl is not None and scheduler.queued > 0 and scheduler.running >= mpl
 
     def _apply(self, mpl: int) -> None:
         limits = self.gate.scheduler.limits

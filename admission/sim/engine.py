@@ -67,7 +67,8 @@ class SimConfig:
     class_per_cycle: bool = False
     arrival_rate: float | None = None  # set: an open network with Poisson arrivals
     # tune the MPL while it runs (admission.mpl), from ``mpl`` (or the cores): every tenth of
-    # the mean D_r the controller hears whether the MPL was saturated and the work completed
+    # the mean D_r the controller hears whether the MPL was saturated, the work completed and
+    # the work arrived
     mpl_auto: bool = False
     completions: int = 20_000
     warmup: int = 2_000
@@ -263,6 +264,8 @@ class _Engine:
         controller = self.controller
         control_work = 0.0  # Σ D_r of the jobs completed since the last control event
         control_done = 0  # and how many
+        control_arrived = 0.0  # Σ D_r of the jobs submitted since then
+        control_saturated = False  # the gate's state at the last control event (as the proxy)
         demand_of = [self.scheduler.model.classes[i].D for i in range(k_classes)]
         mpl_area = 0.0  # time integral of the MPL in force, while measuring
         mpl_last = 0.0
@@ -440,22 +443,30 @@ class _Engine:
                 sys_area += in_system * (t - sys_last)
                 sys_last = t
                 in_system += 1
+                if controller is not None:
+                    control_arrived += demand_of[c]
                 for job in sched.submit(x, fps[c], t, fork=phases[c][0][0], tenant=tenant_of[c]):
                     start(job, t)
             elif k == -3:  # the adaptive MPL looks
                 assert controller is not None
                 mpl = sched.limits.mpl or 0
-                saturated = sched.queued > 0 and sched.running >= mpl
                 moved = controller.observe(
-                    t, self.control_every, saturated, control_work, control_done
+                    t,
+                    self.control_every,
+                    control_saturated,
+                    control_work,
+                    control_done,
+                    arrived=control_arrived,
                 )
-                control_work, control_done = 0.0, 0
+                control_work, control_done, control_arrived = 0.0, 0, 0.0
                 if moved is not None:
                     if self.measuring:
                         mpl_area += mpl * (t - mpl_last)
                         mpl_last = t
                     for job in sched.set_limits(replace(sched.limits, mpl=moved), t):
                         start(job, t)
+                limit = sched.limits.mpl or 0
+                control_saturated = sched.queued > 0 and sched.running >= limit
                 heappush(events, (t + self.control_every, seq, -3, 0))
                 seq += 1
             else:  # aging / timeout deadline
