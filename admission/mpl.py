@@ -25,8 +25,9 @@ time elapsed, whether the gate was saturated, the statements completed and their
 one's expected service time (D_r), so that a stretch with more long statements than usual does
 not read as lower throughput — and the work of the statements that arrived. A *sample* of the
 MPL's capacity (work per second) closes once ``window`` seconds of saturated time and
-``min_completions`` completions have gathered (long statements get longer samples); each MPL
-keeps its last ``samples``. A sample counts as *fresh* for ``stale`` seconds.
+``min_completions`` completions have gathered (long statements get longer samples), with the
+share of the time at the MPL it took that was saturated; each MPL keeps its last ``samples``.
+A sample counts as *fresh* for ``stale`` seconds.
 
 How it moves
 ------------
@@ -44,8 +45,9 @@ fills; giving up capacity is only cheap while there is some to spare):
    or when it had settled here, the MPL above has no fresh samples and it last looked
    ``stale`` seconds ago (the workload may have changed);
 3. else one step down when the MPL below is not known to be worse (no fresh samples, not
-   below the floor, or found so on fewer samples than a level keeps and a quarter of
-   ``stale`` ago) — the lower MPL is what this controller is for;
+   below the floor, or — while the floor is the tolerance's — found so on fewer samples than
+   a level keeps and a quarter of ``stale`` ago) — the lower MPL is what this controller is
+   for;
 4. else stay.
 
 Doubt
@@ -55,10 +57,21 @@ the floor is the tolerance's, "within the tolerance" means "not shown to be belo
 (one-sided 95 %, from the standard errors of its samples and of the best's): differences
 smaller than the noise of a few samples are not told apart, and the lower MPL gets the benefit
 of the doubt — a wrong guess costs at most a few per cent of capacity the load does not need.
-While the *demand* sets the floor, a wrong guess overloads the lower MPL, and waiting at a
-server loaded near 100 % grows without bound: there an MPL is judged on its estimate, no
-benefit of the doubt. (A closed loop's demand is whatever its MPL completes, so its floor is
-always the best: it settles on the lowest MPL whose estimate is within the best's noise.)
+Where the *demand* raised the floor, and it is demand that arrives whatever the MPL — the
+best MPL was unsaturated more than 2 % of its time, or the demand differs from what it
+completes significantly and by more than the tolerance — a wrong guess overloads the lower
+MPL, and waiting at a server loaded near 100 % grows without bound. There an MPL is *chosen*
+on its estimate (to step down to it; one tried without being known, on its first samples)
+and *kept* on the benefit of the doubt, until the demand grows more than the tolerance beyond
+what it was when it last met the floor: judged on its estimate at every sample, a level as
+good as the best would be left now and then for nothing. A lower MPL found below such a
+floor is looked at again only once its samples are stale. When the floor is raised to the
+best, the lower MPL must measure at least the best's estimate: waiting grows as 1/(1 − ρ),
+so a few per cent of capacity the noise hides outweighs what a lower MPL gives the policy.
+The price: among MPLs of the same capacity it wanders (each looks best now and then) rather
+than settling on the lowest. A closed loop's demand is whatever its MPL completes, and it
+saturates it all the time, so its floor is the best, with the benefit of the doubt: it
+settles on the lowest MPL whose capacity is not shown below the best's.
 
 Between ``low`` and ``high``. Nothing here reads a clock: the driver passes the time.
 """
@@ -81,6 +94,7 @@ MIN_SAMPLES = 6  # samples an MPL needs, taken since it was last moved to, befor
 STALE = 600.0  # seconds a sample counts as fresh (and how often it looks again around)
 DEMAND_WINDOW = 60.0  # seconds over which the demand (work arriving per second) is averaged
 Z = 1.645  # one-sided 95 %: how many standard errors apart two capacities must be to differ
+EPSILON = 1e-9  # equal capacities summed in another order are equal
 CLOSED = 0.98  # saturated this share of the time at the best MPL: the demand is what it completes
 
 
@@ -155,7 +169,7 @@ class MplController:
         self.changes = 0  # MPL changes made
         self.reason = "starting"  # why the MPL is what it is, for people
         self._arrived = 0.0  # work arriving per second, a moving average over demand_window
-        self._weight = 0.0  # how much of that average is the start's zero (bias correction)
+        self._weight = 0.0  # the share of that average that is not the start's zero
         self._levels: dict[int, _Level] = {}
         self._work = 0.0  # work completed in the current sample's saturated time
         self._done = 0  # completions in it
@@ -168,6 +182,7 @@ class MplController:
         self._settle_done = self.mpl
         self._looked_up: dict[int, float] = {}  # MPL → when it last looked one higher
         self._settled = False  # the last decision was to stay (looks up start only from there)
+        self._earned: float | None = None  # the demand when this MPL last met a raised floor
         self._now = -math.inf
 
     # -- what the driver tells -----------------------------------------------------------
@@ -224,7 +239,8 @@ class MplController:
         return self._arrived / self._weight if self._weight > 0 else 0.0
 
     def forget(self) -> None:
-        """Drop every sample (the unit of work changed), keep the MPL."""
+        """Drop every sample and the demand (the unit of work changed), keep the MPL."""
+        self._arrived = self._weight = 0.0
         self._levels.clear()
         self._looked_up.clear()
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
@@ -266,27 +282,40 @@ class MplController:
         upper = every.get(self.mpl + 1)
 
         # the benefit of the doubt is for the tolerance alone: a floor raised by a demand
-        # that arrives whatever the MPL — the best MPL left spare time — is one an MPL must
-        # reach on its estimate (*Doubt* in the module's docstring)
+        # that arrives whatever the MPL — the best MPL left spare time, or the demand differs
+        # significantly from what it completes — is one an MPL must reach on its estimate
+        # (*Doubt* in the module's docstring)
         raised = floor > (1 - self.tolerance) * max(best.mean - _se(best), 0.0)
-        enter = 0.0 if raised and best.saturated < CLOSED else Z
-        # an MPL is chosen on ``enter`` (judged the first time after a move, or to move down
-        # to it) and kept on the benefit of the doubt: judged on every sample, an estimate
-        # would leave a level of the same capacity as the best for no reason now and then
-        first = self._taken == self.min_samples
+        gap = abs(self.demand - best.mean) - self.tolerance * best.mean
+        open_demand = best.saturated < CLOSED or gap > Z * _se(best)
+        enter = 0.0 if raised and open_demand else Z
+        # an MPL is chosen on ``enter`` (to step down to it; one tried without being known, on
+        # its first samples) and kept on the benefit of the doubt once it met the floor on its
+        # estimate — judged on every sample, an estimate would leave a level of the same
+        # capacity as the best for no reason now and then — until the demand grows beyond the
+        # tolerance over what it was then (or the level was chosen under the tolerance's floor)
+        earned = self._earned is not None and self.demand <= (1 + self.tolerance) * self._earned
+        doubt = Z if enter > 0 or earned else 0.0
 
         def acceptable(level: LevelEstimate, doubt: float) -> bool:
             """Not below the floor by more than ``doubt`` standard errors (one-sided, the
-            best's noise too): 0 is on the estimate."""
+            best's noise too). With none (0), on the estimate, against a floor taken from the
+            best's estimate too: near saturation waiting grows as 1/(1 − ρ), and a few per
+            cent of capacity the noise hides is worth more than a lower MPL."""
             if level.mpl == best.mpl:
                 return True
+            if doubt == 0:
+                return level.mean >= self.floor(best.mean) * (1 - EPSILON)
             scale = floor / best.mean if best.mean > 0 else 1.0
             noise = math.hypot(_se(level), scale * _se(best))
-            return level.mean >= floor - doubt * noise
+            return level.mean >= floor * (1 - EPSILON) - doubt * noise
 
-        if not acceptable(here, enter if first else Z):
+        if doubt == 0 and acceptable(here, 0.0):
+            self._earned = self.demand
+        if not acceptable(here, doubt):
             step = 1 if best.mpl > self.mpl else -1
-            why = f"capacity {here.mean:.3g} below the floor {floor:.3g}"
+            limit = floor if doubt > 0 else self.floor(best.mean)
+            why = f"capacity {here.mean:.3g} below the floor {limit:.3g}"
             return self._move(self.mpl + step, f"{why} (best {best.mean:.3g} at MPL {best.mpl})")
         gain = 1 + self.tolerance / 2
         climbing = (
@@ -309,10 +338,12 @@ class MplController:
             and lower.samples < self.keep
             and lower.age >= self.stale / 4
         )
-        if self.mpl > self.low and (
-            lower is None or not lower.fresh or thin or acceptable(lower, enter)
-        ):
-            return self._move(self.mpl - 1, "capacity within the floor: trying lower")
+        known = lower.fresh and not thin if lower is not None else False
+        if self.mpl > self.low and (lower is None or not known or acceptable(lower, enter)):
+            moved = self._move(self.mpl - 1, "capacity within the floor: trying lower")
+            if known and enter == 0:
+                self._earned = self.demand  # chosen on its estimate: kept on the doubt
+            return moved
         self._settled = True
         self.reason = (
             f"the lowest MPL with capacity ≥ {floor:.3g} (best {best.mean:.3g} at MPL "
@@ -327,7 +358,7 @@ class MplController:
             return None
         old, self.mpl = self.mpl, mpl
         self.changes += 1
-        self._settled = False
+        self._settled, self._earned = False, None
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
         self._spent = 0.0
         self._settle, self._settle_done = self.window, old

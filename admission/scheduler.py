@@ -155,7 +155,7 @@ class _ClassState:
         self.cost = cost  # expected service (D_r, s): what a tenant's DRR deficit is charged
         self.live = 0  # queued jobs not cancelled or timed out, in every lane
         self.tasks = 0  # N_c
-        self.arrived = 0  # jobs submitted to be admitted (bypass not counted), ever
+        self.arrived = 0  # jobs submitted to be admitted or refused (not bypass), ever
 
     def __repr__(self) -> str:
         return f"<class {self.name} #{self.index}: {self.live} queued, {self.tasks} tasks>"
@@ -428,9 +428,17 @@ class Scheduler:
         return list(self._tasks)
 
     def arrivals_by_class(self) -> dict[str, int]:
-        """Fingerprint → jobs of the class submitted for admission so far (bypass not
-        counted): what arrives, whatever the MPL lets through (the adaptive MPL's demand)."""
+        """Fingerprint → jobs of the class submitted for admission so far, and those
+        ``refused`` (bypass not counted): what arrives, whatever the MPL lets through (the
+        adaptive MPL's demand)."""
         return {st.fingerprint: st.arrived for st in self._classes}
+
+    def refused(self, fingerprint: str) -> None:
+        """A job of the class arrived and was turned away before ``submit`` (a full queue):
+        counted as an arrival (of a class seen before; nothing else changes)."""
+        st = self._by_fp.get(fingerprint)
+        if st is not None:
+            st.arrived += 1
 
     def set_tenant_weights(self, weights: Mapping[str, float] | None) -> None:
         """DRR weights for the tenants in place of their configured ones (``None``, or a

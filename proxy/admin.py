@@ -475,6 +475,7 @@ def _auto_mpl_json(auto: AutoMpl | None) -> dict[str, Any] | None:
         "changes": controller.changes,
         "reason": controller.reason,
         "bounds": [controller.low, controller.high],
+        "demand_work_per_second": controller.demand,
         "throughput_by_mpl": [
             {
                 "mpl": e.mpl,
@@ -482,6 +483,7 @@ def _auto_mpl_json(auto: AutoMpl | None) -> dict[str, Any] | None:
                 "stderr": None if math.isnan(e.stderr) else e.stderr,
                 "samples": e.samples,
                 "age_seconds": e.age,
+                "saturated_share": e.saturated,
             }
             for e in controller.estimates()
         ],

@@ -112,9 +112,8 @@ class AutoMpl:
         seen = self._arrivals
         for fingerprint, n in self.gate.scheduler.arrivals_by_class().items():
             before = seen.get(fingerprint, 0)
-            if n != before:
-                # fewer than before: the scheduler's classes were rebuilt, counting from 0
-                work += (n - before if n > before else n) * self._demand(fingerprint)
+            if n > before:
+                work += (n - before) * self._demand(fingerprint)
                 seen[fingerprint] = n
         return work
 
@@ -134,11 +133,11 @@ class AutoMpl:
                 if moved is not None:
                     log.info("MPL %d: %s", moved, self.controller.reason)
                     self._apply(moved)
+            self._saturated = self._is_saturated()
         except Exception:  # the tuning must never stop the proxy
             log.exception("the adaptive MPL failed")
         self._work, self._done = 0.0, 0
         self._last = now
-        self._saturated = self._is_saturated()
         self._timer = loop.call_later(self.tick, self._tick)
 
     def _is_saturated(self) -> bool:

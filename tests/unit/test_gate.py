@@ -42,6 +42,21 @@ def test_admit_answers_at_once_when_it_can_and_tells_the_waiter_otherwise() -> N
     asyncio.run(run())
 
 
+def test_what_arrives_is_counted_admitted_queued_or_refused_but_not_bypassed() -> None:
+    # the adaptive MPL's demand: a statement turned away by a full queue arrived all the same
+    async def run() -> None:
+        gate = AdmissionGate(Scheduler(None, "fcfs", Limits(mpl=1)), max_queue=1)
+        told = Recorder()
+        assert gate.admit(1, A, False, "select 1", told)  # runs
+        assert not gate.admit(2, A, False, "select 1", told)  # waits
+        assert not gate.admit(3, A, False, "select 1", told)  # refused: the queue is full
+        assert gate.admit(4, B, True, "begin", told)  # bypasses admission
+        assert told.told == [("53300", 3)]
+        assert gate.scheduler.arrivals_by_class() == {"fp:a": 3, "fp:b": 0}
+
+    asyncio.run(run())
+
+
 def test_grants_made_by_a_release_reach_their_own_waiters_in_order() -> None:
     async def run() -> None:
         gate = AdmissionGate(Scheduler(None, "fcfs", Limits(mpl=1)))

@@ -55,13 +55,18 @@ def drive(
 
 
 def drive_open(
-    controller: MplController, curve: Curve, load: float, seconds: float, *, seed: int = 0
+    controller: MplController,
+    curve: Curve,
+    load: float | Callable[[float], float],
+    seconds: float,
+    *,
+    seed: int = 0,
 ) -> tuple[Counter[int], float]:
-    """Open arrivals: statements of D arrive as a Poisson stream of ``load`` work per second,
-    whatever the MPL; the MPL's worth are in service, the rest queue, and they complete at
-    the curve's rate (at most all there are). Returns the ticks spent at each MPL and the mean
-    number in the system, both over the last half: by Little's law, the arrival rate times the
-    mean response."""
+    """Open arrivals: statements of D arrive as a Poisson stream of ``load`` work per second
+    (or ``load(t)``), whatever the MPL; the MPL's worth are in service, the rest queue, and
+    they complete at the curve's rate (at most all there are). Returns the ticks spent at each
+    MPL and the mean number in the system, both over the last half: by Little's law, the
+    arrival rate times the mean response."""
     rng = np.random.default_rng(seed)
     spent: Counter[int] = Counter()
     n, area, ticks = 0, 0, 0
@@ -69,7 +74,8 @@ def drive_open(
     while t < seconds:
         t += TICK
         saturated = n > controller.mpl  # as the proxy: queued at the start of the tick
-        arrived = int(rng.poisson(load * TICK / D))
+        rate = load(t) if callable(load) else load
+        arrived = int(rng.poisson(rate * TICK / D))
         n += arrived
         done = min(n, int(rng.poisson(curve(controller.mpl, t) * TICK / D)))
         n -= done
@@ -144,8 +150,11 @@ def test_a_demand_that_would_load_the_lower_mpl_keeps_the_higher() -> None:
         return mode(drive(controller, curve, 1800, busy=0.3, idle_rate=0.3, seed=seed)) == 2
 
     def heavy(seed: int) -> bool:  # 0.8 would carry a demand of ~0.9 at 113 %
+        # (on the plateau of 1.0 it may wander: the lower of two equal MPLs is chosen only
+        # when it measures at least as much, near saturation)
         controller = MplController(4, tolerance=0.25)
-        return mode(drive(controller, curve, 1800, busy=0.6, idle_rate=0.75, seed=seed)) == 3
+        spent = drive(controller, curve, 1800, busy=0.6, idle_rate=0.75, seed=seed)
+        return spent[1] + spent[2] < 0.1 * sum(spent.values())
 
     most(light)
     most(heavy)
@@ -167,6 +176,25 @@ def test_near_saturation_it_keeps_an_mpl_that_carries_the_load() -> None:
     _, auto = drive_open(MplController(2), NEAR, 0.85, 1800)
     _, two = drive_open(MplController(2, low=2, high=2), NEAR, 0.85, 1800)
     assert auto < 1.5 * two, (auto, two)
+
+
+def test_an_mpl_chosen_at_light_load_must_carry_the_load_once_it_rises() -> None:
+    # with a tolerance of 25 %, MPL 1 (17 % less) is the choice at 0.3 of the capacity; at
+    # 0.85 it would run at 102 %: the benefit of the doubt it was kept on does not hold then.
+    # It leaves within about a minute (the demand is a minute's average) and looks at MPL 1
+    # again when its samples go stale, every 10 minutes: some 10 % of the 20 minutes at 0.85
+    def ramp(t: float) -> float:
+        return 0.3 if t < 1200 else 0.85
+
+    def moves_up(seed: int) -> bool:
+        controller = MplController(2, tolerance=0.25)
+        light, _ = drive_open(controller, NEAR, 0.3, 1200, seed=seed)
+        if light[1] < 0.5 * sum(light.values()):
+            return True  # (not at 1 to begin with: nothing to show, and nothing wrong)
+        spent, _ = drive_open(controller, NEAR, ramp, 2400, seed=seed)  # the last half: 0.85
+        return spent[1] < 0.2 * sum(spent.values())
+
+    most(moves_up)
 
 
 def test_the_tolerance_does_not_compound_over_hours() -> None:
