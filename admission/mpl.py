@@ -33,45 +33,48 @@ How it moves
 ------------
 After a move it lets the statements admitted under the old MPL finish (a window and as many
 completions as there were statements in service) and then judges the new MPL only on
-``min_samples`` samples of its own. With best = the highest capacity known at any MPL — fresh,
-or the last measured if it went stale, so that re-measuring nearby levels cannot compound the
-tolerance step by step — and floor = (1 − tolerance) × best, raised toward best while the
-demand would load the lower MPL beyond ``utilization`` (waiting grows steeply as a server
-fills; giving up capacity is only cheap while there is some to spare):
+``min_samples`` samples of its own. With best = the MPL whose capacity is surely highest (its
+mean less one standard error; fresh, or the last measured if it went stale, so that re-measuring
+nearby levels cannot compound the tolerance step by step) and floor = (1 − tolerance) × best,
+raised toward best while the demand would load the lower MPL beyond ``utilization`` (waiting
+grows steeply as a server fills; giving up capacity is only cheap while there is some to spare):
 
 1. below the floor (see *Doubt* below): one step toward the best MPL;
 2. else look one higher — when this MPL is the best known and gained significantly more
    than half the tolerance over the MPL below (the curve is still climbing: keep climbing),
    or when it had settled here, the MPL above has no fresh samples and it last looked
    ``stale`` seconds ago (the workload may have changed);
-3. else one step down when the MPL below is not known to be worse (no fresh samples, not
-   below the floor, or — while the floor is the tolerance's — found so on fewer samples than
-   a level keeps and a quarter of ``stale`` ago) — the lower MPL is what this controller is
-   for;
+3. else one step down when the MPL below is not known to be worse (no fresh samples — once
+   ``demand_window`` has passed since the start, so that the demand is known — not
+   below the floor, or — unless an open demand raised the floor — found so on fewer samples
+   than a level keeps and a quarter of ``stale`` ago) — the lower MPL is what this
+   controller is for;
 4. else stay.
 
 Doubt
 -----
-Samples are noisy (a 2 s sample of statements of 50 ms counts some 40 of them: ±16 %). While
-the floor is the tolerance's, "within the tolerance" means "not shown to be below it"
-(one-sided 95 %, from the standard errors of its samples and of the best's): differences
-smaller than the noise of a few samples are not told apart, and the lower MPL gets the benefit
-of the doubt — a wrong guess costs at most a few per cent of capacity the load does not need.
-Where the *demand* raised the floor, and it is demand that arrives whatever the MPL — the
-best MPL was unsaturated more than 2 % of its time, or the demand differs from what it
-completes significantly and by more than the tolerance — a wrong guess overloads the lower
-MPL, and waiting at a server loaded near 100 % grows without bound. There an MPL is *chosen*
-on its estimate (to step down to it; one tried without being known, on its first samples)
-and *kept* on the benefit of the doubt, until the demand grows more than the tolerance beyond
-what it was when it last met the floor: judged on its estimate at every sample, a level as
-good as the best would be left now and then for nothing. A lower MPL found below such a
-floor is looked at again only once its samples are stale. When the floor is raised to the
-best, the lower MPL must measure at least the best's estimate: waiting grows as 1/(1 − ρ),
-so a few per cent of capacity the noise hides outweighs what a lower MPL gives the policy.
-The price: among MPLs of the same capacity it wanders (each looks best now and then) rather
-than settling on the lowest. A closed loop's demand is whatever its MPL completes, and it
-saturates it all the time, so its floor is the best, with the benefit of the doubt: it
-settles on the lowest MPL whose capacity is not shown below the best's.
+Samples are noisy (a 2 s sample of statements of 50 ms counts some 40 of them: ±16 %). While the
+floor is the tolerance's, "within the tolerance" means "not shown to be below it" (one-sided
+95 %, from the standard errors of its samples and of the best's): differences smaller than the
+noise of a few samples are not told apart, and the lower MPL gets the benefit of the doubt — a
+wrong guess costs at most a few per cent of capacity the load does not need. Where the *demand*
+raised the floor, and it is demand that arrives whatever the MPL — the best MPL was unsaturated
+more than 2 % of its time, or the demand differs from that MPL's capacity significantly and by
+more than the tolerance — a wrong guess overloads the lower MPL, and waiting at a server loaded
+near 100 % grows without bound. There an MPL is *chosen* on its estimate (to step down to it;
+after any other move, on its own samples until they meet the floor) and *kept* on the benefit of
+the doubt, until the demand grows more than the tolerance beyond what it was when it last met
+the floor: judged on its estimate at every sample, a level as good as the best would be left now
+and then for nothing. A lower MPL found below such a floor is looked at again only once its
+samples are stale. On its estimate the floor is taken from the best's estimate, not less its
+error: where the demand would load even the best beyond ``utilization``, a lower MPL must
+measure at least as much as the best: waiting grows as 1/(1 − ρ), so a few per cent of capacity
+the noise hides outweighs what a lower MPL gives the policy. The price: among MPLs of the same
+capacity it wanders (each looks best now and then) rather than settling on the lowest. A closed
+loop's demand is whatever its MPL completes, and it saturates it all the time, so its floor is
+the best, with the benefit of the doubt: it settles on the lowest MPL whose capacity is not
+shown below the best's (one that completes less than the best by more than the tolerance and its
+noise is judged on its estimate, as an open demand would be: it is below the floor either way).
 
 Between ``low`` and ``high``. Nothing here reads a clock: the driver passes the time.
 """
@@ -170,6 +173,7 @@ class MplController:
         self.reason = "starting"  # why the MPL is what it is, for people
         self._arrived = 0.0  # work arriving per second, a moving average over demand_window
         self._weight = 0.0  # the share of that average that is not the start's zero
+        self._observed = 0.0  # seconds observed since the start (or ``forget``)
         self._levels: dict[int, _Level] = {}
         self._work = 0.0  # work completed in the current sample's saturated time
         self._done = 0  # completions in it
@@ -207,6 +211,7 @@ class MplController:
         share = min(1.0, elapsed / self.demand_window)
         self._arrived += share * (arrived / elapsed - self._arrived)
         self._weight += share * (1.0 - self._weight)
+        self._observed += elapsed
         settling = self._settle > 0 or self._settle_done > 0
         if not saturated:
             if not settling:
@@ -240,7 +245,8 @@ class MplController:
 
     def forget(self) -> None:
         """Drop every sample and the demand (the unit of work changed), keep the MPL."""
-        self._arrived = self._weight = 0.0
+        self._arrived = self._weight = self._observed = 0.0
+        self._earned = None
         self._levels.clear()
         self._looked_up.clear()
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
@@ -324,7 +330,13 @@ class MplController:
             and lower.fresh
             and here.mean - gain * lower.mean > Z * math.hypot(_se(here), gain * _se(lower))
         )
-        due = self._settled and now - self._looked_up.get(self.mpl, -math.inf) >= self.stale
+        # an MPL not measured is tried (above when due, below) only once the demand is
+        # known: a minute's average, and whether it is open, read from this MPL's samples
+        # after whatever backlog the start brought (a queue built at the start saturates any
+        # MPL, as a closed loop does)
+        steady = self._observed >= self.demand_window
+        looked = self._looked_up.get(self.mpl, -math.inf)
+        due = steady and self._settled and now - looked >= self.stale
         above_unknown = upper is None or not upper.fresh
         if self.mpl < self.high and above_unknown and (climbing or due):
             self._looked_up[self.mpl] = now
@@ -339,14 +351,17 @@ class MplController:
             and lower.age >= self.stale / 4
         )
         known = lower.fresh and not thin if lower is not None else False
-        if self.mpl > self.low and (lower is None or not known or acceptable(lower, enter)):
+        if self.mpl > self.low and (
+            (not known and steady) or (lower is not None and known and acceptable(lower, enter))
+        ):
             moved = self._move(self.mpl - 1, "capacity within the floor: trying lower")
             if known and enter == 0:
                 self._earned = self.demand  # chosen on its estimate: kept on the doubt
             return moved
         self._settled = True
+        limit = floor if enter > 0 else self.floor(best.mean)
         self.reason = (
-            f"the lowest MPL with capacity ≥ {floor:.3g} (best {best.mean:.3g} at MPL "
+            f"the lowest MPL with capacity ≥ {limit:.3g} (best {best.mean:.3g} at MPL "
             f"{best.mpl}, demand {self.demand:.3g})"
         )
         return None

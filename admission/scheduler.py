@@ -433,12 +433,12 @@ class Scheduler:
         adaptive MPL's demand)."""
         return {st.fingerprint: st.arrived for st in self._classes}
 
-    def refused(self, fingerprint: str) -> None:
+    def refused(self, fingerprint: str, name: str | None = None, sample_sql: str = "") -> None:
         """A job of the class arrived and was turned away before ``submit`` (a full queue):
-        counted as an arrival (of a class seen before; nothing else changes)."""
-        st = self._by_fp.get(fingerprint)
-        if st is not None:
-            st.arrived += 1
+        counted as an arrival of its class — learned now if new, as ``submit`` would — and
+        nothing else changes."""
+        st = self._by_fp.get(fingerprint) or self._learn_class(fingerprint, name, sample_sql)
+        st.arrived += 1
 
     def set_tenant_weights(self, weights: Mapping[str, float] | None) -> None:
         """DRR weights for the tenants in place of their configured ones (``None``, or a

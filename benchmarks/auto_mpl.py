@@ -3,7 +3,7 @@
     python -m benchmarks.auto_mpl --model MODEL.json [--mix 1,2,6,9,11,13,14,18] [--tpch 1]
         [--policy latency] [--mpls 1,2,3,4] [--scenarios closed,open] [--load 0.95]
         [--clients 8] [--duration 120] [--warmup 40] [--repetitions 3] [--seed 0]
-        [--load-basis model|measured] [--capacity-seconds 10]
+        [--load-basis model|measured] [--capacity-seconds 10] [--why]
 
 Per scenario, one ``lab.bench`` run (what ``admission bench`` runs) on the embedded DuckDB with
 TPC-H: ``POLICY@m`` for every static MPL m and ``POLICY@auto`` — started from the cores of
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -128,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="write each scenario's bench JSON here")
+    parser.add_argument(
+        "--why", action="store_true", help="print every move of the tuned MPL and its reason"
+    )
     add_load_basis(parser, "the model's D_r (open runs)")
     args = parser.parse_args(argv)
     if not 0 <= args.warmup < args.duration:
@@ -136,6 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenarios = [x.strip() for x in args.scenarios.split(",") if x.strip()]
     if not scenarios or any(x not in ("closed", "open") for x in scenarios):
         parser.error("--scenarios takes closed, open or both")
+    if args.why:  # the proxy logs each move of the adaptive MPL (admission.mpl) at INFO
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(relativeCreated)9.1f ms  %(message)s"))
+        mpl_log = logging.getLogger("admission.mpl")
+        mpl_log.addHandler(handler)
+        mpl_log.setLevel(logging.INFO)
     model = EtaModel.load(args.model)
     met = True
     out = {}

@@ -153,7 +153,8 @@ class AdmissionGate:
             and not self._make_room()
         ):
             self.stats.queue_full += 1
-            s.refused(query_class.fingerprint)  # it arrived all the same: part of the demand
+            # it arrived all the same: part of the demand the adaptive MPL must carry
+            s.refused(query_class.fingerprint, query_class.name, sql)
             message = (
                 f"too many statements waiting for admission (queue limit {self.max_queue}); "
                 "try again later"

@@ -104,8 +104,9 @@ def test_the_admin_api_shows_and_steers_the_tuning(
         assert auto["enabled"] and auto["mpl"] == status["limits"]["mpl"]
         assert auto["bounds"] == [1, 6] and auto["reason"]
         assert all(level["samples"] >= 1 for level in auto["throughput_by_mpl"])
-        # samples are taken in saturated time: each level's share of it is more than none
-        assert all(0 < level["saturated_share"] <= 1 for level in auto["throughput_by_mpl"])
+        # 8 clients back to back at an MPL of at most 6: statements wait at nearly any
+        # instant (all but a client's round trip of a millisecond or so in 50 ms)
+        assert all(level["saturated_share"] > 0.5 for level in auto["throughput_by_mpl"])
         assert auto["demand_work_per_second"] > 0  # what arrives, in D_r per second
         metrics = admin.get("/metrics").text
         assert f"admission_mpl {float(status['limits']['mpl'])}" in metrics
