@@ -55,7 +55,9 @@ def closed_load(proxy: ProxyHarness, clients: int, sql: str = SLEEP) -> Iterator
 
 
 def quick(start: int, high: int) -> MplController:
-    return MplController(start, high=high, window=0.25, samples=4, min_samples=2)
+    # (the demand window scaled with the sample window: an MPL not measured is tried only
+    # once a demand window has passed)
+    return MplController(start, high=high, window=0.25, samples=4, min_samples=2, demand_window=5.0)
 
 
 def wait_for(check: Callable[[], bool], timeout: float) -> bool:
