@@ -283,7 +283,9 @@ class MplController:
         # is the MPL whose capacity is surely highest — the highest mean less one standard
         # error — and the floor is taken from there
         best = max(every.values(), key=lambda e: e.mean - _se(e))
-        floor = self.floor(max(best.mean - _se(best), 0.0))
+        surely = max(best.mean - _se(best), 0.0)
+        floor = self.floor(surely)
+        strict = self.floor(best.mean)  # the floor on an estimate (see ``acceptable``)
         lower = every.get(self.mpl - 1)
         upper = every.get(self.mpl + 1)
 
@@ -291,15 +293,15 @@ class MplController:
         # that arrives whatever the MPL — the best MPL left spare time, or the demand differs
         # significantly from what it completes — is one an MPL must reach on its estimate
         # (*Doubt* in the module's docstring)
-        raised = floor > (1 - self.tolerance) * max(best.mean - _se(best), 0.0)
+        raised = floor > (1 - self.tolerance) * surely
         gap = abs(self.demand - best.mean) - self.tolerance * best.mean
         open_demand = best.saturated < CLOSED or gap > Z * _se(best)
         enter = 0.0 if raised and open_demand else Z
-        # an MPL is chosen on ``enter`` (to step down to it; one tried without being known, on
-        # its first samples) and kept on the benefit of the doubt once it met the floor on its
-        # estimate — judged on every sample, an estimate would leave a level of the same
-        # capacity as the best for no reason now and then — until the demand grows beyond the
-        # tolerance over what it was then (or the level was chosen under the tolerance's floor)
+        # an MPL is chosen on ``enter`` (to step down to it; after any other move, on its own
+        # samples until they meet the floor) and kept on the benefit of the doubt once it met
+        # the floor on its estimate — judged on every sample, an estimate would leave a level
+        # of the same capacity as the best for no reason now and then — until the demand grows
+        # beyond the tolerance over what it was then (or it was chosen under the tolerance's)
         earned = self._earned is not None and self.demand <= (1 + self.tolerance) * self._earned
         doubt = Z if enter > 0 or earned else 0.0
 
@@ -311,7 +313,7 @@ class MplController:
             if level.mpl == best.mpl:
                 return True
             if doubt == 0:
-                return level.mean >= self.floor(best.mean) * (1 - EPSILON)
+                return level.mean >= strict * (1 - EPSILON)
             scale = floor / best.mean if best.mean > 0 else 1.0
             noise = math.hypot(_se(level), scale * _se(best))
             return level.mean >= floor * (1 - EPSILON) - doubt * noise
@@ -320,7 +322,7 @@ class MplController:
             self._earned = self.demand
         if not acceptable(here, doubt):
             step = 1 if best.mpl > self.mpl else -1
-            limit = floor if doubt > 0 else self.floor(best.mean)
+            limit = floor if doubt > 0 else strict
             why = f"capacity {here.mean:.3g} below the floor {limit:.3g}"
             return self._move(self.mpl + step, f"{why} (best {best.mean:.3g} at MPL {best.mpl})")
         gain = 1 + self.tolerance / 2
@@ -359,7 +361,7 @@ class MplController:
                 self._earned = self.demand  # chosen on its estimate: kept on the doubt
             return moved
         self._settled = True
-        limit = floor if enter > 0 else self.floor(best.mean)
+        limit = floor if enter > 0 else strict
         self.reason = (
             f"the lowest MPL with capacity ≥ {limit:.3g} (best {best.mean:.3g} at MPL "
             f"{best.mpl}, demand {self.demand:.3g})"
