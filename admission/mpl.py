@@ -59,9 +59,11 @@ floor is the tolerance's, "within the tolerance" means "not shown to be below it
 noise of a few samples are not told apart, and the lower MPL gets the benefit of the doubt — a
 wrong guess costs at most a few per cent of capacity the load does not need. Where the *demand*
 raised the floor, and it is demand that arrives whatever the MPL — the best MPL was unsaturated
-more than 2 % of its time, or the demand differs from that MPL's capacity significantly and by
-more than the tolerance — a wrong guess overloads the lower MPL, and waiting at a server loaded
-near 100 % grows without bound. There an MPL is *chosen* on its estimate (to step down to it;
+more than 2 % of its time, the demand differs from that MPL's capacity significantly and by
+more than the tolerance, or the number of statements in the system varies as an open stream's
+does (``loop``: a backlog that keeps an open stream's MPL saturated, completing what arrives,
+looks like a closed loop by the first two) — a wrong guess overloads the lower MPL, and waiting
+at a server loaded near 100 % grows without bound. There an MPL is *chosen* on its estimate (to step down to it;
 after any other move, on its own samples until they meet the floor) and *kept* on the benefit of
 the doubt, until the demand grows more than the tolerance beyond what it was when it last met
 the floor: judged on its estimate at every sample, a level as good as the best would be left now
@@ -69,7 +71,9 @@ and then for nothing. A lower MPL found below such a floor is looked at again on
 samples are stale. On its estimate the floor is taken from the best's estimate, not less its
 error: where the demand would load even the best beyond ``utilization``, a lower MPL must
 measure at least as much as the best: waiting grows as 1/(1 − ρ), so a few per cent of capacity
-the noise hides outweighs what a lower MPL gives the policy. The price: among MPLs of the same
+the noise hides outweighs what a lower MPL gives the policy; and a lower MPL not measured is not
+tried at all: one that does not measure the best's capacity builds, in the dozen seconds it
+takes to tell, a backlog that takes minutes to drain. The price: among MPLs of the same
 capacity it wanders (each looks best now and then) rather than settling on the lowest. A closed
 loop's demand is whatever its MPL completes, and it saturates it all the time, so its floor is
 the best, with the benefit of the doubt: it settles on the lowest MPL whose capacity is not
@@ -99,6 +103,7 @@ DEMAND_WINDOW = 60.0  # seconds over which the demand (work arriving per second)
 Z = 1.645  # one-sided 95 %: how many standard errors apart two capacities must be to differ
 EPSILON = 1e-9  # equal capacities summed in another order are equal
 CLOSED = 0.98  # saturated this share of the time at the best MPL: the demand is what it completes
+DISPERSED = 0.5  # variance / mean of the number in the system above this: not a closed loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +192,10 @@ class MplController:
         self._looked_up: dict[int, float] = {}  # MPL → when it last looked one higher
         self._settled = False  # the last decision was to stay (looks up start only from there)
         self._earned: float | None = None  # the demand when this MPL last met a raised floor
+        # the number in the system at each report, and its square: moving averages over
+        # demand_window, from zero (``loop``)
+        self._n = 0.0
+        self._n2 = 0.0
         self._now = -math.inf
 
     # -- what the driver tells -----------------------------------------------------------
@@ -200,11 +209,12 @@ class MplController:
         completed: int = 0,
         *,
         arrived: float,
+        in_system: int,
     ) -> int | None:
         """``elapsed`` seconds ending at ``now`` passed, saturated or not, in which
         ``completed`` statements completed with ``work`` seconds of expected service in all,
-        and statements with ``arrived`` seconds of it arrived. Returns the new MPL when it
-        changes."""
+        and statements with ``arrived`` seconds of it arrived; ``in_system`` statements are
+        queued or in service now. Returns the new MPL when it changes."""
         self._now = max(self._now, now)
         if elapsed <= 0:
             return None
@@ -212,6 +222,8 @@ class MplController:
         self._arrived += share * (arrived / elapsed - self._arrived)
         self._weight += share * (1.0 - self._weight)
         self._observed += elapsed
+        self._n += share * (in_system - self._n)
+        self._n2 += share * (in_system * in_system - self._n2)
         settling = self._settle > 0 or self._settle_done > 0
         if not saturated:
             if not settling:
@@ -238,6 +250,26 @@ class MplController:
         return self._decide(now)
 
     @property
+    def loop(self) -> bool:
+        """The number in the system hardly varies: a closed loop, whose demand is what its MPL
+        completes.
+
+        Each client of a closed loop sends its next statement as its last one completes, so
+        the number queued or in service stays at the number of clients, less the few between
+        a result and their next statement: its variance is a small part of its mean. An open
+        stream's varies at least as a Poisson count's (variance = mean) and, near saturation
+        or while a backlog builds or drains, many times more — however long or short its
+        statements are. A loop whose think time is long against its response time varies
+        as a binomial count, its variance near its mean, and its demand barely depends on its
+        MPL: it reads as open, rightly. With nothing in the system yet it is a loop (nothing
+        says open)."""
+        mean = self._n / self._weight if self._weight > 0 else 0.0
+        if mean <= 0:
+            return True
+        variance = max(0.0, self._n2 / self._weight - mean * mean)
+        return variance < DISPERSED * mean
+
+    @property
     def demand(self) -> float:
         """Work arriving per second, averaged over the last ``demand_window`` seconds (over
         all seen so far, at the start: an average from zero would read as no demand)."""
@@ -246,6 +278,7 @@ class MplController:
     def forget(self) -> None:
         """Drop every sample and the demand (the unit of work changed), keep the MPL."""
         self._arrived = self._weight = self._observed = 0.0
+        self._n = self._n2 = 0.0
         self._earned = None
         self._levels.clear()
         self._looked_up.clear()
@@ -295,7 +328,7 @@ class MplController:
         # (*Doubt* in the module's docstring)
         raised = floor > (1 - self.tolerance) * surely
         gap = abs(self.demand - best.mean) - self.tolerance * best.mean
-        open_demand = best.saturated < CLOSED or gap > Z * _se(best)
+        open_demand = best.saturated < CLOSED or gap > Z * _se(best) or not self.loop
         enter = 0.0 if raised and open_demand else Z
         # an MPL is chosen on ``enter`` (to step down to it; after any other move, on its own
         # samples until they meet the floor) and kept on the benefit of the doubt once it met
@@ -353,8 +386,13 @@ class MplController:
             and lower.age >= self.stale / 4
         )
         known = lower.fresh and not thin if lower is not None else False
+        # where an open demand would load even the best beyond ``utilization``, a lower MPL
+        # would have to measure the best's capacity to be kept, and trying one that does not
+        # builds a backlog that takes minutes to drain: none is tried unmeasured
+        hot = enter == 0 and self.demand >= self.utilization * surely
         if self.mpl > self.low and (
-            (not known and steady) or (lower is not None and known and acceptable(lower, enter))
+            (not known and steady and not hot)
+            or (lower is not None and known and acceptable(lower, enter))
         ):
             moved = self._move(self.mpl - 1, "capacity within the floor: trying lower")
             if known and enter == 0:

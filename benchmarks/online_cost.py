@@ -154,7 +154,7 @@ def _observe_cost(rounds: int) -> float:
         started = time.perf_counter()
         for _ in range(10_000):
             t += 0.1
-            controller.observe(t, 0.1, True, 0.2, arrived=0.2)
+            controller.observe(t, 0.1, True, 0.2, 2, arrived=0.2, in_system=4)
         best = min(best, (time.perf_counter() - started) / 10_000)
     return best
 

@@ -7,9 +7,10 @@ still saturated at the end is one whose statements completed slowly, and capacit
 such intervals alone would read low; the work completed since the last tick (the model's D_r
 of every statement that completed, read from the scheduler's ``finishes`` observer); and the
 work that arrived (the D_r of the statements submitted, from the scheduler's per-class
-counts). When the controller moves the MPL, the gate's limits change (``set_limits``: the
-queue is dispatched at once if the MPL grew; statements in service finish if it shrank).
-Reading a few counters every 0.1 s costs the loop next to nothing.
+counts); and the number of statements queued or in service (how much it varies tells a
+closed loop from an open stream). When the controller moves the MPL, the gate's limits
+change (``set_limits``: the queue is dispatched at once if the MPL grew; statements in
+service finish if it shrank). Reading a few counters every 0.1 s costs the loop next to nothing.
 
 Throughput is counted in the model's D_r as each class was first seen here, kept while the
 live model moves D_r, so that capacities measured at different MPLs stay comparable.
@@ -122,6 +123,7 @@ class AutoMpl:
         now = loop.time()
         try:
             if self.enabled:
+                scheduler = self.gate.scheduler
                 moved = self.controller.observe(
                     now,
                     now - self._last,
@@ -129,6 +131,7 @@ class AutoMpl:
                     self._work,
                     self._done,
                     arrived=self._arrived(),
+                    in_system=scheduler.queued + scheduler.running,
                 )
                 if moved is not None:
                     log.info("MPL %d: %s", moved, self.controller.reason)

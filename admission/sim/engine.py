@@ -457,6 +457,7 @@ class _Engine:
                     control_work,
                     control_done,
                     arrived=control_arrived,
+                    in_system=sched.queued + sched.running,
                 )
                 control_work, control_done, control_arrived = 0.0, 0, 0.0
                 if moved is not None:
