@@ -63,9 +63,9 @@ more than 2 % of its time, the demand differs from that MPL's capacity significa
 more than the tolerance, or the number of statements in the system varies as an open stream's
 does (``loop``: a backlog that keeps an open stream's MPL saturated, completing what arrives,
 looks like a closed loop by the first two) — a wrong guess overloads the lower MPL, and waiting
-at a server loaded near 100 % grows without bound. There an MPL is *chosen* on its estimate (to step down to it;
-after any other move, on its own samples until they meet the floor) and *kept* on the benefit of
-the doubt, until the demand grows more than the tolerance beyond what it was when it last met
+at a server loaded near 100 % grows without bound. There an MPL is *chosen* on its estimate
+(to step down to it; after any other move, on its own samples until they meet the floor) and
+*kept* on the benefit of the doubt, until the demand grows more than the tolerance beyond what it was when it last met
 the floor: judged on its estimate at every sample, a level as good as the best would be left now
 and then for nothing. A lower MPL found below such a floor is looked at again only once its
 samples are stale. On its estimate the floor is taken from the best's estimate, not less its
