@@ -54,31 +54,32 @@ grows steeply as a server fills; giving up capacity is only cheap while there is
 Doubt
 -----
 Samples are noisy (a 2 s sample of statements of 50 ms counts some 40 of them: ±16 %). While the
-floor is the tolerance's, "within the tolerance" means "not shown to be below it" (one-sided
-95 %, from the standard errors of its samples and of the best's): differences smaller than the
+floor is the tolerance's, "within the tolerance" means "not shown to be below it" (one-sided 95
+%, from the standard errors of its samples and of the best's): differences smaller than the
 noise of a few samples are not told apart, and the lower MPL gets the benefit of the doubt — a
 wrong guess costs at most a few per cent of capacity the load does not need. Where the *demand*
 raised the floor, and it is demand that arrives whatever the MPL — the best MPL was unsaturated
-more than 2 % of its time, the demand differs from that MPL's capacity significantly and by
-more than the tolerance, or the number of statements in the system varies as an open stream's
-does (``loop``: a backlog that keeps an open stream's MPL saturated, completing what arrives,
-looks like a closed loop by the first two) — a wrong guess overloads the lower MPL, and waiting
-at a server loaded near 100 % grows without bound. There an MPL is *chosen* on its estimate
-(to step down to it; after any other move, on its own samples until they meet the floor) and
-*kept* on the benefit of the doubt, until the demand grows more than the tolerance beyond what it was when it last met
-the floor: judged on its estimate at every sample, a level as good as the best would be left now
-and then for nothing. A lower MPL found below such a floor is looked at again only once its
-samples are stale. On its estimate the floor is taken from the best's estimate, not less its
-error: where the demand would load even the best beyond ``utilization``, a lower MPL must
-measure at least as much as the best: waiting grows as 1/(1 − ρ), so a few per cent of capacity
-the noise hides outweighs what a lower MPL gives the policy; and a lower MPL not measured is not
-tried at all: one that does not measure the best's capacity builds, in the dozen seconds it
-takes to tell, a backlog that takes minutes to drain. The price: among MPLs of the same
-capacity it wanders (each looks best now and then) rather than settling on the lowest. A closed
-loop's demand is whatever its MPL completes, and it saturates it all the time, so its floor is
-the best, with the benefit of the doubt: it settles on the lowest MPL whose capacity is not
-shown below the best's (one that completes less than the best by more than the tolerance and its
-noise is judged on its estimate, as an open demand would be: it is below the floor either way).
+more than 2 % of its time, the demand differs from that MPL's capacity significantly and by more
+than the tolerance, or the number of statements in the system varies as an open stream's does
+(``loop``: a backlog that keeps an open stream's MPL saturated, completing what arrives, looks
+like a closed loop by the first two) — a wrong guess overloads the lower MPL, and waiting at a
+server loaded near 100 % grows without bound. There an MPL is *chosen* on its estimate (to step
+down to it; after any other move, on its own samples until they meet the floor) and *kept* on
+the benefit of the doubt, until the demand grows more than the tolerance beyond what it was when
+it last met the floor: judged on its estimate at every sample, a level as good as the best would
+be left now and then for nothing. A lower MPL found below such a floor is looked at again only
+once its samples are stale. On its estimate the floor is taken from the best's estimate, not
+less its error: where the demand would load even the best beyond ``utilization``, a lower MPL
+must measure at least as much as the best: waiting grows as 1/(1 − ρ), so a few per cent of
+capacity the noise hides outweighs what a lower MPL gives the policy; and a lower MPL not
+measured is not tried at all: one that does not measure the best's capacity builds, in the dozen
+seconds it takes to tell, a backlog that takes minutes to drain. The price: among MPLs of the
+same capacity it wanders (each looks best now and then) rather than settling on the lowest. A
+closed loop's demand is whatever its MPL completes, and it saturates it all the time, so its
+floor is the best, with the benefit of the doubt: it settles on the lowest MPL whose capacity is
+not shown below the best's (one that completes less than the best by more than the tolerance and
+its noise is judged on its estimate, as an open demand would be: it is below the floor either
+way).
 
 Between ``low`` and ``high``. Nothing here reads a clock: the driver passes the time.
 """
