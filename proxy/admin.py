@@ -476,6 +476,8 @@ def _auto_mpl_json(auto: AutoMpl | None) -> dict[str, Any] | None:
         "reason": controller.reason,
         "bounds": [controller.low, controller.high],
         "demand_work_per_second": controller.demand,
+        # a closed loop's demand is what its MPL completes; an open stream's arrives anyway
+        "arrivals": "closed loop" if controller.loop else "open",
         "throughput_by_mpl": [
             {
                 "mpl": e.mpl,

@@ -9,9 +9,11 @@ controller is made quick for the test (windows of 0.25 s); the logic is the one
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import httpx
@@ -51,6 +53,49 @@ def closed_load(proxy: ProxyHarness, clients: int, sql: str = SLEEP) -> Iterator
         stop.set()
         for t in threads:
             t.join(10)
+    assert not errors, errors
+
+
+@contextmanager
+def open_load(proxy: ProxyHarness, rate: float, sql: str = SLEEP) -> Iterator[list[int]]:
+    """Statements arriving as a Poisson stream of ``rate`` a second, whatever completes
+    (each on one of 32 connections, none waiting for another's result), until the block ends;
+    yields [statements completed]."""
+    done = [0]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    local = threading.local()
+    connections: list[psycopg.Connection] = []
+
+    def one() -> None:
+        try:
+            conn = getattr(local, "conn", None)
+            if conn is None:
+                dsn = f"{proxy.dsn_base} user=postgres dbname=postgres"
+                conn = local.conn = psycopg.connect(dsn, autocommit=True)
+                connections.append(conn)
+            conn.execute(sql)
+            done[0] += 1
+        except BaseException as e:  # reported below, not lost in a thread
+            errors.append(e)
+
+    pool = ThreadPoolExecutor(32)
+
+    def arrivals() -> None:
+        rng = random.Random(7)
+        while not stop.wait(rng.expovariate(rate)):
+            pool.submit(one)
+
+    generator = threading.Thread(target=arrivals, daemon=True)
+    generator.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        generator.join(10)
+        pool.shutdown(wait=True)
+        for conn in connections:
+            conn.close()
     assert not errors, errors
 
 
@@ -110,6 +155,8 @@ def test_the_admin_api_shows_and_steers_the_tuning(
         # instant (all but a client's round trip of a millisecond or so in 50 ms)
         assert all(level["saturated_share"] > 0.5 for level in auto["throughput_by_mpl"])
         assert auto["demand_work_per_second"] > 0  # what arrives, in D_r per second
+        # and the number in the system stays at the 8 clients: it reads as a closed loop
+        assert auto["arrivals"] == "closed loop"
         metrics = admin.get("/metrics").text
         assert f"admission_mpl {float(status['limits']['mpl'])}" in metrics
         # a number set by hand stops the tuning and stays
@@ -131,3 +178,16 @@ def test_auto_needs_a_proxy_started_with_it(make_proxy: Callable[..., ProxyHarne
         assert response.status_code == 409 and "--mpl auto" in response.json()["detail"]
         assert admin.get("/status").json()["mpl_auto"] is None
         assert admin.get("/status").json()["limits"]["mpl"] == 2
+
+
+def test_an_open_stream_reads_as_open(make_proxy: Callable[..., ProxyHarness]) -> None:
+    # 40 statements of 20 ms a second at MPL 2: the number in the system varies as a Poisson
+    # count's at least (the closed loop of the test above keeps it at its 8 clients)
+    proxy = make_proxy(limits=Limits(mpl=2), auto_mpl=quick(2, 2), admin=True)
+    with open_load(proxy, 40.0) as done, httpx.Client(base_url=proxy.admin_url) as admin:
+        time.sleep(8)  # more than the quick controller's demand window of 5 s
+        auto = admin.get("/status").json()["mpl_auto"]
+        assert auto["arrivals"] == "open", auto
+        assert auto["demand_work_per_second"] > 0
+    assert done[0] > 100
+    assert proxy.wait_idle()["in_service"] == 0
