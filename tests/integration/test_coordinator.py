@@ -626,8 +626,13 @@ def test_heartbeats_locked_out_fail_and_recover(pg: Cluster) -> None:
                 time.sleep(0.05)
             status = proxy.status()["coordinator"]
             assert status["failures"] >= 3 and status["state"] != "ok", status
-            # the LISTEN connection and at most one heartbeat's
-            assert max(seen) <= 2, seen
+            # the LISTEN connection and at most one heartbeat's — plus, now and then, the
+            # backend of the attempt before: its client gave up and closed after TTL/2, but
+            # the server reaps it only when its own lock_timeout (TTL/2 as well) ends the wait
+            # it is in, which a loaded machine can let overlap the next attempt. A leak would
+            # grow by one every heartbeat (five or more in these 4 TTL)
+            assert max(seen) <= 3, seen
+            assert sorted(seen)[len(seen) * 9 // 10] <= 2, seen
             holder.execute("select pg_advisory_unlock(%s)", (LOCK_KEY,))
             deadline = time.monotonic() + 5
             while proxy.status()["coordinator"]["state"] != "ok":
