@@ -54,8 +54,8 @@ grows steeply as a server fills; giving up capacity is only cheap while there is
 Doubt
 -----
 Samples are noisy (a 2 s sample of statements of 50 ms counts some 40 of them: ±16 %). While the
-floor is the tolerance's, "within the tolerance" means "not shown to be below it" (one-sided 95
-%, from the standard errors of its samples and of the best's): differences smaller than the
+floor is the tolerance's, "within the tolerance" means "not shown to be below it" (one-sided
+95 %, from the standard errors of its samples and of the best's): differences smaller than the
 noise of a few samples are not told apart, and the lower MPL gets the benefit of the doubt — a
 wrong guess costs at most a few per cent of capacity the load does not need. Where the *demand*
 raised the floor, and it is demand that arrives whatever the MPL — the best MPL was unsaturated
