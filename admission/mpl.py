@@ -42,8 +42,12 @@ grows steeply as a server fills; giving up capacity is only cheap while there is
 1. below the floor (see *Doubt* below): one step toward the best MPL;
 2. else look one higher — when this MPL is the best known and gained significantly more
    than half the tolerance over the MPL below (the curve is still climbing: keep climbing),
-   or when it had settled here, the MPL above has no fresh samples and it last looked
-   ``stale`` seconds ago (the workload may have changed);
+   or when it had settled here, the MPL above has no fresh samples, it last looked
+   ``stale`` seconds ago (the workload may have changed) — unless the database's cores were
+   so busy while this MPL was saturated that a higher one cannot gain what climbing asks:
+   more statements at once use no less CPU each, so a busy share b leaves at most 1/b − 1 to
+   gain, and a look costs a dozen seconds at a lower capacity — a backlog under an open load
+   (the driver tells the busy share where it can; where it cannot, it looks);
 3. else one step down when the MPL below is not known to be worse (no fresh samples — once
    ``demand_window`` has passed since the start, so that the demand is known — not
    below the floor, or — unless an open demand raised the floor — found so on fewer samples
@@ -118,6 +122,7 @@ class LevelEstimate:
     age: float  # seconds since its newest sample
     fresh: bool  # its newest sample is younger than ``stale``
     saturated: float = 1.0  # share of the time at this MPL its samples took that was saturated
+    cpu: float = math.nan  # the cores' busy share while saturated here (nan: not measured)
 
 
 def _se(level: LevelEstimate) -> float:
@@ -125,20 +130,23 @@ def _se(level: LevelEstimate) -> float:
 
 
 class _Level:
-    __slots__ = ("samples", "shares", "times")
+    __slots__ = ("cpus", "samples", "shares", "times")
 
     def __init__(self, keep: int) -> None:
         self.samples: deque[float] = deque(maxlen=keep)
         self.shares: deque[float] = deque(maxlen=keep)  # each sample's saturated share
+        self.cpus: deque[float] = deque(maxlen=keep)  # each sample's busy share (nan: unknown)
         self.times: deque[float] = deque(maxlen=keep)
 
-    def add(self, value: float, share: float, now: float, stale: float) -> None:
+    def add(self, value: float, share: float, cpu: float, now: float, stale: float) -> None:
         if self.times and now - self.times[-1] >= stale:  # measured anew: the old is history
             self.samples.clear()
             self.shares.clear()
+            self.cpus.clear()
             self.times.clear()
         self.samples.append(value)
         self.shares.append(share)
+        self.cpus.append(cpu)
         self.times.append(now)
 
 
@@ -185,6 +193,8 @@ class MplController:
         self._done = 0  # completions in it
         self._filled = 0.0  # saturated seconds in it
         self._spent = 0.0  # seconds at this MPL, saturated or not, while it was gathered
+        self._busy = 0.0  # busy core-share × seconds in it (where the driver measures the CPU)
+        self._timed = 0.0  # saturated seconds in it with the CPU measured
         self._taken = 0  # samples taken at the current MPL since it was moved to
         # after a move: saturated seconds and completions still to let pass before measuring
         # (the statements admitted under the old MPL are still in service for a while)
@@ -211,11 +221,13 @@ class MplController:
         *,
         arrived: float,
         in_system: int,
+        cpu: float | None = None,
     ) -> int | None:
         """``elapsed`` seconds ending at ``now`` passed, saturated or not, in which
         ``completed`` statements completed with ``work`` seconds of expected service in all,
         and statements with ``arrived`` seconds of it arrived; ``in_system`` statements are
-        queued or in service now. Returns the new MPL when it changes."""
+        queued or in service now; the database's cores were busy ``cpu`` of the time (0–1;
+        None where the driver cannot tell). Returns the new MPL when it changes."""
         self._now = max(self._now, now)
         if elapsed <= 0:
             return None
@@ -238,13 +250,18 @@ class MplController:
         self._done += completed
         self._filled += elapsed
         self._spent += elapsed
+        if cpu is not None:
+            self._busy += min(max(cpu, 0.0), 1.0) * elapsed
+            self._timed += elapsed
         if self._filled < self.window or self._done < self.min_completions:
             return None
         level = self._levels.get(self.mpl)
         if level is None:
             level = self._levels[self.mpl] = _Level(self.keep)
-        level.add(self._work / self._filled, self._filled / self._spent, now, self.stale)
+        busy = self._busy / self._timed if self._timed > 0 else math.nan
+        level.add(self._work / self._filled, self._filled / self._spent, busy, now, self.stale)
         self._work, self._done, self._filled, self._spent = 0.0, 0, 0.0, 0.0
+        self._busy = self._timed = 0.0
         self._taken += 1
         if self._taken < self.min_samples:
             return None
@@ -284,7 +301,7 @@ class MplController:
         self._levels.clear()
         self._looked_up.clear()
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
-        self._spent = 0.0
+        self._spent = self._busy = self._timed = 0.0
 
     # -- what it knows ---------------------------------------------------------------------
 
@@ -300,7 +317,9 @@ class MplController:
             stderr = statistics.stdev(values) / math.sqrt(n) if n > 1 else math.nan
             age = self._now - level.times[-1]
             mean, share = statistics.fmean(values), statistics.fmean(level.shares)
-            out.append(LevelEstimate(mpl, mean, n, stderr, age, age < self.stale, share))
+            cpus = [c for c in level.cpus if not math.isnan(c)]
+            cpu = statistics.fmean(cpus) if cpus else math.nan
+            out.append(LevelEstimate(mpl, mean, n, stderr, age, age < self.stale, share, cpu))
         return out
 
     def floor(self, best: float) -> float:
@@ -372,7 +391,12 @@ class MplController:
         # MPL, as a closed loop does)
         steady = self._observed >= self.demand_window
         looked = self._looked_up.get(self.mpl, -math.inf)
-        due = steady and self._settled and now - looked >= self.stale
+        # cores so busy while this MPL is saturated that a higher one could gain at most
+        # 1/busy − 1, less than climbing asks: the look, a dozen seconds at a lower capacity
+        # (a backlog under an open load), cannot pay. Looked at again once they are not (the
+        # workload changed, and now waits on something else)
+        busy = here.cpu * gain >= 1  # (False when not measured: nan)
+        due = steady and self._settled and now - looked >= self.stale and not busy
         above_unknown = upper is None or not upper.fresh
         if self.mpl < self.high and above_unknown and (climbing or due):
             self._looked_up[self.mpl] = now
@@ -401,9 +425,10 @@ class MplController:
             return moved
         self._settled = True
         limit = floor if enter > 0 else strict
+        cores = "" if math.isnan(here.cpu) else f", cores {here.cpu:.0%} busy"
         self.reason = (
             f"the lowest MPL with capacity ≥ {limit:.3g} (best {best.mean:.3g} at MPL "
-            f"{best.mpl}, demand {self.demand:.3g})"
+            f"{best.mpl}, demand {self.demand:.3g}{cores})"
         )
         return None
 
@@ -416,6 +441,6 @@ class MplController:
         self.changes += 1
         self._settled, self._earned = False, None
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
-        self._spent = 0.0
+        self._spent = self._busy = self._timed = 0.0
         self._settle, self._settle_done = self.window, old
         return mpl

@@ -486,6 +486,8 @@ def _auto_mpl_json(auto: AutoMpl | None) -> dict[str, Any] | None:
                 "samples": e.samples,
                 "age_seconds": e.age,
                 "saturated_share": e.saturated,
+                # the database's cores' busy share while saturated there (None: not measured)
+                "cpu_busy_share": None if math.isnan(e.cpu) else e.cpu,
             }
             for e in controller.estimates()
         ],

@@ -24,7 +24,7 @@ from admission.mpl import MplController
 from admission.scheduler import MAX_CLASSES, Limits, Scheduler
 from admission.workloads import WorkloadConfig
 from proxy.admin import AdminMetrics
-from proxy.autompl import AutoMpl
+from proxy.autompl import AutoMpl, CpuMeter
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel, Planner
 from proxy.planner import PostgresPlanner
@@ -213,7 +213,15 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         high = config.workers if config.backend is None else MPL_HIGH
         if config.pool is not None:  # never beyond the server connections there are
             high = config.pool.size
-        listener.auto_mpl = AutoMpl(gate, MplController(start, high=max(high, start)))
+        # the busy share of the database's cores, where this host can tell it
+        if config.backend is None:
+            cpu: CpuMeter | None = CpuMeter.process()
+        else:
+            cpu = CpuMeter.host() if _on_this_host(config.backend) else None
+        if cpu is None:
+            progress("--mpl auto: the database's CPU is not measured from here")
+        controller = MplController(start, high=max(high, start))
+        listener.auto_mpl = AutoMpl(gate, controller, cpu=cpu)
     if config.coordinator is not None:
         from proxy.coordinator import Coordinator
 
@@ -309,6 +317,11 @@ def embedded_server(config: ProxyConfig, gate: AdmissionGate, progress: Progress
         tls=tls,
         require_tls=tls is not None and config.listen_host not in LOOPBACK and not config.insecure,
     )
+
+
+def _on_this_host(backend: BackendAddress) -> bool:
+    """A Unix socket or a loopback address: the database's cores are this host's."""
+    return backend.is_unix or backend.host in ("localhost", "127.0.0.1", "::1")
 
 
 def describe_backend(config: ProxyConfig) -> str:

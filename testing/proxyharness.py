@@ -21,7 +21,7 @@ from admission.mpl import MplController
 from admission.workloads import WorkloadConfig
 from proxy.admin import AdminMetrics, create_app
 from proxy.app import AdminServer, pooled_limits
-from proxy.autompl import AutoMpl
+from proxy.autompl import AutoMpl, CpuMeter
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel
 from proxy.pool import PoolConfig, Pools
@@ -80,8 +80,13 @@ class ProxyHarness:
         self.port = self.server.port
         # learning from live statements, refreshed when a test calls learning.refresh
         self.learning = self.call(lambda: LiveModel(self.gate, model_path)) if learn else None
-        # --mpl auto, tuned by ``auto_mpl`` (its timer running on the proxy's loop)
-        self.auto_mpl = self.call(lambda: AutoMpl(self.gate, auto_mpl)) if auto_mpl else None
+        # --mpl auto, tuned by ``auto_mpl`` (its timer running on the proxy's loop), told the
+        # busy share of this host's cores as ``serve`` does in front of a local PostgreSQL
+        self.auto_mpl = (
+            self.call(lambda: AutoMpl(self.gate, auto_mpl, cpu=CpuMeter.host()))
+            if auto_mpl
+            else None
+        )
         if self.auto_mpl is not None:
             self.call(self.auto_mpl.start)
         self.admin: AdminServer | None = None

@@ -458,6 +458,7 @@ class _Engine:
                     control_done,
                     arrived=control_arrived,
                     in_system=sched.queued + sched.running,
+                    cpu=sum(1 for x in core_n if x) / n_cores,  # (busy now: a sample of the share)
                 )
                 control_work, control_done, control_arrived = 0.0, 0, 0.0
                 if moved is not None:

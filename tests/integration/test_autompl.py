@@ -154,6 +154,8 @@ def test_the_admin_api_shows_and_steers_the_tuning(
         # 8 clients back to back at an MPL of at most 6: statements wait at nearly any
         # instant (all but a client's round trip of a millisecond or so in 50 ms)
         assert all(level["saturated_share"] > 0.5 for level in auto["throughput_by_mpl"])
+        # and how busy this host's cores were meanwhile (PostgreSQL runs here)
+        assert all(0 <= level["cpu_busy_share"] <= 1 for level in auto["throughput_by_mpl"])
         assert auto["demand_work_per_second"] > 0  # what arrives, in D_r per second
         # and the number in the system stays at the 8 clients: it reads as a closed loop
         assert auto["arrivals"] == "closed loop"

@@ -64,13 +64,16 @@ def drive_open(
     start: float = 0.0,
     backlog: list[int] | None = None,
     seed: int = 0,
+    cpu: Callable[[int], float] | None = None,
 ) -> tuple[Counter[int], float]:
     """Open arrivals: statements of D arrive as a Poisson stream of ``load`` work per second
     (or ``load(t)``), whatever the MPL; the MPL's worth are in service, the rest queue, and
     they complete at the curve's rate (at most all there are). Returns the ticks spent at each
     MPL and the mean number in the system, both over the last half: by Little's law, the
     arrival rate times the mean response. ``backlog``: the number in the system, carried from
-    one call to the next (one that goes on from ``start``)."""
+    one call to the next (one that goes on from ``start``). ``cpu(mpl)``: the cores' busy
+    share while that MPL is saturated, told the controller (a share of it when not: the
+    statements in service over the MPL)."""
     rng = np.random.default_rng(seed)
     spent: Counter[int] = Counter()
     n, area, ticks = backlog[0] if backlog else 0, 0, 0
@@ -78,6 +81,7 @@ def drive_open(
     while t < start + seconds:
         t += TICK
         saturated = n > controller.mpl  # as the proxy: queued at the start of the tick
+        busy = None if cpu is None else cpu(controller.mpl) * min(1.0, n / controller.mpl)
         rate = load(t) if callable(load) else load
         arrived = int(rng.poisson(rate * TICK / D))
         n += arrived
@@ -87,7 +91,9 @@ def drive_open(
             spent[controller.mpl] += 1
             area += n
             ticks += 1
-        controller.observe(t, TICK, saturated, done * D, done, arrived=arrived * D, in_system=n)
+        controller.observe(
+            t, TICK, saturated, done * D, done, arrived=arrived * D, in_system=n, cpu=busy
+        )
     if backlog:
         backlog[0] = n
     return spent, area / ticks
@@ -196,6 +202,47 @@ def test_at_095_of_the_capacity_the_mpl_below_is_not_tried() -> None:
         return not controller.loop and spent[1] == 0 and auto < 1.5 * two
 
     most(holds)
+
+
+# past MPL 2 the statements slow each other down; MPL 1 leaves a core idle part of the time
+DOWN = table({1: 0.95, 2: 1.0, 3: 0.9, 4: 0.8}, 0.8)
+DOWN_CPU = {1: 0.93, 2: 0.985}  # the cores' busy share, saturated (0.99 beyond)
+
+
+def test_busy_cores_spare_it_the_look_above() -> None:
+    # MPL 2 keeps the cores 98.5 % busy: a higher MPL could gain at most 1.5 %, less than
+    # climbing asks (2.5 %), so the look every ``stale`` seconds — a dozen seconds at MPL 3's
+    # lower capacity, a backlog at 0.9 of the capacity — is not taken. Told nothing of the
+    # CPU, it looks
+    def spared(seed: int) -> bool:
+        controller = MplController(2)
+        busy = lambda m: DOWN_CPU.get(m, 0.99)  # noqa: E731
+        _, auto = drive_open(controller, DOWN, 0.9, 1800, seed=seed, cpu=busy)
+        _, two = drive_open(MplController(2, low=2, high=2), DOWN, 0.9, 1800, seed=seed)
+        looked = {e.mpl for e in controller.estimates()}
+        return 3 not in looked and auto < 1.25 * two
+
+    most(spared)
+    blind = MplController(2)
+    drive_open(blind, DOWN, 0.9, 1800)
+    assert 3 in {e.mpl for e in blind.estimates()}
+    # (what it measured is in its reason, for /status)
+    controller = MplController(2)
+    drive_open(controller, DOWN, 0.9, 900, cpu=lambda m: DOWN_CPU.get(m, 0.99))
+    assert "cores 98% busy" in controller.reason or controller.mpl != 2, controller.reason
+
+
+def test_cores_left_idle_still_let_it_climb() -> None:
+    # four single-threaded statements fill four cores: at MPL 2 half of them are idle, so
+    # the look above is taken and the curve climbed to the knee under a heavy open load
+    def climbs(seed: int) -> bool:
+        controller = MplController(2)
+        spent, _ = drive_open(
+            controller, knee(4), 3.4, 1200, seed=seed, cpu=lambda m: min(m, 4) / 4 * 0.99
+        )
+        return mode(spent) >= 4  # (beyond the knee the curve is flat: 5 is as good)
+
+    most(climbs)
 
 
 def test_arrivals_that_follow_completions_read_as_a_loop() -> None:
