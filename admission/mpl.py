@@ -44,9 +44,10 @@ grows steeply as a server fills; giving up capacity is only cheap while there is
    than half the tolerance over the MPL below (the curve is still climbing: keep climbing),
    or when it had settled here, the MPL above has no fresh samples, it last looked
    ``stale`` seconds ago (the workload may have changed) — unless the database's cores were
-   so busy while this MPL was saturated that a higher one cannot gain what climbing asks:
-   more statements at once use no less CPU each, so a busy share b leaves at most 1/b − 1 to
-   gain, and a look costs a dozen seconds at a lower capacity — a backlog under an open load
+   so busy while this MPL was saturated that no higher one can beat it by the tolerance: more
+   statements at once use no less CPU each, so a busy share b leaves at most 1/b − 1 to gain,
+   and below the tolerance this MPL stays the choice whatever the one above would measure,
+   while the look costs a dozen seconds at a lower capacity — a backlog under an open load
    (the driver tells the busy share where it can; where it cannot, it looks);
 3. else one step down when the MPL below is not known to be worse (no fresh samples — once
    ``demand_window`` has passed since the start, so that the demand is known — not
@@ -392,15 +393,18 @@ class MplController:
         steady = self._observed >= self.demand_window
         looked = self._looked_up.get(self.mpl, -math.inf)
         # cores so busy while this MPL is saturated that a higher one could gain at most
-        # 1/busy − 1, less than climbing asks: the look, a dozen seconds at a lower capacity
-        # (a backlog under an open load), cannot pay. Looked at again once they are not (the
-        # workload changed, and now waits on something else)
-        busy = here.cpu * gain >= 1  # (False when not measured: nan)
+        # 1/busy − 1, less than the tolerance: this MPL would stay the choice whatever the one
+        # above measured, and the look, a dozen seconds at a lower capacity (a backlog under
+        # an open load), cannot pay. Looked at again once they are not (the workload
+        # changed, and now waits on something else)
+        busy = here.cpu * (1 + self.tolerance) >= 1  # (False when not measured: nan)
         due = steady and self._settled and now - looked >= self.stale and not busy
         above_unknown = upper is None or not upper.fresh
         if self.mpl < self.high and above_unknown and (climbing or due):
             self._looked_up[self.mpl] = now
             why = "still climbing" if climbing else "nothing fresh above"
+            if not math.isnan(here.cpu):
+                why += f" (cores {here.cpu:.0%} busy)"
             return self._move(self.mpl + 1, f"{why}: looking one higher")
         # a lower MPL found worse on thin evidence (fewer samples than a level keeps) is
         # looked at again sooner: one unlucky measurement must not hold for the whole stale

@@ -211,7 +211,7 @@ DOWN_CPU = {1: 0.93, 2: 0.985}  # the cores' busy share, saturated (0.99 beyond)
 
 def test_busy_cores_spare_it_the_look_above() -> None:
     # MPL 2 keeps the cores 98.5 % busy: a higher MPL could gain at most 1.5 %, less than
-    # climbing asks (2.5 %), so the look every ``stale`` seconds — a dozen seconds at MPL 3's
+    # the tolerance (5 %), so the look every ``stale`` seconds — a dozen seconds at MPL 3's
     # lower capacity, a backlog at 0.9 of the capacity — is not taken. Told nothing of the
     # CPU, it looks
     def spared(seed: int) -> bool:
