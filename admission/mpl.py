@@ -40,9 +40,9 @@ raised toward best while the demand would load the lower MPL beyond ``utilizatio
 grows steeply as a server fills; giving up capacity is only cheap while there is some to spare):
 
 1. below the floor (see *Doubt* below): one step toward the best MPL;
-2. else look one higher — when this MPL is the best known and gained significantly more
-   than half the tolerance over the MPL below (the curve is still climbing: keep climbing),
-   or when it had settled here, the MPL above has no fresh samples, it last looked
+2. else look one higher (where the MPL above has no fresh samples) — when this MPL is the
+   best known and gained significantly more than half the tolerance over the MPL below (the
+   curve is still climbing: keep climbing), or when it had settled here and last looked
    ``stale`` seconds ago (the workload may have changed) — unless the database's cores were
    so busy while this MPL was saturated that no higher one can beat it by the tolerance: more
    statements at once use no less CPU each, so a busy share b leaves at most 1/b − 1 to gain,
@@ -397,10 +397,11 @@ class MplController:
         # above measured, and the look, a dozen seconds at a lower capacity (a backlog under
         # an open load), cannot pay. Looked at again once they are not (the workload
         # changed, and now waits on something else)
+        # (nor does a curve that climbed to here: the step above is what the cores bound)
         busy = here.cpu * (1 + self.tolerance) >= 1  # (False when not measured: nan)
-        due = steady and self._settled and now - looked >= self.stale and not busy
+        due = steady and self._settled and now - looked >= self.stale
         above_unknown = upper is None or not upper.fresh
-        if self.mpl < self.high and above_unknown and (climbing or due):
+        if self.mpl < self.high and above_unknown and (climbing or due) and not busy:
             self._looked_up[self.mpl] = now
             why = "still climbing" if climbing else "nothing fresh above"
             if not math.isnan(here.cpu):
