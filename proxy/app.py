@@ -24,7 +24,8 @@ from admission.mpl import MplController
 from admission.scheduler import MAX_CLASSES, Limits, Scheduler
 from admission.workloads import WorkloadConfig
 from proxy.admin import AdminMetrics
-from proxy.autompl import AutoMpl, CpuMeter
+from proxy.autompl import AutoMpl
+from proxy.cpu import CpuMeter
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel, Planner
 from proxy.planner import PostgresPlanner

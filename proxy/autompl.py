@@ -8,10 +8,10 @@ such intervals alone would read low; the work completed since the last tick (the
 of every statement that completed, read from the scheduler's ``finishes`` observer); and the
 work that arrived (the D_r of the statements submitted, from the scheduler's per-class
 counts); and the number of statements queued or in service (how much it varies tells a
-closed loop from an open stream); and, where it can tell, the busy share of the database's cores
-(``CpuMeter``: the process's CPU time for the embedded DuckDB, which runs in it; the host's
-``/proc/stat`` in front of a PostgreSQL on this host; nothing for one elsewhere — this host's
-cores are not its). When the controller moves the MPL, the gate's limits
+closed loop from an open stream); and, where it can tell, the busy share of the database's
+cores (``proxy.cpu.CpuMeter``: the process's CPU time for the embedded DuckDB, which runs in
+it; the host's ``/proc/stat`` in front of a PostgreSQL on this host; nothing for one
+elsewhere — this host's cores are not its). When the controller moves the MPL, the gate's limits
 change (``set_limits``: the queue is dispatched at once if the MPL grew; statements in
 service finish if it shrank). Reading a few counters every 0.1 s costs the loop next to nothing.
 
@@ -27,58 +27,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
-import time
-from collections.abc import Callable
 
 from admission.mpl import MplController
 from admission.scheduler import Job, JobState
+from proxy.cpu import CpuMeter
 from proxy.gate import AdmissionGate
-from proxy.tenants import cpu_times
 
-__all__ = ["TICK", "AutoMpl", "CpuMeter"]
+__all__ = ["TICK", "AutoMpl"]
 
 log = logging.getLogger("admission.mpl")
 
 TICK = 0.1  # seconds between looks at the gate
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # (not on every platform)
-        return os.cpu_count() or 1
-
-
-class CpuMeter:
-    """The busy share of the database's cores since the last call (0–1; None when unknown).
-
-    ``CpuMeter.process()``: this process's CPU time over its cores' time — the embedded
-    DuckDB's worker threads run here (the proxy's own work counts too: it is on those
-    cores). ``CpuMeter.host()``: all of this host's cores from ``/proc/stat`` — a PostgreSQL
-    on the same host (and whatever else runs there, which leaves no more to a higher MPL
-    either)."""
-
-    def __init__(self, read: Callable[[], tuple[float, float] | None]) -> None:
-        self._read = read  # (busy, total) time so far, in one unit
-        self._last = read()
-
-    @classmethod
-    def process(cls) -> CpuMeter:
-        cores = _cores()
-        return cls(lambda: (time.process_time(), time.monotonic() * cores))
-
-    @classmethod
-    def host(cls) -> CpuMeter | None:
-        """None where there is no ``/proc/stat`` (not Linux)."""
-        return cls(cpu_times) if cpu_times() is not None else None
-
-    def __call__(self) -> float | None:
-        now, last = self._read(), self._last
-        self._last = now
-        if now is None or last is None or now[1] <= last[1]:
-            return None
-        return min(max((now[0] - last[0]) / (now[1] - last[1]), 0.0), 1.0)
 
 
 class AutoMpl:

@@ -14,28 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from pathlib import Path
 
+from proxy.cpu import CpuMeter
 from proxy.gate import AdmissionGate
 
-__all__ = ["CpuPressure", "cpu_times"]
+__all__ = ["CpuPressure"]
 
 log = logging.getLogger("admission.tenants")
-
-
-def cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
-    """(busy, total) jiffies of all CPUs since boot; None where /proc/stat is not there."""
-    try:
-        with stat.open() as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
-    values = [int(x) for x in fields[1:]]
-    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    total = sum(values[:8])  # (guest time is already counted in user)
-    return total - idle, total
 
 
 class CpuPressure:
@@ -47,26 +32,22 @@ class CpuPressure:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if cpu_times() is None:
+        meter = CpuMeter.host()
+        if meter is None:
             log.warning("no /proc/stat here: background work is not throttled by CPU pressure")
             return
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = asyncio.get_running_loop().create_task(self._run(meter))
 
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
             self._task = None
 
-    async def _run(self) -> None:
-        last = cpu_times()
+    async def _run(self, meter: CpuMeter) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            now = cpu_times()
-            if now is None or last is None:
-                continue
-            busy, total = now[0] - last[0], now[1] - last[1]
-            last = now
-            if total > 0:
-                self.value = busy / total
+            share = meter()
+            if share is not None:
+                self.value = share
                 with contextlib.suppress(Exception):  # a throttle must never stop the proxy
                     self.gate.set_pressure(self.value)

@@ -21,7 +21,8 @@ from admission.mpl import MplController
 from admission.workloads import WorkloadConfig
 from proxy.admin import AdminMetrics, create_app
 from proxy.app import AdminServer, pooled_limits
-from proxy.autompl import AutoMpl, CpuMeter
+from proxy.autompl import AutoMpl
+from proxy.cpu import CpuMeter
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel
 from proxy.pool import PoolConfig, Pools

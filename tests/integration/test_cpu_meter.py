@@ -17,7 +17,7 @@ import duckdb
 import psycopg
 import pytest
 
-from proxy.autompl import CpuMeter
+from proxy.cpu import CpuMeter
 from testing.pgcluster import Cluster
 
 CORES = len(os.sched_getaffinity(0))
