@@ -353,25 +353,40 @@ class RemotePostgresJobs:
         self.interval = interval
         self.jobs: dict[Hashable, int] = {}
         self.cpu: dict[Hashable, float] = {}
+        # cores each job was estimated to use at the last sample, held until the next one
+        # (the estimator's own hold for tasks), charged for the time that actually passed:
+        # a nominal interval per sample overcounts whenever samples come late
+        self._rate: dict[Hashable, float] = {}
+        self._at: float | None = None
 
     def begin(self, job: Hashable, klass: str, pid: int | None) -> None:
         if pid is not None:
             self.jobs[job] = pid
             self.cpu[job] = 0.0
 
+    def _charge(self, now: float) -> None:
+        if self._at is not None and now > self._at:
+            dt = now - self._at
+            for job, rate in self._rate.items():
+                if job in self.cpu:
+                    self.cpu[job] += rate * dt  # an estimate: see the model's notes
+        self._at = now
+
     def sample(self) -> tuple[dict[Hashable, float], dict[Hashable, float] | None]:
         rows = self.conn.execute(
             "select coalesce(leader_pid, pid), count(*) from pg_stat_activity "
             "where state = 'active' and pid <> pg_backend_pid() group by 1"
         ).fetchall()
+        self._charge(time.monotonic())
         active = {int(leader): int(n) for leader, n in rows}
         total = sum(active.values()) or 1
         share = min(1.0, self.cores / total)
         tasks: dict[Hashable, float] = {}
+        self._rate = {}
         for job, pid in self.jobs.items():
             n = active.get(pid, 0)
             tasks[job] = n
-            self.cpu[job] += n * share * self.interval  # an estimate: see the model's notes
+            self._rate[job] = n * share
         return tasks, None
 
     def settle(self, events: Sequence[Event], now: float) -> None:
@@ -379,6 +394,10 @@ class RemotePostgresJobs:
 
     def end(self, job: Hashable) -> float | None:
         self.jobs.pop(job, None)
+        if job in self._rate:
+            rate = self._rate.pop(job)
+            if self._at is not None and job in self.cpu:
+                self.cpu[job] += rate * max(0.0, time.monotonic() - self._at)
         return self.cpu.pop(job, None)
 
 
