@@ -7,8 +7,8 @@
 
 Per scenario, one ``lab.bench`` run (what ``admission bench`` runs) on the embedded DuckDB with
 TPC-H: ``POLICY@m`` for every static MPL m and ``POLICY@auto`` — started from the cores of
-this machine, with nothing measured — interleaved in a new order per repetition, the open runs
-on the same arrivals:
+this machine, with nothing measured — interleaved in a balanced order over repetitions, the open
+runs on the same arrivals:
 
 - ``closed``: ``--clients`` clients with no think time, where the mean response time is
   N / X: the MPL that keeps throughput is the one that keeps R;

@@ -1,8 +1,8 @@
 """What sharing one budget through the coordinator costs: pgbench through one proxy with a
 local MPL against pgbench through three proxies sharing the same MPL (``--coordinator``).
 
-Starts a PostgreSQL server of its own (pgbench's tables at scale 1). Each round runs, in an
-order shuffled per round:
+Starts a PostgreSQL server of its own (pgbench's tables at scale 1). Each round runs, in a
+balanced order (``lab.bench.run_order``: each setting in each position equally often):
 
 * ``one``: one ``admission serve --mpl G`` (no coordinator), pgbench with C clients;
 * ``three``: three ``admission serve --mpl G --coordinator …`` processes, three pgbench
@@ -26,7 +26,6 @@ heartbeats per second the three proxies made together.
 from __future__ import annotations
 
 import argparse
-import random
 import shutil
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ import time
 from pathlib import Path
 
 from admission.sim.study import Estimate
+from lab.bench import run_order
 from testing.pgcluster import Cluster, free_port, start_cluster
 
 ADMISSION = shutil.which("admission") or str(Path(sys.executable).parent / "admission")
@@ -201,11 +201,8 @@ def main(argv: list[str] | None = None) -> int:
             ["pgbench", "-i", "-s", "1", "-q", pg.dsn()], check=True, capture_output=True
         )
         settings = [(name, b) for b in budgets for name in ("one", "static", "three")]
-        rng = random.Random(1)
         for r in range(1, args.rounds + 1):
-            order = settings[:]
-            rng.shuffle(order)
-            for name, budget in order:
+            for name, budget in run_order(settings, 1, r - 1):
                 pg.psql("drop table if exists admission_leases, admission_budget")
                 proxies = _proxies(pg, 1 if name == "one" else 3, budget, name == "three")
                 try:

@@ -1,7 +1,8 @@
 """Transaction pooling side by side with PgBouncer: many clients, few server connections.
 
 Starts a PostgreSQL server of its own (``max_connections`` 100, pgbench's tables at scale 1),
-then, per round in an order shuffled per round, with the same pgbench command:
+then, per round in a balanced order (each setting in each position equally often), with the
+same pgbench command:
 
 * ``pgbouncer``: PgBouncer (when installed) in transaction pool mode, ``default_pool_size`` P;
 * ``proxy``: ``admission serve --pool-mode transaction --pool-size P`` (FCFS: exactly a
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import pwd
-import random
 import re
 import resource
 import shutil
@@ -43,6 +43,7 @@ from pathlib import Path
 import psycopg
 
 from benchmarks.coordinator import _wait, serve_proxy
+from lab.bench import run_order
 from testing.pgcluster import Cluster, free_port, start_cluster
 
 
@@ -170,9 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[tuple[str, str], list[dict[str, float]]] = {}
     try:
         for rnd in range(args.rounds):
-            order = settings[:]
-            random.Random(rnd).shuffle(order)
-            for setting in order:
+            for setting in run_order(settings, 0, rnd):
                 if setting == "pgbouncer":
                     proc, port = start_pgbouncer(pg.port, args.pool_size, work)
                 else:

@@ -2,8 +2,9 @@
 
     python -m benchmarks.serve_cost [--clients 16] [--seconds 8] [--rounds 5] [--mode extended]
 
-Starts a PostgreSQL of its own (pgbench's tables at scale 1) and, per round in an order
-shuffled per round, ``admission serve`` in session mode with:
+Starts a PostgreSQL of its own (pgbench's tables at scale 1) and, per round in a
+balanced order (each setting in each position equally often), ``admission serve`` in
+session mode with:
 
 * ``defaults``: what a user gets — D_r learned from every statement and the live profile
   (training's sampler following each statement's backend in /proc, every 0.2 s);
@@ -18,12 +19,12 @@ and its ratio to ``no-learn`` in the same round (median, least, most).
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import subprocess
 
 from benchmarks.coordinator import serve_proxy
 from benchmarks.pooling import pgbench, stop
+from lab.bench import run_order
 from testing.pgcluster import start_cluster
 
 __all__ = ["main"]
@@ -53,9 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     tps: dict[str, list[float]] = {name: [] for name in SETTINGS}
     try:
         for rnd in range(args.rounds):
-            order = list(SETTINGS)
-            random.Random(rnd).shuffle(order)
-            for name in order:
+            for name in run_order(list(SETTINGS), 0, rnd):
                 proc, port = serve_proxy(pg, ["--log-level", "warning", *SETTINGS[name]])
                 try:
                     row = pgbench(

@@ -6,8 +6,8 @@ and background work in idle periods — each against the same load without workl
 
 One embedded DuckDB (TPC-H at ``--tpch``) behind the proxy, in this process; clients are
 psycopg connections in threads, each tenant's with its own application_name, which the
-workload config matches. Settings are interleaved within each repetition, in a new order each
-time; a setting's workload config is swapped into the running proxy (``gate.set_workloads``;
+workload config matches. Settings are interleaved within each repetition, in a balanced order;
+a setting's workload config is swapped into the running proxy (``gate.set_workloads``;
 "no classes" is a config with no workload: every statement is ``default``'s, one FCFS queue;
 the baselines are the load without classes under no admission at all ("none") and FCFS pools
 of 1, 2 and 4, "fcfs@2" being the bench's MPL; the other settings run at ``--mpl``).
@@ -56,6 +56,7 @@ import psycopg
 from admission.scheduler import Limits
 from admission.sim.study import Estimate
 from admission.workloads import Tier, Workload, WorkloadConfig
+from lab.bench import run_order
 from lab.target import Target, open_target
 from workloads.arrivals import poisson
 from workloads.tpch.queries import Dialect, random_query
@@ -492,11 +493,8 @@ def _interleaved(
     settings: Sequence[str], reps: int, run: Callable[[str, int], dict[str, float]]
 ) -> dict[str, list[dict[str, float]]]:
     results: dict[str, list[dict[str, float]]] = {s: [] for s in settings}
-    rng = random.Random(11)
     for rep in range(reps):
-        order = list(settings)
-        rng.shuffle(order)
-        for setting in order:
+        for setting in run_order(settings, 11, rep):
             _say(f"  repetition {rep + 1}/{reps}: {setting}")
             results[setting].append(run(setting, rep + 1))
     return results

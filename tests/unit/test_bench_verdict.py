@@ -4,6 +4,8 @@ known."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from admission.model import EtaModel
@@ -14,6 +16,7 @@ from lab.bench import (
     _summary,
     paired_change,
     repetition_means,
+    run_order,
     verdict,
 )
 from workloads.tpch.load import LoadResult, Statement
@@ -102,3 +105,25 @@ def test_pool_counts_leave_out_the_capacity_run() -> None:
     assert got[0] == pool("a", 7, sv_idle=1, cl_waiting=4)
     assert got[1] == now[1]
     assert pool_counts_since(now, []) == now
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_the_run_order_is_balanced_over_positions_and_predecessors(k: int) -> None:
+    """Over k repetitions each policy runs once in each position and first once; over 2k
+    with two policies, each runs right after the other equally often — whatever the seed."""
+    policies = [f"p{i}" for i in range(k)]
+    for seed in (0, 1, 7):
+        orders = [run_order(policies, seed, rep) for rep in range(2 * k)]
+        assert all(sorted(o) == policies for o in orders)
+        for cycle in (orders[:k], orders[k:]):
+            for position in range(k):
+                assert sorted(o[position] for o in cycle) == policies
+        if k > 1:
+            before: dict[tuple[str, str], int] = {}
+            for o in orders:
+                for a, b in itertools.pairwise(o):
+                    before[a, b] = before.get((a, b), 0) + 1
+            firsts = [o[0] for o in orders]
+            assert {firsts.count(p) for p in policies} == {2}
+            if k == 2:
+                assert before == {("p0", "p1"): 2, ("p1", "p0"): 2}
