@@ -148,16 +148,29 @@ def _theory(model: EtaModel, result: BenchResult) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument(
+        "--model",
+        type=Path,
+        required=True,
+        help="the η model (admission train): its D_r set ρ and the policies' order",
+    )
     parser.add_argument(
         "--postgres",
         action="store_true",
         help="on a PostgreSQL cluster of its own (trains --model there if it does not exist)",
     )
-    parser.add_argument("--mix", default="1,2,6,9,11,13,14,18")
-    parser.add_argument("--tpch", type=float, default=1.0)
-    parser.add_argument("--backend", default="duckdb")
-    parser.add_argument("--loads", default="0.95,0.85")
+    parser.add_argument(
+        "--mix",
+        default="1,2,6,9,11,13,14,18",
+        help="a named mix or TPC-H queries, optionally weighted (6:4,18:1): 4 short, 4 long",
+    )
+    parser.add_argument("--tpch", type=float, default=1.0, help="TPC-H scale factor")
+    parser.add_argument(
+        "--backend", default="duckdb", help="duckdb (embedded) or a postgresql:// URL"
+    )
+    parser.add_argument(
+        "--loads", default="0.95,0.85", help="offered loads ρ of the open runs, comma-separated"
+    )
     parser.add_argument(
         "--load-basis",
         choices=("model", "measured"),
@@ -165,18 +178,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="ρ of the model's D_r (as the targets define it), or of the capacity measured "
         "before each open run (admission bench --load-basis)",
     )
-    parser.add_argument("--duration", type=float, default=60.0)
-    parser.add_argument("--repetitions", type=int, default=3)
     parser.add_argument(
-        "--policies", default="none,fcfs@1,fcfs@2,fcfs@4,sept@2,min-q@2,min-a@2,latency@2"
+        "--duration", type=float, default=60.0, help="seconds of arrivals per policy and repetition"
     )
-    parser.add_argument("--recommended", default="latency@2")
+    parser.add_argument(
+        "--repetitions",
+        type=int,
+        default=3,
+        help="repetitions of every policy, interleaved in a balanced order (95 %% intervals)",
+    )
+    parser.add_argument(
+        "--policies",
+        default="none,fcfs@1,fcfs@2,fcfs@4,sept@2,min-q@2,min-a@2,latency@2",
+        help="what the open runs compare: POLICY@MPL, none (no admission control)",
+    )
+    parser.add_argument(
+        "--recommended",
+        default="latency@2",
+        help="the contender judged against the best of none and the FCFS pools",
+    )
     parser.add_argument("--burst", action="store_true", help="also: a 2× burst of 20 s at ρ=0.85")
-    parser.add_argument("--burst-policies", default="none,fcfs@2,latency@2")
+    parser.add_argument(
+        "--burst-policies", default="none,fcfs@2,latency@2", help="what the burst run compares"
+    )
     parser.add_argument("--closed", action="store_true", help="also: the closed loop")
-    parser.add_argument("--closed-policies", default="none,fcfs@2,latency@2")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out-dir", type=Path, default=Path("out/pays"))
+    parser.add_argument(
+        "--closed-policies", default="none,fcfs@2,latency@2", help="what the closed run compares"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="of the arrivals and the order of the runs"
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=Path("out/pays"),
+        help="where each run's JSON and figures go",
+    )
     args = parser.parse_args(argv)
     if args.postgres:
         from testing.pgcluster import start_cluster

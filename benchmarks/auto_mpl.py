@@ -112,13 +112,20 @@ def _report(name: str, result: BenchResult, args: argparse.Namespace) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="a trained model")
-    parser.add_argument("--mix", default="1,2,6,9,11,13,14,18")
-    parser.add_argument("--tpch", type=float, default=1.0)
-    parser.add_argument("--policy", default="latency")
     parser.add_argument(
-        "--mpls", default="1,2,3,4", type=lambda v: [int(x) for x in v.split(",") if x.strip()]
+        "--mix", default="1,2,6,9,11,13,14,18", help="a named mix or TPC-H queries (6:4,18:1)"
     )
-    parser.add_argument("--scenarios", default="closed,open")
+    parser.add_argument("--tpch", type=float, default=1.0, help="TPC-H scale factor")
+    parser.add_argument(
+        "--policy", default="latency", help="the policy every contender runs, at its MPL"
+    )
+    parser.add_argument(
+        "--mpls",
+        default="1,2,3,4",
+        type=lambda v: [int(x) for x in v.split(",") if x.strip()],
+        help="the static MPLs the tuned one is judged against",
+    )
+    parser.add_argument("--scenarios", default="closed,open", help="closed, open or both")
     parser.add_argument("--load", type=float, default=0.95, help="offered load ρ (open)")
     parser.add_argument(
         "--rate", type=float, help="open arrivals at this many statements/s instead of --load"
@@ -126,8 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=8, help="closed-loop clients")
     parser.add_argument("--duration", type=float, default=120.0, help="seconds per run")
     parser.add_argument("--warmup", type=float, default=40.0, help="seconds not measured")
-    parser.add_argument("--repetitions", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--repetitions", type=int, default=3, help="of each contender, in a balanced order"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="of the arrivals and the order of the runs"
+    )
     parser.add_argument("--json", type=Path, help="write each scenario's bench JSON here")
     parser.add_argument(
         "--why", action="store_true", help="print every move of the tuned MPL and its reason"
