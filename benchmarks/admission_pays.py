@@ -39,7 +39,15 @@ from pathlib import Path
 
 from admission.model import EtaModel
 from admission.scheduler import Limits
-from lab.bench import BenchConfig, BenchResult, paired_change, parse_policy, run_bench
+from lab.bench import (
+    BenchConfig,
+    BenchResult,
+    aa_line,
+    control,
+    paired_change,
+    parse_policy,
+    run_bench,
+)
 from workloads.arrivals import Bursts
 from workloads.tpch.mixes import mix_by_name
 from workloads.tpch.queries import Dialect
@@ -95,7 +103,8 @@ def report(result: BenchResult, recommended: str, label: str, targets: bool = Tr
         )
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     lines += [_line(header, widths)] + [_line(r, widths) for r in rows]
-    baselines = [p for p in s if parse_policy(p)[0] in ("none", "fcfs")]
+    lines += [aa_line(result, p) for p in s if control(p)]
+    baselines = [p for p in s if parse_policy(p)[0] in ("none", "fcfs") and not control(p)]
     if recommended not in s or not baselines:
         return lines
     best = min(baselines, key=lambda p: s[p].mean_response.mean)
@@ -190,7 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--policies",
         default="none,fcfs@1,fcfs@2,fcfs@4,sept@2,min-q@2,min-a@2,latency@2",
-        help="what the open runs compare: POLICY@MPL, none (no admission control)",
+        help="what the open runs compare: POLICY@MPL, none (no admission control); "
+        "SETTING+again runs a listed one twice (an A/A control: the noise of one setting)",
     )
     parser.add_argument(
         "--recommended",

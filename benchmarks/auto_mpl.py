@@ -3,7 +3,7 @@
     python -m benchmarks.auto_mpl --model MODEL.json [--mix 1,2,6,9,11,13,14,18] [--tpch 1]
         [--policy latency] [--mpls 1,2,3,4] [--scenarios closed,open] [--load 0.95]
         [--clients 8] [--duration 120] [--warmup 40] [--repetitions 3] [--seed 0]
-        [--load-basis model|measured] [--capacity-seconds 10] [--why]
+        [--load-basis model|measured] [--capacity-seconds 10] [--why] [--control MPL]
 
 Per scenario, one ``lab.bench`` run (what ``admission bench`` runs) on the embedded DuckDB with
 TPC-H: ``POLICY@m`` for every static MPL m and ``POLICY@auto`` — started from the cores of
@@ -20,7 +20,9 @@ Only the time after ``--warmup`` seconds counts, so the tuned run is judged afte
 time to find its MPL. Printed per scenario: each contender's throughput, mean and p99 response
 time; the best static MPL (lowest mean R); the tuned run's mean R against it, paired by
 repetition with a 95 % interval (target: no more than 10 % higher); and the MPL the tuned runs
-held after the warm-up, with where each went.
+held after the warm-up, with where each went. With ``--control M``, ``POLICY@M`` runs twice
+per repetition (``POLICY@M+again``), and how far the two differed is printed: the size of a
+difference this machine makes between identical settings, beside the tuned run's.
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ from pathlib import Path
 from admission.model import EtaModel
 from admission.scheduler import Limits
 from benchmarks.options import add_load_basis, check_load_basis
-from lab.bench import BenchConfig, BenchResult, paired_change, paired_changes, run_bench
+from lab.bench import (
+    BenchConfig,
+    BenchResult,
+    aa_line,
+    paired_change,
+    paired_changes,
+    run_bench,
+)
 from workloads.tpch.mixes import mix_by_name
 
 __all__ = ["main"]
@@ -49,6 +58,8 @@ def _say(message: str) -> None:
 
 def _scenario(args: argparse.Namespace, model: EtaModel, arrivals: str) -> BenchResult:
     policies = (*(f"{args.policy}@{m}" for m in args.mpls), f"{args.policy}@auto")
+    if args.control is not None:
+        policies += (f"{args.policy}@{args.control}+again",)
     config = BenchConfig(
         mix=mix_by_name(args.mix),
         tpch=args.tpch,
@@ -100,6 +111,8 @@ def _report(name: str, result: BenchResult, args: argparse.Namespace) -> bool:
         f"{', '.join(f'{-x:+.1%}' for x in per)}): target ≤ +{TARGET:.0%} "
         f"{'met' if ok else 'NOT met'}"
     )
+    if args.control is not None:
+        print("  " + aa_line(result, f"{args.policy}@{args.control}+again"))
     runs = result.json()["policies"][auto]["repetitions"]
     held = ", ".join(f"{r['mpl_mean']:.2f}" for r in runs)
     print(f"  MPL {auto} held after the warm-up, per repetition: {held}")
@@ -125,6 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=lambda v: [int(x) for x in v.split(",") if x.strip()],
         help="the static MPLs the tuned one is judged against",
     )
+    parser.add_argument(
+        "--control",
+        type=int,
+        help="also run POLICY@CONTROL (one of --mpls) a second time: an A/A control that "
+        "shows how far two runs of one setting differ here",
+    )
     parser.add_argument("--scenarios", default="closed,open", help="closed, open or both")
     parser.add_argument("--load", type=float, default=0.95, help="offered load ρ (open)")
     parser.add_argument(
@@ -148,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 <= args.warmup < args.duration:
         parser.error("--warmup must be at least 0 and shorter than --duration")
     check_load_basis(parser, args)
+    if args.control is not None and args.control not in args.mpls:
+        parser.error(f"--control {args.control} is not among --mpls {args.mpls}")
     scenarios = [x.strip() for x in args.scenarios.split(",") if x.strip()]
     if not scenarios or any(x not in ("closed", "open") for x in scenarios):
         parser.error("--scenarios takes closed, open or both")

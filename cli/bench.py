@@ -183,10 +183,15 @@ def bench(
             "POLICY@auto tunes the MPL while it runs (as serve --mpl auto), from --mpl or the "
             "cores; POLICY+learn starts from no model and learns D_r while it runs; POLICY+mem "
             "admits under the memory budget (--memory); POLICY+grant (PostgreSQL) gives each "
-            "statement admitted its share of --grant-work-mem as its work_mem."
+            "statement admitted its share of --grant-work-mem as its work_mem; SETTING+again "
+            "runs a listed setting a second time under its own name (an A/A control: the "
+            "verdict says how far two runs of one setting differed)."
         ),
     ] = ",".join(("none", "fcfs", "sept", "min-q", "min-a", "max-u", "max-p")),
-    repetitions: Annotated[int, typer.Option(help="Repetitions of every policy.", min=1)] = 3,
+    repetitions: Annotated[
+        int,
+        typer.Option(help="Repetitions of every policy, interleaved in a balanced order.", min=1),
+    ] = 3,
     seed: Annotated[int, typer.Option(help="Seed of the clients' query streams.")] = 0,
     output: Annotated[OutputFormat, typer.Option("--format", help="table or json.")] = (
         OutputFormat.table

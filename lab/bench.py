@@ -96,6 +96,9 @@ Progress = Callable[[str], None]
 LEARN = "+learn"  # a policy spec's suffix: start from no model and learn D_r while it runs
 MEMORY = "+mem"  # a policy spec's suffix: admit under the memory budget (--memory)
 GRANT = "+grant"  # … give each admitted statement its work_mem share (--grant-work-mem)
+# … the same setting once more under its own name: an A/A control, how far two runs of one
+# setting differ within this run (on a shared machine, at times by more than any policy)
+AGAIN = "+again"
 AUTO = "auto"  # POLICY@auto: the MPL tuned while it runs
 
 
@@ -104,7 +107,7 @@ def _suffixes(spec: str) -> tuple[str, set[str]]:
     spec = spec.strip()
     found: set[str] = set()
     while True:
-        for suffix in (LEARN, MEMORY, GRANT):
+        for suffix in (LEARN, MEMORY, GRANT, AGAIN):
             if spec.endswith(suffix) and suffix not in found:
                 found.add(suffix)
                 spec = spec[: -len(suffix)].rstrip()
@@ -130,6 +133,18 @@ def grants(spec: str) -> bool:
     return GRANT in _suffixes(spec)[1]
 
 
+def control(spec: str) -> bool:
+    """Whether ``spec`` (``fcfs@2+again``) is a second run of a setting also in the bench
+    under its plain name: it runs exactly as that one does, and is neither a baseline nor a
+    candidate — the verdict reports how far it differs from the original."""
+    return AGAIN in _suffixes(spec)[1]
+
+
+def original(spec: str) -> str:
+    """The setting a control (``fcfs@2+mem+again``) repeats (``fcfs@2+mem``)."""
+    return spec.strip().replace(AGAIN, "", 1).strip() if control(spec) else spec
+
+
 def budgeted(spec: str) -> bool:
     """Whether a run of ``spec`` manages memory (``+mem`` or ``+grant``): not a baseline."""
     return memory_aware(spec) or grants(spec)
@@ -145,9 +160,9 @@ def parse_policy(spec: str) -> tuple[str, int | None]:
     """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2; ``fcfs@auto``: tuned, see
     ``tunes_mpl``, the MPL returned is None); "none" takes no MPL. The suffixes ``+learn``
     (see ``learns``), ``+mem`` (``memory_aware``) and ``+grant`` (``grants``) are allowed on
-    any but none."""
+    any but none; ``+again`` (``control``) on any."""
     spec, suffixes = _suffixes(spec)
-    if suffixes and spec.partition("@")[0] == "none":
+    if suffixes - {AGAIN} and spec.partition("@")[0] == "none":
         raise ValueError("none is no admission control: it has no model to learn or budget")
     name, at, mpl = spec.partition("@")
     if name != "none" and name not in POLICIES:
@@ -219,7 +234,12 @@ class BenchConfig:
             if grants(spec) and self.grant_work_mem is None:
                 raise ValueError(f"{spec}: +grant needs --grant-work-mem SIZE")
         if len(set(self.policies)) != len(self.policies):
-            raise ValueError("a policy is listed twice")
+            raise ValueError("a policy is listed twice (SETTING+again runs one a second time)")
+        for spec in self.policies:
+            if control(spec) and original(spec) not in self.policies:
+                raise ValueError(
+                    f"{spec} repeats {original(spec)}, which is not among the policies"
+                )
         if self.pool_size is not None:
             if self.backend == "duckdb":
                 raise ValueError(
@@ -1046,6 +1066,19 @@ def paired_change(result: BenchResult, policy: str, baseline: str) -> Estimate:
     return Estimate.of(paired_changes(result, policy, baseline))
 
 
+def aa_line(result: BenchResult, again: str) -> str:
+    """How far a control run differs from the run of the same setting (``+again``)."""
+    first = original(again)
+    d = paired_change(result, again, first)  # 1 − R_again/R_first, per repetition
+    size = f"{-d.mean:+.1%}" + (f" ± {d.ci:.1%}" if d.ci is not None else "")
+    per = ", ".join(f"{-x:+.1%}" for x in paired_changes(result, again, first))
+    return (
+        f"A/A control: {first} run twice differed by {size} in mean R (the second against "
+        f"the first, paired; per repetition {per}) — differences between settings of this "
+        "size are the machine's, not the settings'."
+    )
+
+
 def verdict(result: BenchResult) -> list[str]:
     """What the table shows, in words: the best baseline (no admission control, or an FCFS
     pool at its best size), then how much lower the recommended policy's and the best thesis
@@ -1053,7 +1086,9 @@ def verdict(result: BenchResult) -> list[str]:
     their p99 and throughput against it. In a closed loop with no think time the mean cannot
     move (N = X·R), and the verdict says so."""
     s = result.summaries
-    baselines = [p for p in s if parse_policy(p)[0] in BASELINES and not budgeted(p)]
+    baselines = [
+        p for p in s if parse_policy(p)[0] in BASELINES and not budgeted(p) and not control(p)
+    ]
     if not baselines:
         return []
     lines = []
@@ -1074,11 +1109,11 @@ def verdict(result: BenchResult) -> list[str]:
         + ")."
     )
     closed_no_think = not result.config.open and result.config.think == 0
-    thesis = [p for p in s if parse_policy(p)[0] in THESIS]
-    candidates = [p for p in s if parse_policy(p)[0] == RECOMMENDED]
+    thesis = [p for p in s if parse_policy(p)[0] in THESIS and not control(p)]
+    candidates = [p for p in s if parse_policy(p)[0] == RECOMMENDED and not control(p)]
     if thesis:
         candidates.append(min(thesis, key=lambda p: s[p].mean_response.mean))
-    candidates += [p for p in s if budgeted(p) and p not in candidates]
+    candidates += [p for p in s if budgeted(p) and not control(p) and p not in candidates]
     for p in candidates:
         cut = paired_change(result, p, best)
         x = s[p].throughput.mean / s[best].throughput.mean - 1
@@ -1100,6 +1135,9 @@ def verdict(result: BenchResult) -> list[str]:
             f"{result.config.repetitions} repetitions of the same arrivals), p99 ×{tail:.2f}, "
             f"throughput {x:+.1%}."
         )
+    for p in s:
+        if control(p) and original(p) in s:
+            lines.append(aa_line(result, p))
     if closed_no_think:
         lines.append(
             "Closed loop without think time: clients wait for each answer, so the load adapts "

@@ -79,6 +79,37 @@ def test_verdict_names_the_best_baseline_and_the_recommended_policys_change() ->
     assert not any("N = X·R" in line for line in lines)
 
 
+def test_an_again_control_is_reported_as_the_noise_of_one_setting_not_as_a_contender() -> None:
+    """fcfs@2+again runs fcfs@2 a second time: it is never the best baseline (though its runs
+    were the fastest here) nor a candidate, and the verdict says how far it differed from the
+    first run of the same setting: +25 %, +25 %, −10 % → +13.3 % on average."""
+    result = _result(
+        {
+            "none": [1.0, 1.2, 1.1],
+            "fcfs@2": [0.8, 0.8, 1.0],
+            "fcfs@2+again": [1.0, 1.0, 0.9],
+            "latency@2": [0.4, 0.5, 0.45],
+            "latency@2+again": [0.3, 0.3, 0.3],
+        }
+    )
+    lines = verdict(result)
+    assert lines[0].startswith("Best baseline: fcfs@2 ")
+    assert not any(line.startswith("latency@2+again") for line in lines)
+    (aa,) = [line for line in lines if "fcfs@2 run twice" in line]
+    assert "by +13.3% ± " in aa and "per repetition +25.0%, +25.0%, -10.0%" in aa
+    assert any("latency@2 run twice" in line for line in lines)
+
+
+def test_an_again_control_needs_its_original_and_takes_no_other_meaning() -> None:
+    from lab.bench import control, original, parse_policy
+
+    assert control("fcfs@2+mem+again") and original("fcfs@2+mem+again") == "fcfs@2+mem"
+    assert parse_policy("none+again") == ("none", None)
+    assert not control("latency@2") and original("latency@2") == "latency@2"
+    with pytest.raises(ValueError, match="not among the policies"):
+        _result({"none": [1.0], "fcfs@2+again": [1.0]})
+
+
 def test_verdict_in_a_closed_loop_says_the_mean_cannot_move() -> None:
     result = _result({"none": [1.0, 1.1], "latency": [1.05, 1.0]}, arrivals="closed")
     lines = verdict(result)
