@@ -98,12 +98,15 @@ def test_bench_table_with_a_model_and_bad_arguments(tmp_path: Path) -> None:
 
     model = tmp_path / "m.json"
     EtaModel(classes=(ClassProfile(fingerprint="x", name="x", D=0.01, f=1),)).save(model)
-    result = _bench("--policies", "fcfs,max-p", "--model", str(model), "--max-wait", "5")
+    result = _bench("--policies", "fcfs,max-p,fcfs+again", "--model", str(model), "--max-wait", "5")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "w. slowdown" in result.stdout and "max-p" in result.stdout
     assert "mean response time per class" in result.stdout
+    assert "A/A control: fcfs run twice differed by" in result.stdout  # an A/A control
+    assert "fcfs+again (recommended" not in result.stdout
     for args, message in (
         (["--policies", "fcfs,lifo"], "unknown policies"),
+        (["--policies", "none,fcfs@2+again"], "not among the policies"),
         (["--mix", "extreme"], "unknown mix"),
         (["--warmup", "5"], "--warmup must be shorter"),
         (["--model", str(tmp_path / "missing.json")], "cannot read the model file"),

@@ -61,6 +61,28 @@ def test_paired_change_is_taken_repetition_by_repetition() -> None:
     assert repetition_means(result, "latency@2") == pytest.approx([0.5, 1.0, 0.5])
 
 
+def test_the_paired_change_is_symmetric_and_unbiased_for_one_setting_run_twice() -> None:
+    """Two runs of one setting, ×2 in one repetition and ×½ in the other: no change either way
+    round (the mean of 1 − R/R_base would read −25 % both ways); a steady ×½ is a 50 % cut
+    with no spread; the interval is the log interval's wider side, so it covers 0 exactly when
+    the log interval does."""
+    import math
+
+    result = _result({"fcfs@1": [1.0, 1.0], "fcfs@2": [2.0, 0.5], "fcfs@3": [0.5, 0.5]})
+    for x, y in (("fcfs@1", "fcfs@2"), ("fcfs@2", "fcfs@1")):
+        change = paired_change(result, x, y)
+        assert change.mean == pytest.approx(0.0, abs=1e-12)
+        assert change.ci is not None and change.covers(0.0)
+    assert paired_change(result, "fcfs@3", "fcfs@1").mean == pytest.approx(0.5)
+    wide = _result({"fcfs@1": [1.0, 1.0, 1.0], "fcfs@2": [0.5, 0.7, 0.55]})
+    change = paired_change(wide, "fcfs@2", "fcfs@1")
+    logs = [math.log(r) for r in (0.5, 0.7, 0.55)]
+    m = sum(logs) / 3
+    assert change.mean == pytest.approx(1 - math.exp(m))
+    assert change.mean - change.ci < 1 - math.exp(m + 0.0) < change.mean + change.ci
+    assert not change.covers(0.0)  # ×0.5–0.7 every time: a cut, significant
+
+
 def test_verdict_names_the_best_baseline_and_the_recommended_policys_change() -> None:
     result = _result(
         {
@@ -82,7 +104,7 @@ def test_verdict_names_the_best_baseline_and_the_recommended_policys_change() ->
 def test_an_again_control_is_reported_as_the_noise_of_one_setting_not_as_a_contender() -> None:
     """fcfs@2+again runs fcfs@2 a second time: it is never the best baseline (though its runs
     were the fastest here) nor a candidate, and the verdict says how far it differed from the
-    first run of the same setting: +25 %, +25 %, −10 % → +13.3 % on average."""
+    first run of the same setting: +25 %, +25 %, −10 % → +12.0 % (their geometric mean)."""
     result = _result(
         {
             "none": [1.0, 1.2, 1.1],
@@ -96,7 +118,7 @@ def test_an_again_control_is_reported_as_the_noise_of_one_setting_not_as_a_conte
     assert lines[0].startswith("Best baseline: fcfs@2 ")
     assert not any(line.startswith("latency@2+again") for line in lines)
     (aa,) = [line for line in lines if "fcfs@2 run twice" in line]
-    assert "by +13.3% ± " in aa and "per repetition +25.0%, +25.0%, -10.0%" in aa
+    assert "by +12.0% ± " in aa and "per repetition +25.0%, +25.0%, -10.0%" in aa
     assert any("latency@2 run twice" in line for line in lines)
 
 
