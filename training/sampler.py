@@ -345,12 +345,11 @@ class RemotePostgresJobs:
 
     exact_cpu = False
 
-    def __init__(self, conninfo: str, cores: int, interval: float) -> None:
+    def __init__(self, conninfo: str, cores: int) -> None:
         import psycopg
 
         self.conn = psycopg.connect(conninfo, autocommit=True)
         self.cores = cores
-        self.interval = interval
         self.jobs: dict[Hashable, int] = {}
         self.cpu: dict[Hashable, float] = {}
         # cores each job was estimated to use at the last sample, held until the next one
@@ -394,10 +393,9 @@ class RemotePostgresJobs:
 
     def end(self, job: Hashable) -> float | None:
         self.jobs.pop(job, None)
-        if job in self._rate:
-            rate = self._rate.pop(job)
-            if self._at is not None and job in self.cpu:
-                self.cpu[job] += rate * max(0.0, time.monotonic() - self._at)
+        rate = self._rate.pop(job, 0.0)
+        if rate and self._at is not None and job in self.cpu:
+            self.cpu[job] += rate * max(0.0, time.monotonic() - self._at)
         return self.cpu.pop(job, None)
 
 

@@ -165,7 +165,7 @@ class _Probes:
             return jobs
         if self.postmaster is not None:
             return PostgresJobs()
-        return RemotePostgresJobs(self.direct, self.config.cores, self.config.interval)
+        return RemotePostgresJobs(self.direct, self.config.cores)
 
     def record(self, estimator: Estimator, jobs: Jobs, interval: float) -> Recorder:
         """A recorder of ``jobs`` into ``estimator`` that hears this proxy's admissions."""
