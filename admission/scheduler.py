@@ -347,6 +347,9 @@ class Scheduler:
         self.workloads = workloads
         self._multi = workloads is not None
         self._tenants: dict[str, _Tenant] = {}
+        # DRR weights set in place of the configured ones (set_tenant_weights), kept across a
+        # reload of the workload config and given to tenants made after them
+        self._weights: dict[str, float] = {}
         self._lane_by_key: dict[tuple[str, int], _Lane] = {}
         self._lanes: list[_Lane] = []
         self._rings: list[list[_Lane]] = [[] for _ in Tier]  # DRR order, per tier
@@ -446,9 +449,14 @@ class Scheduler:
         budget (proxy.coordinator) weighs its tenants by the units the global split gave each
         of them here, so that its units are spent the way the split counted them — not split
         again by configured weight, which would move a tenant's share across proxies."""
+        self._weights = {
+            name: w for name, w in (weights or {}).items() if w is not None and 0 < w < math.inf
+        }
         for t in self._tenants.values():
-            w = weights.get(t.name) if weights else None
-            t.weight = w if w is not None and 0 < w < math.inf else t.workload.weight
+            self._weigh(t)
+
+    def _weigh(self, t: _Tenant) -> None:
+        t.weight = self._weights.get(t.name, t.workload.weight)
 
     def tenant_load(self) -> dict[tuple[str, bool], tuple[float, int, int, int]]:
         """Per (tenant, background): its weight and what its statements in service hold and
@@ -760,7 +768,8 @@ class Scheduler:
                 workload = config.workload(t.name)
             except KeyError:
                 workload = Workload(t.name)
-            t.workload, t.weight = workload, workload.weight
+            t.workload = workload
+            self._weigh(t)  # (a weight a coordinator set stays until it sets another)
             t.mpl, t.threads, t.queue_timeout = (
                 workload.mpl,
                 workload.threads,
@@ -864,6 +873,7 @@ class Scheduler:
             except KeyError:
                 return self._lane(DEFAULT_WORKLOAD, tier)
             t = self._tenants[name] = _Tenant(workload)
+            self._weigh(t)
         level = int(t.workload.tier) if tier is None else max(int(tier), int(t.workload.tier))
         lane = self._lane_by_key.get((name, level))
         if lane is None:

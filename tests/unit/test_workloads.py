@@ -253,6 +253,37 @@ def test_tenant_weights_set_from_outside_steer_the_drr_and_can_be_restored() -> 
     assert order[4:].count("g") == 6 and order[4:].count("s") == 3, order
 
 
+def test_tenant_weights_set_from_outside_survive_a_reload_and_reach_new_tenants() -> None:
+    """A reload of the workload file (POST /workloads/reload) gives tenants their new
+    configured weights, but a weight a coordinator set stays in force until the coordinator
+    sets another — before, the reload put the configured weights back until its next
+    heartbeat. A tenant first seen after the weights were set takes the one set for it."""
+    cfg = _config(workloads=[Tenant("gold", weight=2.0), Tenant("silver", weight=1.0)], hold=0)
+    s = Scheduler(_model(1.0), "fcfs", Limits(mpl=1), workloads=cfg)
+    s.submit("g0", "q0", 0.0, tenant="gold")
+    s.set_tenant_weights({"gold": 1.0, "bronze": 4.0, "silver": float("nan")})
+
+    def weights() -> dict[str, float]:
+        return {t["tenant"]: t["drr_weight"] for t in s.tenant_stats()}
+
+    assert weights() == {"default": 1.0, "gold": 1.0}
+    reloaded = _config(
+        workloads=[
+            Tenant("gold", weight=5.0),
+            Tenant("silver", weight=3.0),
+            Tenant("bronze", weight=1.0),
+        ],
+        hold=0,
+    )
+    s.set_workloads(reloaded, 1.0)
+    s.submit("s0", "q0", 1.0, tenant="silver")  # a weight not valid: its configured one
+    s.submit("b0", "q0", 1.0, tenant="bronze")
+    assert weights() == {"default": 1.0, "gold": 1.0, "silver": 3.0, "bronze": 4.0}
+    assert s.tenant_load()[("gold", False)][0] == 5.0  # (the configured one, reported)
+    s.set_tenant_weights(None)
+    assert weights() == {"default": 1.0, "gold": 5.0, "silver": 3.0, "bronze": 1.0}
+
+
 def test_background_runs_only_when_the_foreground_is_idle() -> None:
     cfg = _config(workloads=[Tenant("web"), Tenant("bg", tier=Tier.BACKGROUND)], hold=0)
     s = Scheduler(_model(1.0), "fcfs", Limits(mpl=4), workloads=cfg)
