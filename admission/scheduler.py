@@ -118,6 +118,9 @@ class Limits:
     due_factor: float | None = DUE_FACTOR
     # adaptive LIFO: the newest first once the queue has not been empty this long (None: never)
     lifo_after: float | None = None
+    # a statement in service this long (s) gives its MPL slot to the queue and runs on beside
+    # it, at most MPL of them at once (None: never; see ``Scheduler._release_overrun``)
+    release_after: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("mpl", "threads", "memory"):
@@ -130,6 +133,8 @@ class Limits:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, not {value}")
+        if self.release_after is not None and not self.release_after > 0:
+            raise ValueError(f"release_after must be positive, not {self.release_after}")
 
 
 class _ClassState:
@@ -252,6 +257,7 @@ class Job:
     bypass: bool = False
     aged: bool = False
     due: bool = False  # picked as due by the latency policy's aging
+    released: bool = False  # in service past release_after: no longer counted in the MPL
     lane: Any = None  # the _Lane it queues in (its tenant and tier)
     cost: float = 0.0  # the expected service charged to its tenant's DRR deficit
 
@@ -288,6 +294,7 @@ class SchedulerStats:
     newest_first: int = 0  # admitted newest-first under overload (adaptive LIFO)
     shed: int = 0  # oldest queued job shed by make_room
     over_cap: int = 0  # jobs of a new shape put in OTHER: the class cap was reached
+    released: int = 0  # jobs that gave their MPL slot back after release_after in service
 
 
 class _Mode(Enum):
@@ -334,6 +341,10 @@ class Scheduler:
         self._classes: list[_ClassState] = []
         self._by_fp: dict[str, _ClassState] = {}
         self._jobs: dict[Hashable, Job] = {}
+        # foreground jobs in service in the order admitted, while release_after is set; and
+        # how many of them gave their MPL slot back (``_release_overrun``)
+        self._in_service: dict[Hashable, Job] = {}
+        self._released = 0
         self._seq = 0
         self._now = _NEVER
         self.running = 0  # jobs in service (read-only outside, like queued)
@@ -408,6 +419,11 @@ class Scheduler:
     @property
     def in_service(self) -> int:
         return self.running
+
+    @property
+    def released_in_service(self) -> int:
+        """Statements in service that gave their MPL slot back (``Limits.release_after``)."""
+        return self._released
 
     @property
     def threads_in_use(self) -> int:
@@ -555,7 +571,7 @@ class Scheduler:
         if not self.queued:
             mpl = self.limits.mpl
             if (
-                (mpl is None or self.running - self._bg_running < mpl)
+                (mpl is None or self.running - self._bg_running - self._released < mpl)
                 and self._fits(job)
                 and (not self._multi or self._open(lane, now))
             ):
@@ -597,6 +613,10 @@ class Scheduler:
         job.held = 0
         job.memory_held = 0
         self.running -= 1
+        if self._in_service:
+            self._in_service.pop(job.id, None)
+        if job.released:
+            self._released -= 1
         job.state = _DONE
         self.stats.completed += 1
         if self._on_event is not None:
@@ -648,6 +668,7 @@ class Scheduler:
             or limits.max_wait is not None
             or limits.queue_timeout is not None
             or (self._due_scale is not None and limits.due_factor is not None)
+            or (limits.release_after is not None and limits.mpl is not None)
         )
 
     def next_deadline(self) -> float | None:
@@ -670,6 +691,9 @@ class Scheduler:
                         soonest = due_at
             if soonest < _FOREVER:
                 times.append(soonest)
+        release = self._release_at()
+        if release is not None:
+            times.append(release)
         if not self._multi:
             if self.limits.max_wait is not None:
                 # Once due, aging acts at the next capacity change: no tick can do more.
@@ -696,6 +720,20 @@ class Scheduler:
                 if start is not None and start > now:
                     times.append(start)
         return min(times) if times else None
+
+    def _release_at(self) -> float | None:
+        """When the next statement in service reaches ``release_after`` (``_release_overrun``),
+        if that can admit a queued one: the MPL full and fewer than MPL released."""
+        after, mpl = self.limits.release_after, self.limits.mpl
+        if after is None or mpl is None or self._released >= mpl:
+            return None
+        if self.running - self._bg_running - self._released < mpl:
+            return None  # a slot is free already: what blocks the queue is not the MPL
+        for job in self._in_service.values():
+            if not job.released and job.admitted_at is not None:
+                at = job.admitted_at + after
+                return at if at > self._now else None
+        return None
 
     def overloaded(self, now: float) -> bool:
         """Whether adaptive LIFO is on: ``lifo_after`` set and the queue not empty since at
@@ -733,6 +771,8 @@ class Scheduler:
     def set_limits(self, limits: Limits, now: float) -> list[Job]:
         self._advance(now)
         self.limits = limits
+        if limits.release_after is None:
+            self._in_service.clear()  # (a job released already stays out of the MPL)
         return self._dispatch(now)
 
     def set_policy(self, policy: str | Policy, now: float) -> list[Job]:
@@ -1238,6 +1278,10 @@ class Scheduler:
             job.memory_held = min(job.memory, memory)
             self._memory_held += job.memory_held
         self.running += 1
+        if self.limits.release_after is not None and not (
+            self._multi and job.lane.tier == _BACKGROUND  # (beside the MPL already)
+        ):
+            self._in_service[job.id] = job
         if self._multi:  # (one lane, no tenants: nothing to keep per tenant)
             lane = job.lane
             t = lane.tenant
@@ -1453,6 +1497,34 @@ class Scheduler:
             self.stats.aged += 1
         return best
 
+    def _release_overrun(self, now: float) -> None:
+        """While statements wait, give the MPL slot of every statement in service for
+        ``release_after`` or longer to the queue — the earliest admitted first, at most MPL of
+        them released at once — so that a few long statements cannot hold every slot while
+        short ones wait behind them (Db2's workload management remaps an activity after a
+        time threshold; Redshift's monitoring rules hop it to another queue). A released
+        statement runs on beside the MPL and keeps its threads and memory; in service there
+        are so at most 2 × MPL statements. O(released + 1): the jobs in service are kept in
+        the order admitted."""
+        mpl = self.limits.mpl
+        after = self.limits.release_after
+        assert mpl is not None and after is not None
+        if not self.queued or self._released >= mpl:
+            return
+        for job in self._in_service.values():
+            if job.released:
+                continue
+            # (the sum, as ``_release_at`` computes it: a timer set for it finds it due)
+            if job.admitted_at is None or job.admitted_at + after > now:
+                break
+            job.released = True
+            self._released += 1
+            self.stats.released += 1
+            if self._on_event is not None:
+                self._emit("overrun", job, f"in service {now - job.admitted_at:.3g}s")
+            if self._released >= mpl:
+                break
+
     def _dispatch(self, now: float) -> list[Job]:
         if self.limits.queue_timeout is not None or (self._multi and self._timeouts()):
             self._expire(now)
@@ -1466,7 +1538,9 @@ class Scheduler:
         newest = lifo is not None and now - self._busy_since >= lifo
         # (background statements run beside the MPL: at most [background] mpl of them, only
         # while no foreground statement is in service, so none ever waits for their slot)
-        while mpl is None or self.running - self._bg_running < mpl:
+        if self.limits.release_after is not None and mpl is not None:
+            self._release_overrun(now)
+        while mpl is None or self.running - self._bg_running - self._released < mpl:
             job = self._pick_newest(now) if newest else self._pick(now)
             if job is None or not self._fits(job):
                 # head-of-line (faithful, or an aged job); backfill found nothing that fits;

@@ -24,6 +24,7 @@ from cli.options import (
     MemoryLimitOption,
     OutputFormat,
     QueueTimeoutOption,
+    ReleaseAfterOption,
     ThreadsOption,
     check_backend,
     env,
@@ -175,6 +176,7 @@ def bench(
     queue_timeout: QueueTimeoutOption = None,
     due_factor: DueFactorOption = None,
     lifo_after: LifoAfterOption = None,
+    release_after: ReleaseAfterOption = None,
     policies: Annotated[
         str,
         typer.Option(
@@ -183,7 +185,9 @@ def bench(
             "POLICY@auto tunes the MPL while it runs (as serve --mpl auto), from --mpl or the "
             "cores; POLICY+learn starts from no model and learns D_r while it runs; POLICY+mem "
             "admits under the memory budget (--memory); POLICY+grant (PostgreSQL) gives each "
-            "statement admitted its share of --grant-work-mem as its work_mem; SETTING+again "
+            "statement admitted its share of --grant-work-mem as its work_mem; POLICY+release "
+            "gives the MPL slot of a statement in service --release-after seconds (default "
+            "1) to the queue (as serve --release-after); SETTING+again "
             "runs a listed setting a second time under its own name (an A/A control: the "
             "verdict says how far two runs of one setting differed)."
         ),
@@ -257,7 +261,9 @@ def bench(
                 queue_timeout,
                 due_factor,
                 lifo_after,
+                release_after=release_after,
             ),
+            release_after=release_after or None,
             policies=chosen,
             repetitions=repetitions,
             seed=seed,

@@ -180,6 +180,7 @@ def limits(
     due_factor: float | None = None,
     lifo_after: float | None = None,
     memory: int | None = None,
+    release_after: float | None = None,
 ) -> Limits:
     """The admission limits the options of serve and bench describe (0 means unlimited; a
     due factor of 0 turns the latency policy's aging off, None keeps its default)."""
@@ -192,6 +193,7 @@ def limits(
         queue_timeout=queue_timeout,
         due_factor=DUE_FACTOR if due_factor is None else (due_factor or None),
         lifo_after=resolve_lifo_after(lifo_after, queue_timeout),
+        release_after=release_after or None,
     )
 
 
@@ -423,6 +425,17 @@ LifoAfterOption = Annotated[
         "admitted wait little while the oldest are shed. Default: the --queue-timeout, when "
         "one is set; 0: never.",
         envvar=env("lifo_after"),
+        min=0,
+    ),
+]
+ReleaseAfterOption = Annotated[
+    float | None,
+    typer.Option(
+        help="A statement in service this many seconds gives its MPL slot to the queue and "
+        "runs on beside the MPL (its threads and memory still held), at most MPL of them at "
+        "once: a few long statements cannot hold every slot while short ones wait behind "
+        "them. In service there are then at most 2 × MPL statements. Default: never (0).",
+        envvar=env("release_after"),
         min=0,
     ),
 ]

@@ -31,6 +31,7 @@ from cli.options import (
     MemoryLimitOption,
     MemoryOption,
     QueueTimeoutOption,
+    ReleaseAfterOption,
     ThreadsOption,
     env,
     fail,
@@ -199,6 +200,7 @@ def serve(
     queue_timeout: QueueTimeoutOption = None,
     due_factor: DueFactorOption = None,
     lifo_after: LifoAfterOption = None,
+    release_after: ReleaseAfterOption = None,
     max_queue: Annotated[
         int,
         typer.Option(
@@ -471,7 +473,20 @@ def serve(
             due_factor,
             lifo_after,
             memory_budget,
+            release_after,
         )
+        if admission_limits.release_after is not None:
+            if coordinator is not None:
+                raise ValueError(
+                    "--release-after with --coordinator is not supported: a released statement "
+                    "would still hold its unit of the global budget"
+                )
+            if pool_mode == "transaction":
+                raise ValueError(
+                    "--release-after with --pool-mode transaction is not supported: a released "
+                    "statement keeps its server connection, so the statement admitted in its "
+                    "place would wait for one outside the admission queue"
+                )
         prepare, dataset = _tpch(tpch)
         pool = _pool(
             pool_mode,

@@ -75,6 +75,7 @@ __all__ = [
     "paired_changes",
     "parse_policy",
     "pool_counts_since",
+    "releases",
     "repetition_means",
     "run_bench",
     "tunes_mpl",
@@ -100,6 +101,9 @@ GRANT = "+grant"  # … give each admitted statement its work_mem share (--grant
 # … the same setting once more under its own name: an A/A control, how far two runs of one
 # setting differ within this run (on a shared machine, at times by more than any policy)
 AGAIN = "+again"
+# … give the MPL slot of a statement in service BenchConfig.release_after to the queue
+RELEASE = "+release"
+RELEASE_AFTER = 1.0  # seconds, for POLICY+release when --release-after is not given
 AUTO = "auto"  # POLICY@auto: the MPL tuned while it runs
 
 
@@ -108,7 +112,7 @@ def _suffixes(spec: str) -> tuple[str, set[str]]:
     spec = spec.strip()
     found: set[str] = set()
     while True:
-        for suffix in (LEARN, MEMORY, GRANT, AGAIN):
+        for suffix in (LEARN, MEMORY, GRANT, RELEASE, AGAIN):
             if spec.endswith(suffix) and suffix not in found:
                 found.add(suffix)
                 spec = spec[: -len(suffix)].rstrip()
@@ -146,6 +150,12 @@ def original(spec: str) -> str:
     return spec.strip().replace(AGAIN, "", 1).strip() if control(spec) else spec
 
 
+def releases(spec: str) -> bool:
+    """Whether a run of ``spec`` (``latency@2+release``) gives the MPL slot of a statement in
+    service ``release_after`` seconds to the queue, as ``serve --release-after`` does."""
+    return RELEASE in _suffixes(spec)[1]
+
+
 def budgeted(spec: str) -> bool:
     """Whether a run of ``spec`` manages memory (``+mem`` or ``+grant``): not a baseline."""
     return memory_aware(spec) or grants(spec)
@@ -160,8 +170,8 @@ def tunes_mpl(spec: str) -> bool:
 def parse_policy(spec: str) -> tuple[str, int | None]:
     """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2; ``fcfs@auto``: tuned, see
     ``tunes_mpl``, the MPL returned is None); "none" takes no MPL. The suffixes ``+learn``
-    (see ``learns``), ``+mem`` (``memory_aware``) and ``+grant`` (``grants``) are allowed on
-    any but none; ``+again`` (``control``) on any."""
+    (see ``learns``), ``+mem`` (``memory_aware``), ``+grant`` (``grants``) and ``+release``
+    (``releases``) are allowed on any but none; ``+again`` (``control``) on any."""
     spec, suffixes = _suffixes(spec)
     if suffixes - {AGAIN} and spec.partition("@")[0] == "none":
         raise ValueError("none is no admission control: it has no model to learn or budget")
@@ -222,6 +232,7 @@ class BenchConfig:
     # PostgreSQL: transaction pooling with this many server connections (the MPL is at most
     # this; FCFS is a PgBouncer pool); None: a server connection per client
     pool_size: int | None = None
+    release_after: float | None = None  # POLICY+release's, seconds (None: RELEASE_AFTER)
 
     def __post_init__(self) -> None:
         if self.arrivals not in ARRIVALS:
@@ -234,6 +245,8 @@ class BenchConfig:
                 raise ValueError(f"{spec}: +grant sets PostgreSQL's work_mem (a --backend)")
             if grants(spec) and self.grant_work_mem is None:
                 raise ValueError(f"{spec}: +grant needs --grant-work-mem SIZE")
+            if releases(spec) and self.pool_size is not None:
+                raise ValueError(f"{spec}: +release is not supported with --pool-size")
         if len(set(self.policies)) != len(self.policies):
             raise ValueError("a policy is listed twice (SETTING+again runs one a second time)")
         for spec in self.policies:
@@ -439,7 +452,11 @@ def _limits(config: BenchConfig, policy: str, memory: int | None = None) -> Limi
     if tunes_mpl(policy):
         mpl = config.limits.mpl or os.cpu_count() or 1
     limits = config.limits if mpl is None else dataclasses.replace(config.limits, mpl=mpl)
-    return dataclasses.replace(limits, memory=memory if memory_aware(policy) else None)
+    limits = dataclasses.replace(limits, memory=memory if memory_aware(policy) else None)
+    if releases(policy):
+        after = config.release_after if config.release_after is not None else RELEASE_AFTER
+        limits = dataclasses.replace(limits, release_after=after)
+    return limits
 
 
 def run_bench(
@@ -1101,7 +1118,12 @@ def verdict(result: BenchResult) -> list[str]:
     move (N = X·R), and the verdict says so."""
     s = result.summaries
     baselines = [
-        p for p in s if parse_policy(p)[0] in BASELINES and not budgeted(p) and not control(p)
+        p
+        for p in s
+        if parse_policy(p)[0] in BASELINES
+        and not budgeted(p)
+        and not releases(p)
+        and not control(p)
     ]
     if not baselines:
         return []

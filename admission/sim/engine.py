@@ -62,6 +62,7 @@ class SimConfig:
     queue_timeout: float | None = None
     due_factor: float | None = DUE_FACTOR  # latency policy: due after due_factor × D_r
     lifo_after: float | None = None  # adaptive LIFO under overload (see Limits)
+    release_after: float | None = None  # a job in service this long leaves the MPL (see Limits)
     routing: str = "random"
     service: str = "deterministic"
     class_per_cycle: bool = False
@@ -103,6 +104,7 @@ class SimConfig:
             queue_timeout=self.queue_timeout,
             due_factor=self.due_factor,
             lifo_after=self.lifo_after,
+            release_after=self.release_after,
         )
 
 

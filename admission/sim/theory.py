@@ -5,6 +5,9 @@
   classes (Cobham's formula); with one class it is Pollaczek–Khinchine's M/G/1 FCFS wait. The
   simulator at MPL 1 on one core with single-task jobs is such a queue under SEPT (the latency
   policy with its aging off) and under FCFS.
+- ``mmc_response``: mean response time of an M/M/c FCFS queue (Erlang C). The simulator with
+  single-task jobs, least-loaded routing over 2·m cores, an MPL of m and statements released
+  from it as soon as one waits (``Limits.release_after`` → 0) is such a queue with c = 2m.
 - ``mva``: exact multiclass Mean Value Analysis of a closed product-form network of
   processor-sharing queues and one delay (think) station (Reiser & Lavenberg). The simulator's
   network with single-task jobs, uniform random routing over M cores, no thread budget and no
@@ -17,13 +20,28 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["MvaResult", "mg1_priority_waits", "mm1_ps_response", "mva"]
+__all__ = ["MvaResult", "mg1_priority_waits", "mm1_ps_response", "mmc_response", "mva"]
 
 
 def mm1_ps_response(arrival_rate: float, service_rate: float) -> float:
     if not 0 <= arrival_rate < service_rate:
         raise ValueError("an M/M/1 queue is stable only for 0 ≤ λ < μ")
     return 1.0 / (service_rate - arrival_rate)
+
+
+def mmc_response(arrival_rate: float, service_rate: float, servers: int) -> float:
+    """Mean response time of an M/M/c FCFS queue: 1/μ + C(c, a) / (cμ − λ), a = λ/μ, with
+    Erlang's C formula C = (a^c / c!) / ((1 − ρ) Σ_{k<c} a^k / k! + a^c / c!), ρ = a / c."""
+    if servers < 1 or not 0 <= arrival_rate < servers * service_rate:
+        raise ValueError("an M/M/c queue is stable only for c ≥ 1 and 0 ≤ λ < cμ")
+    a = arrival_rate / service_rate
+    rho = a / servers
+    term, below = 1.0, 0.0  # a^k / k!
+    for k in range(servers):
+        below += term
+        term *= a / (k + 1)
+    wait_probability = term / ((1 - rho) * below + term)
+    return 1 / service_rate + wait_probability / (servers * service_rate - arrival_rate)
 
 
 def mg1_priority_waits(

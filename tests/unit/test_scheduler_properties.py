@@ -40,6 +40,7 @@ limits_strategy = st.builds(
     queue_timeout=st.one_of(st.none(), st.floats(0.5, 10)),
     due_factor=st.one_of(st.none(), st.floats(0, 30)),
     lifo_after=st.one_of(st.none(), st.floats(0, 4)),
+    release_after=st.one_of(st.none(), st.floats(0.1, 4)),
 )
 
 
@@ -53,6 +54,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.bypass: set[int] = set()
         self.ended: set[int] = set()
         self.granted_ever: set[int] = set()
+        self.released: set[int] = set()  # in service, their MPL slot given back
         self.s = Scheduler(_model(), policy, limits, listener=self.on_event)
 
     def on_event(self, e: Event) -> None:
@@ -66,7 +68,8 @@ class SchedulerMachine(RuleBasedStateMachine):
                 # the granter admits only what fits, bypass work and lowered limits included
                 lim = self.s.limits
                 if lim.mpl is not None:
-                    assert self.s.in_service <= lim.mpl, "MPL exceeded by a grant"
+                    counted = self.s.in_service - self.s.released_in_service
+                    assert counted <= lim.mpl, "MPL exceeded by a grant"
                 if lim.threads is not None:
                     assert self.s.threads_in_use <= lim.threads, "thread budget exceeded"
                 if lim.memory is not None:
@@ -75,7 +78,19 @@ class SchedulerMachine(RuleBasedStateMachine):
         elif e.kind == "release":
             assert job in self.running, f"job {job} released but not running"
             self.running.discard(job)
+            self.released.discard(job)
             self.ended.add(job)
+        elif e.kind == "overrun":
+            assert job in self.running, f"job {job} gave back a slot it does not hold"
+            assert job not in self.released, f"job {job} gave back its slot twice"
+            lim = self.s.limits
+            assert lim.release_after is not None and lim.mpl is not None
+            job_ = self.s.job(job)
+            assert job_ is not None and job_.admitted_at is not None
+            assert self.now - job_.admitted_at >= lim.release_after, "released too early"
+            assert self.s.queued, "released with nothing waiting"
+            self.released.add(job)
+            assert len(self.released) <= lim.mpl, "more released than the MPL"
         elif e.kind in ("cancel", "timeout", "shed"):
             assert job in self.queued, f"job {job} withdrawn but not queued"
             self.queued.discard(job)
@@ -150,6 +165,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert s.threads_in_use == held >= 0
         memory = sum(j.memory_held for j in (s.job(i) for i in self.running) if j is not None)
         assert s.memory_in_use == memory >= 0
+        assert s.released_in_service == len(self.released)
         total = len(self.queued) + len(self.running) + len(self.ended)
         assert total == self.next_id, "a job was lost"
 
@@ -172,6 +188,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert not self.queued and not self.running
         assert s.in_service == 0 and s.threads_in_use == 0 and s.queued == 0
         assert s.memory_in_use == 0
+        assert s.released_in_service == 0
         assert s.tasks_by_class() == [0] * len(s.tasks_by_class())
         assert self.granted_ever | self.ended >= set(range(self.next_id))
 

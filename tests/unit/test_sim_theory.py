@@ -12,7 +12,7 @@ import pytest
 from admission.policies.interference import interference_matrix
 from admission.sim import SimClass, SimConfig, Workload
 from admission.sim.study import Estimate, model_of_run, replicate
-from admission.sim.theory import mm1_ps_response, mva
+from admission.sim.theory import mm1_ps_response, mmc_response, mva
 
 SLACK = 0.02
 
@@ -36,6 +36,37 @@ def test_mm1_processor_sharing_mean_response(rho: float) -> None:
     runs = replicate(w, cfg, w.model(1, None), "fcfs", 5, seed=11)
     measured = Estimate.of([r.mean_response() for r in runs])
     assert _close(measured, mm1_ps_response(rho, 1.0)), (measured, mm1_ps_response(rho, 1.0))
+
+
+def test_mmc_response_by_hand() -> None:
+    # c = 1 is M/M/1; c = 2, λ = 1.5, μ = 1: C = 0.6428…, R = 1 + C / 0.5
+    assert mmc_response(0.5, 1.0, 1) == pytest.approx(mm1_ps_response(0.5, 1.0))
+    assert mmc_response(1.5, 1.0, 2) == pytest.approx(1 + (9 / 14) / 0.5)
+
+
+@pytest.mark.parametrize(("mpl", "rate"), [(1, 1.5), (2, 3.0)])
+def test_statements_released_from_the_mpl_make_an_m_m_2m_queue(mpl: int, rate: float) -> None:
+    """MPL m, and a statement gives its slot back as soon as another waits (release_after
+    tiny), at most m of them: up to 2m in service, each on a core of its own (least-loaded
+    routing over 2m cores) — an M/M/2m queue, Erlang C. Without the release the same load
+    (ρ = 0.75 of 2m servers) is 1.5× what m servers can take: the queue would grow forever."""
+    w = Workload("mmc", (SimClass("J", ((1, 1.0),)),))
+    cfg = SimConfig(
+        cores=2 * mpl,
+        arrival_rate=rate,
+        service="exponential",
+        fcr=None,
+        mix=(1.0,),
+        mpl=mpl,
+        routing="least-loaded",
+        release_after=1e-9,
+        completions=20_000,
+        warmup=2_000,
+    )
+    runs = replicate(w, cfg, w.model(2 * mpl, None), "fcfs", 5, seed=17)
+    measured = Estimate.of([r.mean_response() for r in runs])
+    reference = mmc_response(rate, 1.0, 2 * mpl)
+    assert _close(measured, reference), (measured, reference)
 
 
 def _product_form_runs(seed: int):  # type: ignore[no-untyped-def]
