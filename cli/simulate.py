@@ -30,6 +30,7 @@ from cli.options import (
     MaxWaitOption,
     OutputFormat,
     QueueTimeoutOption,
+    ReleaseAfterOption,
     env,
     err,
     fail,
@@ -155,6 +156,7 @@ def simulate(
     ] = None,
     due_factor: DueFactorOption = None,
     lifo_after: LifoAfterOption = None,
+    release_after: ReleaseAfterOption = None,
     model: Annotated[
         Path | None,
         typer.Option(
@@ -249,6 +251,7 @@ def simulate(
             arrival_rate=rate,
             due_factor=DUE_FACTOR if due_factor is None else (due_factor or None),
             lifo_after=resolve_lifo_after(lifo_after, queue_timeout),
+            release_after=release_after or None,
             completions=completions,
             warmup=warmup,
             **_tenants(workload_classes, tenants, len(shares)),

@@ -248,6 +248,11 @@ class AdminMetrics:
             ),
             ("admission_queued", "Statements waiting", s.queued if s else 0),
             (
+                "admission_released_in_service",
+                "Statements in service that gave their MPL slot to the queue (release_after)",
+                s.released_in_service if s else 0,
+            ),
+            (
                 "admission_mpl",
                 "Multiprogramming limit in force (0: unlimited)",
                 (s.limits.mpl or 0) if s else 0,
@@ -404,6 +409,7 @@ class LimitsChange(BaseModel):
     queue_timeout: float | None = Field(default=None, ge=0)
     due_factor: float | None = Field(default=None, ge=0)  # 0: the latency policy never ages
     lifo_after: float | None = Field(default=None, ge=0)  # 0 or null: never newest-first
+    release_after: float | None = Field(default=None, ge=0)  # 0 or null: slots never given back
 
 
 def create_app(
@@ -453,6 +459,7 @@ def _limits_json(limits: Limits) -> dict[str, Any]:
         "queue_timeout": limits.queue_timeout,
         "due_factor": limits.due_factor,
         "lifo_after": limits.lifo_after,
+        "release_after": limits.release_after,
     }
 
 
@@ -517,6 +524,10 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         "timed_out": gate.stats.timed_out,
         "cancelled": gate.stats.cancelled,
         "aged": scheduler.stats.aged,
+        # statements in service that gave their MPL slot to the queue (release_after), now
+        # and since the start
+        "released_in_service": scheduler.released_in_service,
+        "released": scheduler.stats.released,
         "learning": None
         if learning is None
         else {
@@ -734,12 +745,27 @@ def _add_controls(
             )
         for key in change.model_fields_set - ({"mpl"} if tune else set()):
             value = getattr(change, key)
-            zero_is_none = key in ("mpl", "threads", "memory", "due_factor", "lifo_after")
+            zero_is_none = key in (
+                "mpl",
+                "threads",
+                "memory",
+                "due_factor",
+                "lifo_after",
+                "release_after",
+            )
             current[key] = (value or None) if zero_is_none else value
         try:
             limits = Limits(**current)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
+        if limits.release_after is not None and (
+            gate.coordinator is not None or gate.pools is not None
+        ):
+            raise HTTPException(
+                409,
+                "release_after is not supported with a coordinator or transaction pooling: a "
+                "released statement keeps its unit of the global budget or its server connection",
+            )
         if limits.lifo_after is not None and limits.queue_timeout is None:
             raise HTTPException(
                 422,

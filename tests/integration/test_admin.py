@@ -66,6 +66,11 @@ def test_policy_and_limits_change_at_run_time(make_proxy: MakeProxy) -> None:
     assert proxy.scheduler.limits.queue_timeout == 5
     off = httpx.put(f"{proxy.admin_url}/limits", json={"lifo_after": 0}).json()
     assert off["limits"]["lifo_after"] is None  # 0 is off, as on the command line
+    release = httpx.put(f"{proxy.admin_url}/limits", json={"release_after": 1.5}).json()
+    assert release["limits"]["release_after"] == 1.5 and release["released_in_service"] == 0
+    assert proxy.scheduler.limits.release_after == 1.5
+    release = httpx.put(f"{proxy.admin_url}/limits", json={"release_after": 0}).json()
+    assert release["limits"]["release_after"] is None
     memory = httpx.put(f"{proxy.admin_url}/limits", json={"memory": 2**30}).json()
     assert memory["limits"]["memory"] == 2**30 and proxy.scheduler.limits.memory == 2**30
     assert memory["memory_in_use"] == 0

@@ -132,6 +132,33 @@ def test_an_again_control_needs_its_original_and_takes_no_other_meaning() -> Non
         _result({"none": [1.0], "fcfs@2+again": [1.0]})
 
 
+def test_a_release_setting_runs_with_release_after_and_is_no_baseline() -> None:
+    """fcfs@2+release is FCFS at MPL 2 with a statement's slot given to the queue after
+    release_after (1 s unless the bench sets another): not what a user has without the
+    product, so never the best baseline, though it was the fastest here."""
+    from lab.bench import RELEASE_AFTER, _limits, parse_policy, releases
+
+    assert releases("latency@2+release+learn") and not releases("latency@2")
+    assert parse_policy("fcfs@2+release") == ("fcfs", 2)
+    with pytest.raises(ValueError, match="none is no admission control"):
+        parse_policy("none+release")
+    result = _result(
+        {
+            "none": [1.0, 1.2, 1.1],
+            "fcfs@2": [0.8, 1.0, 0.9],
+            "fcfs@2+release": [0.3, 0.3, 0.3],
+            "latency@2": [0.4, 0.5, 0.45],
+        }
+    )
+    assert verdict(result)[0].startswith("Best baseline: fcfs@2 ")
+    config = result.config
+    assert _limits(config, "fcfs@2+release").release_after == RELEASE_AFTER
+    assert _limits(config, "fcfs@2").release_after is None
+    assert _limits(config, "none").release_after is None
+    two = BenchConfig(mix=mix_by_name("6"), policies=("fcfs@2+release",), release_after=2.5)
+    assert _limits(two, "fcfs@2+release").release_after == 2.5
+
+
 def test_verdict_in_a_closed_loop_says_the_mean_cannot_move() -> None:
     result = _result({"none": [1.0, 1.1], "latency": [1.05, 1.0]}, arrivals="closed")
     lines = verdict(result)
