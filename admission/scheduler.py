@@ -133,8 +133,10 @@ class Limits:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must not be negative, not {value}")
-        if self.release_after is not None and not self.release_after > 0:
-            raise ValueError(f"release_after must be positive, not {self.release_after}")
+        if self.release_after is not None and not 0 < self.release_after < math.inf:
+            raise ValueError(
+                f"release_after must be a positive number of seconds, not {self.release_after}"
+            )
 
 
 class _ClassState:
@@ -770,9 +772,18 @@ class Scheduler:
 
     def set_limits(self, limits: Limits, now: float) -> list[Job]:
         self._advance(now)
+        before = self.limits.release_after
         self.limits = limits
         if limits.release_after is None:
             self._in_service.clear()  # (a job released already stays out of the MPL)
+        elif before is None:  # switched on: the statements already in service count too
+            running = [
+                job
+                for job in self._jobs.values()
+                if job.state is _RUNNING and not (self._multi and job.lane.tier == _BACKGROUND)
+            ]
+            running.sort(key=lambda job: (job.admitted_at, job.seq))
+            self._in_service = {job.id: job for job in running}
         return self._dispatch(now)
 
     def set_policy(self, policy: str | Policy, now: float) -> list[Job]:

@@ -24,7 +24,6 @@ from cli.options import (
     MemoryLimitOption,
     OutputFormat,
     QueueTimeoutOption,
-    ReleaseAfterOption,
     ThreadsOption,
     check_backend,
     env,
@@ -176,7 +175,15 @@ def bench(
     queue_timeout: QueueTimeoutOption = None,
     due_factor: DueFactorOption = None,
     lifo_after: LifoAfterOption = None,
-    release_after: ReleaseAfterOption = None,
+    release_after: Annotated[
+        float | None,
+        typer.Option(
+            help="POLICY+release: seconds in service after which a statement gives its MPL "
+            "slot to the queue (as serve --release-after). Default: 1. Settings without "
+            "+release keep their MPL a hard cap.",
+            min=0,
+        ),
+    ] = None,
     policies: Annotated[
         str,
         typer.Option(
@@ -261,7 +268,6 @@ def bench(
                 queue_timeout,
                 due_factor,
                 lifo_after,
-                release_after=release_after,
             ),
             release_after=release_after or None,
             policies=chosen,

@@ -476,6 +476,16 @@ def serve(
             release_after,
         )
         if admission_limits.release_after is not None:
+            if admission_limits.mpl is None:
+                raise ValueError(
+                    "--release-after gives a statement's MPL slot to the queue: it needs an "
+                    "MPL (--mpl N, or a model's)"
+                )
+            if grant is not None:
+                raise ValueError(
+                    "--release-after with --grant-work-mem is not supported: each statement's "
+                    "work_mem is the grant over the MPL, and released statements keep theirs"
+                )
             if coordinator is not None:
                 raise ValueError(
                     "--release-after with --coordinator is not supported: a released statement "

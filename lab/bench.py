@@ -245,8 +245,8 @@ class BenchConfig:
                 raise ValueError(f"{spec}: +grant sets PostgreSQL's work_mem (a --backend)")
             if grants(spec) and self.grant_work_mem is None:
                 raise ValueError(f"{spec}: +grant needs --grant-work-mem SIZE")
-            if releases(spec) and self.pool_size is not None:
-                raise ValueError(f"{spec}: +release is not supported with --pool-size")
+            if releases(spec) and (self.pool_size is not None or grants(spec)):
+                raise ValueError(f"{spec}: +release is not supported with --pool-size or +grant")
         if len(set(self.policies)) != len(self.policies):
             raise ValueError("a policy is listed twice (SETTING+again runs one a second time)")
         for spec in self.policies:

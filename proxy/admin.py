@@ -759,12 +759,13 @@ def _add_controls(
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         if limits.release_after is not None and (
-            gate.coordinator is not None or gate.pools is not None
+            gate.coordinator is not None or gate.pools is not None or gate.work_mem_grant
         ):
             raise HTTPException(
                 409,
-                "release_after is not supported with a coordinator or transaction pooling: a "
-                "released statement keeps its unit of the global budget or its server connection",
+                "release_after is not supported with a coordinator, transaction pooling or "
+                "work_mem grants: a released statement keeps its unit of the global budget, its "
+                "server connection or its share of the grant",
             )
         if limits.lifo_after is not None and limits.queue_timeout is None:
             raise HTTPException(

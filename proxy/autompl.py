@@ -159,7 +159,8 @@ class AutoMpl:
     def _is_saturated(self) -> bool:
         scheduler = self.gate.scheduler
         mpl = scheduler.limits.mpl
-        return mpl is not None and scheduler.queued > 0 and scheduler.running >= mpl
+        counted = scheduler.running - scheduler.released_in_service  # (release_after)
+        return mpl is not None and scheduler.queued > 0 and counted >= mpl
 
     def _apply(self, mpl: int) -> None:
         limits = self.gate.scheduler.limits

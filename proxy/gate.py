@@ -335,8 +335,14 @@ class AdmissionGate:
         # it), so until a statement is queued — which takes the long way — nothing can time
         # out and no deadline can move. Never calm with workload classes: a release there can
         # make a deadline out of nothing (the DRR hold's end, background's start once the
-        # foreground goes idle), which only ``_after`` arms.
-        calm = self._timer is None and self.scheduler.workloads is None
+        # foreground goes idle), which only ``_after`` arms. Nor while statements wait under
+        # release_after: a released statement ending makes room for another release, whose
+        # deadline only ``_after`` arms.
+        calm = (
+            self._timer is None
+            and self.scheduler.workloads is None
+            and not (limits.release_after is not None and self.scheduler.queued)
+        )
         self._calm = limits if calm else None
         self._open_lane()
 

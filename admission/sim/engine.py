@@ -470,7 +470,8 @@ class _Engine:
                     for job in sched.set_limits(replace(sched.limits, mpl=moved), t):
                         start(job, t)
                 limit = sched.limits.mpl or 0
-                control_saturated = sched.queued > 0 and sched.running >= limit
+                counted = sched.running - sched.released_in_service  # (release_after)
+                control_saturated = sched.queued > 0 and counted >= limit
                 heappush(events, (t + self.control_every, seq, -3, 0))
                 seq += 1
             else:  # aging / timeout deadline

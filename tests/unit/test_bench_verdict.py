@@ -155,8 +155,13 @@ def test_a_release_setting_runs_with_release_after_and_is_no_baseline() -> None:
     assert _limits(config, "fcfs@2+release").release_after == RELEASE_AFTER
     assert _limits(config, "fcfs@2").release_after is None
     assert _limits(config, "none").release_after is None
-    two = BenchConfig(mix=mix_by_name("6"), policies=("fcfs@2+release",), release_after=2.5)
+    two = BenchConfig(
+        mix=mix_by_name("6"), policies=("fcfs@2", "fcfs@2+release"), release_after=2.5
+    )
     assert _limits(two, "fcfs@2+release").release_after == 2.5
+    assert _limits(two, "fcfs@2").release_after is None  # (a hard cap unless +release)
+    with pytest.raises(ValueError, match=r"\+release is not supported"):
+        BenchConfig(mix=mix_by_name("6"), policies=("fcfs@2+release",), pool_size=2)
 
 
 def test_verdict_in_a_closed_loop_says_the_mean_cannot_move() -> None:

@@ -41,7 +41,7 @@ def test_long_statements_give_their_slots_to_waiting_short_ones() -> None:
     assert _ids(s.tick(s.next_deadline())) == ["s2"]  # L2 released as well
     assert s.released_in_service == 2 and s.in_service == 4
     assert s.submit("s3", "short", 1.3) == []
-    assert s.next_deadline() is None or s.next_deadline() > 1.3  # (at most MPL released)
+    assert s.next_deadline() is None  # (at most MPL released: no release to time)
     assert s.tick(5.0) == []  # s1 and s2 in service 4 s: two released already, no more
     assert s.in_service == 4
     # a released job leaving frees no counted slot, but leaves room for one more release:
@@ -89,9 +89,25 @@ def test_lifting_the_limit_keeps_the_released_out_of_the_mpl_until_they_end() ->
     assert s.in_service == 0
 
 
-def test_release_after_must_be_positive() -> None:
+def test_switched_on_at_run_time_it_covers_the_statements_already_in_service() -> None:
+    """An operator sets release_after (PUT /limits) because long statements hold every slot
+    already: they count from when they were admitted."""
+    s = Scheduler(_model(), "fcfs", Limits(mpl=1))
+    s.submit("L", "long", 0.0)
+    s.submit("x", "short", 1.0)
+    assert _ids(s.set_limits(Limits(mpl=1, release_after=0.5), 2.0)) == ["x"]
+    assert s.released_in_service == 1
+    s.submit("y", "short", 2.1)
+    assert s.next_deadline() is None  # L holds the one release an MPL of 1 allows
+    assert s.complete("L", 2.2) == []
+    assert s.next_deadline() == pytest.approx(2.5)  # x, admitted at 2.0
+    assert _ids(s.tick(2.5)) == ["y"]
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
+def test_release_after_must_be_a_positive_number(bad: float) -> None:
     with pytest.raises(ValueError, match="release_after"):
-        Limits(mpl=1, release_after=0.0)
+        Limits(mpl=1, release_after=bad)
 
 
 def test_the_gate_arms_its_timer_for_the_release() -> None:
@@ -109,7 +125,8 @@ def test_the_gate_arms_its_timer_for_the_release() -> None:
             raise AssertionError(message)
 
     async def run() -> None:
-        gate = AdmissionGate(Scheduler(_model(), "latency", Limits(mpl=1, release_after=0.15)))
+        limits = Limits(mpl=1, release_after=0.15, due_factor=None)  # (no other timer)
+        gate = AdmissionGate(Scheduler(_model(), "latency", limits))
         long, short = QueryClass("long", "long"), QueryClass("short", "short")
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -123,6 +140,23 @@ def test_the_gate_arms_its_timer_for_the_release() -> None:
         assert gate.scheduler.released_in_service == 1
         gate.release("s")
         gate.release("L")
+        # a released statement ending while another waits: the next release is timed too
+        # (the gate must not think itself calm then)
+        started = loop.time()
+        assert gate.admit("L2", long, False, "select long", Client())
+        second = Client()
+        gate.submit("s2", short, False, "select short", second)
+        await asyncio.sleep(0.2)  # L2 released at 0.15 s, s2 admitted in its place
+        assert second.admitted_at is not None
+        third = Client()
+        gate.submit("t", short, False, "select short", third)
+        gate.release("L2")  # s2 (admitted at ~0.15 s) is due at ~0.30 s: t goes then
+        assert third.admitted_at is None and gate.scheduler.released_in_service == 0
+        await asyncio.sleep(0.3)
+        assert third.admitted_at is not None
+        assert 0.28 <= third.admitted_at - started < 0.45
+        gate.release("s2")
+        gate.release("t")
         assert gate.scheduler.in_service == 0 and gate.scheduler.released_in_service == 0
 
     asyncio.run(run())

@@ -170,6 +170,22 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert total == self.next_id, "a job was lost"
 
     @invariant()
+    def a_release_due_is_not_left_waiting(self) -> None:
+        """While statements wait behind a full MPL with fewer than MPL released, no statement
+        has been in service release_after without having given its slot back."""
+        s = self.s
+        lim = s.limits
+        if lim.release_after is None or lim.mpl is None or not s.queued:
+            return
+        if s.released_in_service >= lim.mpl or s.in_service - s.released_in_service < lim.mpl:
+            return
+        for job_id in self.running:
+            job = s.job(job_id)
+            assert job is not None and job.admitted_at is not None
+            if not job.released:
+                assert job.admitted_at + lim.release_after > self.now, f"{job_id} not released"
+
+    @invariant()
     def scores_are_exact(self) -> None:
         s = self.s
         prio = s.policy.build(s.model)
