@@ -476,11 +476,6 @@ def serve(
             release_after,
         )
         if admission_limits.release_after is not None:
-            if admission_limits.mpl is None:
-                raise ValueError(
-                    "--release-after gives a statement's MPL slot to the queue: it needs an "
-                    "MPL (--mpl N, or a model's)"
-                )
             if grant is not None:
                 raise ValueError(
                     "--release-after with --grant-work-mem is not supported: each statement's "
@@ -496,6 +491,11 @@ def serve(
                     "--release-after with --pool-mode transaction is not supported: a released "
                     "statement keeps its server connection, so the statement admitted in its "
                     "place would wait for one outside the admission queue"
+                )
+            if admission_limits.mpl is None:
+                raise ValueError(
+                    "--release-after gives a statement's MPL slot to the queue: it needs an "
+                    "MPL (--mpl N, or a model's)"
                 )
         prepare, dataset = _tpch(tpch)
         pool = _pool(
