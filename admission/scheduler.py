@@ -1516,7 +1516,9 @@ class Scheduler:
         time threshold; Redshift's monitoring rules hop it to another queue). A released
         statement runs on beside the MPL and keeps its threads and memory; in service there
         are so at most 2 × MPL statements. O(released + 1): the jobs in service are kept in
-        the order admitted."""
+        the order admitted. It acts whenever something waits, also when what holds the queue
+        back is the thread or memory budget or a tenant's own MPL (a released statement still
+        counts in its tenant's): the release is then spent without admitting anyone."""
         mpl = self.limits.mpl
         after = self.limits.release_after
         assert mpl is not None and after is not None
