@@ -162,6 +162,7 @@ class Driver:
             max_wait=_num(kv.get("max_wait")),
             queue_timeout=_num(kv.get("timeout")),
             due_factor=_num(kv["due"]) if "due" in kv else DUE_FACTOR,
+            release_after=_num(kv.get("release")),
         )
 
     # -- commands --------------------------------------------------------------------------
