@@ -40,14 +40,12 @@ from pathlib import Path
 from admission.model import EtaModel
 from admission.scheduler import Limits
 from lab.bench import (
-    BASELINES,
     BenchConfig,
     BenchResult,
     aa_line,
+    baseline,
     control,
     paired_change,
-    parse_policy,
-    releases,
     run_bench,
 )
 from workloads.arrivals import Bursts
@@ -106,9 +104,7 @@ def report(result: BenchResult, recommended: str, label: str, targets: bool = Tr
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     lines += [_line(header, widths)] + [_line(r, widths) for r in rows]
     lines += [aa_line(result, p) for p in s if control(p)]
-    baselines = [
-        p for p in s if parse_policy(p)[0] in BASELINES and not control(p) and not releases(p)
-    ]
+    baselines = [p for p in s if baseline(p)]
     if recommended not in s or not baselines:
         return lines
     best = min(baselines, key=lambda p: s[p].mean_response.mean)

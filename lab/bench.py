@@ -69,6 +69,7 @@ __all__ = [
     "RECOMMENDED",
     "BenchConfig",
     "BenchResult",
+    "baseline",
     "learns",
     "mean_mpl",
     "paired_change",
@@ -154,6 +155,17 @@ def releases(spec: str) -> bool:
     """Whether a run of ``spec`` (``latency@2+release``) gives the MPL slot of a statement in
     service ``release_after`` seconds to the queue, as ``serve --release-after`` does."""
     return RELEASE in _suffixes(spec)[1]
+
+
+def baseline(spec: str) -> bool:
+    """Whether ``spec`` is what a user has without this product: no admission control, or a
+    plain FCFS pool — not one managing memory, releasing slots, or repeating another run."""
+    return (
+        parse_policy(spec)[0] in BASELINES
+        and not budgeted(spec)
+        and not releases(spec)
+        and not control(spec)
+    )
 
 
 def budgeted(spec: str) -> bool:
@@ -1117,14 +1129,7 @@ def verdict(result: BenchResult) -> list[str]:
     their p99 and throughput against it. In a closed loop with no think time the mean cannot
     move (N = X·R), and the verdict says so."""
     s = result.summaries
-    baselines = [
-        p
-        for p in s
-        if parse_policy(p)[0] in BASELINES
-        and not budgeted(p)
-        and not releases(p)
-        and not control(p)
-    ]
+    baselines = [p for p in s if baseline(p)]
     if not baselines:
         return []
     lines = []
