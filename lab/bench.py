@@ -4,10 +4,10 @@ A TPC-H workload runs through the proxy on a real backend once per policy and re
 **none** (no admission control: every statement runs at once) and **fcfs** with the same MPL
 (what a PgBouncer pool gives); ``POLICY@N`` runs a policy at MPL N instead (``fcfs@1,fcfs@2``:
 a pool of each size). Policies are interleaved within each repetition in a balanced order
-(``run_order``): over any k repetitions of k policies each policy runs once in each position,
-and each position's neighbours alternate, so that drift on a shared machine — and whatever one
-run leaves behind for the next — spreads evenly over all of them instead of by the luck of a
-shuffle (with two settings, a shuffle put the same one first in 9 of 13 repetitions).
+(``run_order``, a Williams design): each policy runs equally often in each position and right
+after each other policy, so that drift on a shared machine — and whatever one run leaves
+behind for the next — spreads evenly over all of them instead of by the luck of a shuffle (with
+two settings, a shuffle put the same one first in 9 of 13 repetitions).
 
 The load is closed (N clients, think time: the load adapts to the server and, with no think time,
 no policy can move the mean response time, N = X·R) or open: statements arrive on a Poisson,
@@ -673,15 +673,36 @@ _T = TypeVar("_T")
 
 
 def run_order(policies: Sequence[_T], seed: int, rep: int) -> list[_T]:
-    """The order of the runs in repetition ``rep``: a base order drawn once from ``seed``,
-    rotated by one place per repetition (each policy in each position once over k
-    repetitions) and reversed every other cycle of k (so the policy run before each one
-    alternates too)."""
+    """The order of the runs in repetition ``rep``: a row of a Williams design (a Latin square
+    balanced for the run before), over the policies in an order drawn once from ``seed``.
+    Over a whole design — k repetitions of k policies for an even k, 2k for an odd k — each
+    policy runs equally often in each position and right after each other policy equally
+    often; and over the first k − 1 repetitions no policy runs after the same one twice, so
+    that what one run leaves behind for the next (a heavy run's memory, a backlog's heat) does
+    not fall on the same policy in every repetition of a short run. (A rotation of one order
+    balanced the positions but kept each policy's predecessor for k repetitions: with five
+    settings and three repetitions one policy ran right after no admission control in all
+    three.)"""
     base = list(policies)
     random.Random(seed * 7919).shuffle(base)
-    k = len(base) or 1
-    order = base[rep % k :] + base[: rep % k]
-    return order[::-1] if (rep // k) % 2 else order
+    k = len(base)
+    if k < 2:
+        return base
+    # the first row: 0, 1, k−1, 2, k−2, …; row i adds i to every label (mod k)
+    first = [0]
+    low, high = 1, k - 1
+    while len(first) < k:
+        first.append(low)
+        low += 1
+        if len(first) < k:
+            first.append(high)
+            high -= 1
+    if k % 2 == 0:
+        shift, backwards = rep % k, False
+    else:  # an odd k needs the mirror rows too; alternating keeps early predecessors distinct
+        shift, backwards = (rep % (2 * k)) // 2, rep % 2 == 1
+    row = [base[(label + shift) % k] for label in first]
+    return row[::-1] if backwards else row
 
 
 def measure_capacity(

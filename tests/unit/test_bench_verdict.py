@@ -192,23 +192,39 @@ def test_pool_counts_leave_out_the_capacity_run() -> None:
     assert pool_counts_since(now, []) == now
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 5])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7])
 def test_the_run_order_is_balanced_over_positions_and_predecessors(k: int) -> None:
-    """Over k repetitions each policy runs once in each position and first once; over 2k
-    with two policies, each runs right after the other equally often — whatever the seed."""
+    """Over a whole Williams design (k repetitions for an even k, 2k for an odd one) each
+    policy runs equally often in each position and right after each other policy equally
+    often; over the first k − 1 repetitions no policy runs after the same one twice — whatever
+    the seed."""
     policies = [f"p{i}" for i in range(k)]
+    design = k if k % 2 == 0 else 2 * k
     for seed in (0, 1, 7):
-        orders = [run_order(policies, seed, rep) for rep in range(2 * k)]
+        orders = [run_order(policies, seed, rep) for rep in range(2 * design)]
         assert all(sorted(o) == policies for o in orders)
-        for cycle in (orders[:k], orders[k:]):
-            for position in range(k):
-                assert sorted(o[position] for o in cycle) == policies
-        if k > 1:
-            before: dict[tuple[str, str], int] = {}
-            for o in orders:
-                for a, b in itertools.pairwise(o):
-                    before[a, b] = before.get((a, b), 0) + 1
-            firsts = [o[0] for o in orders]
-            assert {firsts.count(p) for p in policies} == {2}
-            if k == 2:
-                assert before == {("p0", "p1"): 2, ("p1", "p0"): 2}
+        assert orders[design:] == orders[:design]  # the design repeats
+        whole = orders[:design]
+        for position in range(k):
+            counts = [sum(o[position] == p for o in whole) for p in policies]
+            assert len(set(counts)) == 1, (seed, position, counts)
+        before: dict[tuple[str, str], int] = {}
+        for o in whole:
+            for a, b in itertools.pairwise(o):
+                before[a, b] = before.get((a, b), 0) + 1
+        assert len(before) == k * (k - 1)
+        assert len(set(before.values())) <= 1
+        for p in policies:
+            predecessors = [o[o.index(p) - 1] for o in orders[: k - 1] if o.index(p) > 0]
+            assert len(predecessors) == len(set(predecessors)), (seed, p, predecessors)
+
+
+def test_three_repetitions_of_five_settings_vary_the_run_before_each() -> None:
+    """The case that found the rotation's flaw: five settings, three repetitions — no setting
+    ran after the same one in all three (with a rotation one always followed "none")."""
+    settings = ["none", "fcfs@2", "fcfs@4", "sept@2", "latency@2"]
+    for seed in range(20):
+        orders = [run_order(settings, seed, rep) for rep in range(3)]
+        for s in settings:
+            predecessors = [o[o.index(s) - 1] if o.index(s) else None for o in orders]
+            assert len(set(predecessors)) == 3, (seed, s, predecessors)
