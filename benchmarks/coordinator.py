@@ -20,7 +20,12 @@ difference of their median latencies, with their means and 95 % intervals; for `
 heartbeats per second the three proxies made together.
 
     python -m benchmarks.coordinator [--seconds 10] [--rounds 3] [--clients 12]
-        [--mode simple|prepared] [--budgets 64,4]
+        [--mode simple|prepared] [--budgets 64,4] [--sql "SELECT pg_sleep(0.005)"]
+
+``--sql`` runs that statement instead of pgbench's select-only transaction: with one that the
+database takes milliseconds over (``pg_sleep``, a scan), the proxies' own CPU is no longer
+what limits the throughput, and at a saturated budget what is left to compare is how fully the
+leases keep the global budget in use.
 """
 
 from __future__ import annotations
@@ -119,10 +124,16 @@ def _stop(proxies: list[tuple[subprocess.Popen[bytes], int, int]]) -> None:
 
 
 def _pgbench(
-    ports: list[int], clients: int, seconds: int, mode: str, logs: Path
+    ports: list[int], clients: int, seconds: int, mode: str, logs: Path, sql: str | None = None
 ) -> tuple[float, list[float]]:
-    """pgbench -S through each port at once (``clients`` in all); statements/s summed and
-    every statement's latency (ms) from the transaction logs."""
+    """pgbench -S (or a script of the one statement ``sql``) through each port at once
+    (``clients`` in all); statements/s summed and every statement's latency (ms) from the
+    transaction logs."""
+    workload = ["-S"]
+    if sql is not None:
+        script = logs / "statement.sql"
+        script.write_text(sql.rstrip().rstrip(";") + ";\n")
+        workload = ["-f", str(script)]
     procs = []
     for i, port in enumerate(ports):
         prefix = logs / f"p{i}"
@@ -130,7 +141,7 @@ def _pgbench(
             subprocess.Popen(
                 [
                     "pgbench",
-                    "-S",
+                    *workload,
                     "-n",
                     "-M",
                     mode,
@@ -157,7 +168,7 @@ def _pgbench(
         _out, err = p.communicate(timeout=seconds + 60)
         if p.returncode:
             raise RuntimeError(f"pgbench failed: {err}")
-    for log in logs.glob("p*"):
+    for log in logs.glob("p[0-9]*"):
         for line in log.read_text().splitlines():
             fields = line.split()
             if len(fields) >= 3:
@@ -180,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default="simple", choices=("simple", "prepared"))
     parser.add_argument(
         "--budgets", default="64,4", help="global MPLs to run, comma-separated (default 64,4)"
+    )
+    parser.add_argument(
+        "--sql",
+        help="the statement each transaction runs instead of pgbench -S's "
+        '(e.g. "SELECT pg_sleep(0.005)": the database, not the proxies, sets the pace)',
     )
     args = parser.parse_args(argv)
     if args.clients % 3 or args.clients < 3:
@@ -213,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.seconds,
                         args.mode,
                         work,
+                        args.sql,
                     )
                     beats = (_heartbeats(proxies) - before) / args.seconds
                 finally:
@@ -226,8 +243,9 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         print()
+        what = "-S" if args.sql is None else f"-f ({args.sql})"
         print(
-            f"pgbench -S -M {args.mode}, {args.clients} clients, {args.seconds} s, "
+            f"pgbench {what} -M {args.mode}, {args.clients} clients, {args.seconds} s, "
             f"{args.rounds} rounds (medians)"
         )
         print(f"{'setting':22} {'stmt/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
