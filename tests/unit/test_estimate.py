@@ -67,24 +67,31 @@ def test_speed_probe_is_short_and_positive() -> None:
 @pytest.mark.serial  # "quiet" must be quiet: no test running beside it
 def test_speed_probe_sees_a_load_on_one_core_of_several() -> None:
     """The reason it is a parallel probe, and the median: with a busy process on one core
-    the probe reads slower (a single-threaded probe read the same). Skipped on one core."""
+    the probe reads slower (a single-threaded probe read the same). Skipped on one core.
+    A quiet reading and a busy one are taken side by side up to three times: on a shared
+    machine another tenant can slow one quiet reading by more than the hog does (seen once:
+    quiet 233 M rows/s, busy 252 M), but not, by chance, every one of three in a row."""
     import os
     import subprocess
     import sys
+    import time
 
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs two cores")
-    quiet = probe(tries=5).speed
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        import time
-
-        time.sleep(0.3)
-        busy = probe(tries=5).speed
-    finally:
-        hog.kill()
-        hog.wait()
-    assert busy < 0.95 * quiet, (quiet, busy)
+    pairs = []
+    for _ in range(3):
+        quiet = probe(tries=5).speed
+        hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            time.sleep(0.3)
+            busy = probe(tries=5).speed
+        finally:
+            hog.kill()
+            hog.wait()
+        pairs.append((quiet, busy))
+        if busy < 0.95 * quiet:
+            return
+    raise AssertionError(f"the probe did not read a busy core as slower: (quiet, busy) {pairs}")
 
 
 def test_rescale_puts_time_on_the_other_machine() -> None:
