@@ -689,14 +689,7 @@ def run_order(policies: Sequence[_T], seed: int, rep: int) -> list[_T]:
     if k < 2:
         return base
     # the first row: 0, 1, k−1, 2, k−2, …; row i adds i to every label (mod k)
-    first = [0]
-    low, high = 1, k - 1
-    while len(first) < k:
-        first.append(low)
-        low += 1
-        if len(first) < k:
-            first.append(high)
-            high -= 1
+    first = [0] + [(j + 1) // 2 if j % 2 else k - j // 2 for j in range(1, k)]
     if k % 2 == 0:
         shift, backwards = rep % k, False
     else:  # an odd k needs the mirror rows too; alternating keeps early predecessors distinct
