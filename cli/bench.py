@@ -194,7 +194,8 @@ def bench(
             "admits under the memory budget (--memory); POLICY+grant (PostgreSQL) gives each "
             "statement admitted its share of --grant-work-mem as its work_mem; POLICY+release "
             "gives the MPL slot of a statement in service --release-after seconds (default "
-            "1) to the queue (as serve --release-after); SETTING+again "
+            "1) to the queue (as serve --release-after); latency@N+due=X runs latency with "
+            "due factor X (0: no aging) whatever --due-factor says; SETTING+again "
             "runs a listed setting a second time under its own name (an A/A control: the "
             "verdict says how far two runs of one setting differed)."
         ),

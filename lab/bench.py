@@ -37,6 +37,7 @@ import functools
 import math
 import os
 import random
+import re
 import statistics
 import threading
 import time
@@ -106,20 +107,41 @@ AGAIN = "+again"
 RELEASE = "+release"
 RELEASE_AFTER = 1.0  # seconds, for POLICY+release when --release-after is not given
 AUTO = "auto"  # POLICY@auto: the MPL tuned while it runs
+# … the latency policy's due factor for this run (``latency@2+due=10``; 0: no aging), so that
+# two due factors are compared side by side in one interleaved bench
+DUE = "+due="
+_DUE_SUFFIX = re.compile(r"\+due=([0-9]+(?:\.[0-9]*)?)$")
 
 
 def _suffixes(spec: str) -> tuple[str, set[str]]:
-    """``latency@2+mem+learn`` → ("latency@2", {"+mem", "+learn"})."""
+    """``latency@2+mem+learn`` → ("latency@2", {"+mem", "+learn"}); a due factor is kept
+    with its value (``+due=10``)."""
     spec = spec.strip()
     found: set[str] = set()
     while True:
+        due = _DUE_SUFFIX.search(spec)
+        if due is not None and not any(f.startswith(DUE) for f in found):
+            found.add(due.group(0))
+            spec = spec[: due.start()].rstrip()
+            continue
         for suffix in (LEARN, MEMORY, GRANT, RELEASE, AGAIN):
             if spec.endswith(suffix) and suffix not in found:
                 found.add(suffix)
                 spec = spec[: -len(suffix)].rstrip()
                 break
         else:
+            if DUE in spec:
+                raise ValueError(f"{spec!r}: +due= takes a number of D_r (+due=10; 0: no aging)")
             return spec, found
+
+
+def due_factor(spec: str) -> float | None:
+    """The due factor ``spec`` sets (``latency@2+due=10`` → 10.0; ``+due=0`` → 0.0, aging off),
+    or None when it sets none (the bench's --due-factor applies)."""
+    for suffix in _suffixes(spec)[1]:
+        if suffix.startswith(DUE):
+            return float(suffix[len(DUE) :])
+    return None
 
 
 def learns(spec: str) -> bool:
@@ -183,10 +205,13 @@ def parse_policy(spec: str) -> tuple[str, int | None]:
     """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2; ``fcfs@auto``: tuned, see
     ``tunes_mpl``, the MPL returned is None); "none" takes no MPL. The suffixes ``+learn``
     (see ``learns``), ``+mem`` (``memory_aware``), ``+grant`` (``grants``) and ``+release``
-    (``releases``) are allowed on any but none; ``+again`` (``control``) on any."""
+    (``releases``) are allowed on any but none; ``+again`` (``control``) on any;
+    ``+due=X`` (``due_factor``) on latency."""
     spec, suffixes = _suffixes(spec)
     if suffixes - {AGAIN} and spec.partition("@")[0] == "none":
         raise ValueError("none is no admission control: it has no model to learn or budget")
+    if any(s.startswith(DUE) for s in suffixes) and spec.partition("@")[0] != "latency":
+        raise ValueError(f"{spec!r}: +due= sets the latency policy's aging; no other policy has it")
     name, at, mpl = spec.partition("@")
     if name != "none" and name not in POLICIES:
         choices = ", ".join(("none", *POLICIES))
@@ -468,6 +493,9 @@ def _limits(config: BenchConfig, policy: str, memory: int | None = None) -> Limi
     if releases(policy):
         after = config.release_after if config.release_after is not None else RELEASE_AFTER
         limits = dataclasses.replace(limits, release_after=after)
+    due = due_factor(policy)
+    if due is not None:
+        limits = dataclasses.replace(limits, due_factor=due or None)
     return limits
 
 

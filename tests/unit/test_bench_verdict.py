@@ -228,3 +228,21 @@ def test_three_repetitions_of_five_settings_vary_the_run_before_each() -> None:
         for s in settings:
             predecessors = [o[o.index(s) - 1] if o.index(s) else None for o in orders]
             assert len(set(predecessors)) == 3, (seed, s, predecessors)
+
+
+def test_a_due_setting_runs_the_latency_policy_with_its_own_due_factor() -> None:
+    """latency@2+due=10 and latency@2 are compared side by side in one bench: each run keeps
+    its own aging (0 turns it off); other policies have no due factor to set."""
+    from lab.bench import _limits, due_factor, learns, parse_policy
+
+    assert parse_policy("latency@2+due=10") == ("latency", 2)
+    assert due_factor("latency@2+due=10") == 10.0 and due_factor("latency@2") is None
+    assert due_factor("latency@2+learn+due=2.5") == 2.5 and learns("latency@2+due=2.5+learn")
+    result = _result({"none": [1.0], "latency@2": [0.5], "latency@2+due=10": [0.6]})
+    config = result.config
+    assert _limits(config, "latency@2+due=10").due_factor == 10.0
+    assert _limits(config, "latency@2+due=0").due_factor is None
+    assert _limits(config, "latency@2").due_factor == config.limits.due_factor
+    for bad in ("fcfs@2+due=10", "none+due=5", "latency@2+due=x", "latency@2+due="):
+        with pytest.raises(ValueError):
+            parse_policy(bad)
