@@ -137,3 +137,22 @@ def test_pg_spill_pairs_each_granted_run_with_nones_of_its_repetition(
     # each run is a quarter, or three quarters, of none's in the same repetition
     assert "fcfs@2+grant: temp bytes 0.250 ± 0 of none's (paired by repetition: halved)" in out
     assert "fcfs@4+grant: temp bytes 0.750 ± 0 of none's (paired by repetition: not halved)" in out
+
+
+def test_tail_frontier_mixes_are_reproducible_and_summaries_count_both_halves() -> None:
+    from benchmarks.tail_frontier import Cell, draw_mixes, summary
+
+    names = [f"Q{q}" for q in range(1, 23)]
+    mixes = draw_mixes(names, 5, seed=7)
+    assert mixes == draw_mixes(names, 5, seed=7) and mixes != draw_mixes(names, 5, seed=8)
+    assert [m[0] for m in mixes[:2]] == ["eight", "all 22"] and len(mixes) == 7
+    assert sum(mixes[0][1]) == 8 and mixes[0][1][names.index("Q18")] == 1.0
+    for _, shares in mixes[2:]:
+        used = [p for p in shares if p > 0]
+        assert 3 <= len(used) <= 11 and abs(sum(used) - 1) < 1e-9
+    assert draw_mixes(["a", "b"], 1, 0)[0][0] == "all 2"  # no eight-query mix without its classes
+    cells = [Cell([0.8, 0.8], [1.0, 1.0]), Cell([0.7, 0.7], [1.3, 1.1]), Cell([1.0], [0.9])]
+    median_mean, worst_mean, median_p99, worst_p99, tail_ok, mean_ok = summary(cells, 0.15)
+    assert median_mean == pytest.approx(0.8) and worst_mean == 1.0
+    assert median_p99 == 1.0 and worst_p99 == pytest.approx(1.2)
+    assert tail_ok == 2 and mean_ok == 2
