@@ -42,7 +42,10 @@ bounds were tried on the all-22 mix at ρ = 0.9 and 0.95 and sat on the same cur
 due at the time a virtual FCFS queue (the same arrivals, each taking its D_r) would have started
 it, × 1 or 1.5, earliest first (at MPL 2 and 3: mean/base 0.91–0.95 with p99/base 1.04–1.12;
 0.82–0.90 with 1.18–1.30); due after k × D_r but oldest or earliest-due first instead of by
-wait/D_r (k = 5 earliest-due: 0.894 / 1.049; k = 10: 0.809 / 1.183). This is what queueing
+wait/D_r (k = 5 earliest-due: 0.894 / 1.049; k = 10: 0.809 / 1.183). Admitting due statements
+beyond the MPL (one or two over it, so a long one shares the cores instead of waiting) was
+worse on both at both loads (k = 10, ρ 0.95: 0.828–0.842 / 1.26–1.31 against 0.803 / 1.21
+without). This is what queueing
 theory leads one to expect: for light-tailed service times (here D_r spans 12× at most) FCFS
 gives the lightest tail of response time among work-conserving orders, and any order that
 lets short statements pass long ones moves waiting onto the long ones, which are the tail.
