@@ -135,6 +135,12 @@ def report(result: BenchResult, recommended: str, label: str, targets: bool = Tr
             f"{rec.throughput.mean / base.throughput.mean - 1:+.1%}: "
             + ("MET" if met else "NOT MET")
         )
+        if not p99_ok:
+            lines.append(
+                "  (the tail: short-first moves waiting onto the long classes; how much mean "
+                "each due factor trades for p99 over many mixes: benchmarks/tail_frontier.py; "
+                "latency@2+due=X compares factors here)"
+            )
     return lines
 
 
