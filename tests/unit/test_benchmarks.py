@@ -152,7 +152,7 @@ def test_tail_frontier_mixes_are_reproducible_and_summaries_count_both_halves() 
         assert 3 <= len(used) <= 11 and abs(sum(used) - 1) < 1e-9
     assert draw_mixes(["a", "b"], 1, 0)[0][0] == "all 2"  # no eight-query mix without its classes
     cells = [Cell([0.8, 0.8], [1.0, 1.0]), Cell([0.7, 0.7], [1.3, 1.1]), Cell([1.0], [0.9])]
-    median_mean, worst_mean, median_p99, worst_p99, tail_ok, mean_ok = summary(cells, 0.15)
+    median_mean, worst_mean, median_p99, worst_p99, tail_ok, mean_ok, both = summary(cells, 0.15)
     assert median_mean == pytest.approx(0.8) and worst_mean == 1.0
     assert median_p99 == 1.0 and worst_p99 == pytest.approx(1.2)
-    assert tail_ok == 2 and mean_ok == 2
+    assert tail_ok == 2 and mean_ok == 2 and both == 1  # only the first has both
