@@ -100,6 +100,18 @@ class Row:
         return [r.throughput for r in self.runs]
 
 
+def open_config(completions: int) -> SimConfig:
+    """The simulated machine of these studies: M = 2 cores, no thread budget, each task to the
+    least-loaded core (as the OS places DuckDB's threads), the first tenth a warm-up."""
+    return SimConfig(
+        cores=CORES,
+        fcr=None,
+        routing="least-loaded",
+        completions=completions,
+        warmup=completions // 10,
+    )
+
+
 def _setup(
     model_path: Path | None, mix: Sequence[float] | None, config: SimConfig
 ) -> tuple[Workload, tuple[float, ...], list[float], EtaModel | None]:
@@ -241,13 +253,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     mix = tuple(float(x) for x in args.mix.split(",")) if args.mix else None
-    base = SimConfig(
-        cores=CORES,
-        fcr=None,
-        routing="least-loaded",
-        completions=args.completions,
-        warmup=args.completions // 10,
-    )
+    base = open_config(args.completions)
     started = time.perf_counter()
     work, shares, demands, trained = _setup(args.model, mix, base)
     names = [c.name for c in work.classes]

@@ -64,10 +64,10 @@ from pathlib import Path
 
 import numpy as np
 
-from admission.model import EtaModel
+from admission.model import EtaModel, ModelError
 from admission.sim import SimConfig, Workload
 from admission.sim.study import replicate
-from benchmarks.open_policies import CORES, _setup
+from benchmarks.open_policies import CORES, _setup, open_config
 
 EIGHT = (1, 2, 6, 9, 11, 13, 14, 18)  # the mix the latency policy was checked on
 
@@ -168,15 +168,12 @@ def main() -> None:
         parser.error("each load must be in (0, 1) and each due factor above 0")
     if args.replications < 1 or args.completions < 100 or args.mixes < 0:
         parser.error("--replications ≥ 1, --completions ≥ 100, --mixes ≥ 0")
-    base = SimConfig(
-        cores=CORES,
-        fcr=None,
-        routing="least-loaded",
-        completions=args.completions,
-        warmup=args.completions // 10,
-    )
+    base = open_config(args.completions)
     started = time.perf_counter()
-    work, _, demands, trained = _setup(args.model, None, base)
+    try:
+        work, _, demands, trained = _setup(args.model, None, base)
+    except ModelError as e:
+        parser.error(str(e))
     assert trained is not None
     names = [c.name for c in work.classes]
     plain = work.model(CORES, None, demands)
