@@ -20,6 +20,7 @@ import pytest
 
 from admission import EtaModel, Scheduler
 from admission.classify import classify_sql
+from admission.scheduler import DUE_FACTOR
 from lab.train import train
 from testing.pgcluster import Cluster, connect_when_ready, free_port, interruptible
 from training.estimate import (
@@ -440,7 +441,7 @@ def _serve_with(model: Path) -> None:
         status = httpx.get(f"http://127.0.0.1:{admin}/status").json()
         assert status["policy"] == "latency"
         cores = json.loads(model.read_text())["cores"]
-        assert status["limits"]["mpl"] == cores and status["limits"]["due_factor"] == 20
+        assert status["limits"]["mpl"] == cores and status["limits"]["due_factor"] == DUE_FACTOR
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
