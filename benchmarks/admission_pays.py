@@ -274,7 +274,7 @@ def _main(args: argparse.Namespace) -> int:
         (args.out_dir / f"{stem}.json").write_text(json.dumps(result.json(), indent=1) + "\n")
         return result
 
-    for rho in (float(x) for x in args.loads.split(",")):
+    for rho in (float(x) for x in args.loads.split(",") if x.strip()):  # "": the burst only
         config = BenchConfig(
             **{**base.__dict__, "arrivals": "poisson", "load": rho, "load_basis": args.load_basis}
         )
