@@ -67,7 +67,7 @@ import numpy as np
 from admission.model import EtaModel, ModelError
 from admission.sim import SimConfig, Workload
 from admission.sim.study import replicate
-from benchmarks.open_policies import CORES, _setup, open_config
+from benchmarks.open_policies import CORES, Row, _setup, open_config
 
 EIGHT = (1, 2, 6, 9, 11, 13, 14, 18)  # the mix the latency policy was checked on
 
@@ -124,10 +124,8 @@ def _measure(
     config = replace(cfg, mpl=s.mpl)
     if s.policy == "latency":
         config = replace(config, due_factor=s.due_factor)
-    runs = replicate(work, config, model, s.policy, reps, seed)
-    means = np.array([r.mean_response() for r in runs])
-    p99 = np.array([float(np.percentile(np.concatenate(r.response_times), 99)) for r in runs])
-    return means, p99
+    row = Row(s.label, s.policy, s.mpl, replicate(work, config, model, s.policy, reps, seed))
+    return np.array(row.means()), np.array(row.p99s())
 
 
 def summary(cells: Sequence[Cell], gain: float) -> tuple[float, float, float, float, int, int, int]:
