@@ -12,8 +12,10 @@ same pgbench command:
 Each runs ``pgbench -S -M MODE -c C -j 2 -T S`` (select-only: one statement per transaction)
 and, with ``--tpcb``, pgbench's TPC-B-like transactions. Prints per setting and round the
 throughput (transactions/s, pgbench's, without the connection time), failed transactions,
-the connection time and the most server connections seen in pg_stat_activity (sampled every
-20 ms); then per setting the median over rounds and the ratio to PgBouncer's in the same round
+the connection time, the most server connections seen in pg_stat_activity (sampled every
+20 ms) and the CPU the pooler's process used per transaction, user and system (from
+/proc/PID/stat: on a machine whose cores pgbench and PostgreSQL share with the pooler, every
+µs of it is taken from them); then per setting the median over rounds and the ratio to PgBouncer's in the same round
 (median and range).
 
 PgBouncer before 1.21 does not carry protocol-level prepared statements in transaction mode:
@@ -43,6 +45,7 @@ from pathlib import Path
 import psycopg
 
 from benchmarks.coordinator import _wait, serve_proxy
+from benchmarks.proxy_overhead import cpu_seconds, pids_named
 from lab.bench import run_order
 from testing.pgcluster import Cluster, free_port, start_cluster
 
@@ -134,11 +137,13 @@ def pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
     )
     out = result.stdout + result.stderr
     tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
+    done = re.search(r"number of transactions actually processed: (\d+)", out)
     failed = re.search(r"number of failed transactions: (\d+)", out)
     connect = re.search(r"initial connection time = ([\d.]+) ms", out)
     errors = len(re.findall(r"(?m)^pgbench: error", out))
     return {
         "tps": float(tps.group(1)) if tps else 0.0,
+        "transactions": float(done.group(1)) if done else 0.0,
         "failed": float(failed.group(1)) if failed else float("nan"),
         "connect_ms": float(connect.group(1)) if connect else float("nan"),
         "errors": float(errors + (result.returncode != 0)),
@@ -181,19 +186,31 @@ def main(argv: list[str] | None = None) -> int:
                         mode = args.mode
                         if setting == "pgbouncer" and mode == "prepared":
                             mode = "extended"  # (PgBouncer < 1.21 cannot; see the docstring)
+                        pids = (
+                            pids_named("pgbouncer", proc.pid)
+                            if setting == "pgbouncer"
+                            else [proc.pid]
+                        )
                         sampler = Sampler(pg)
+                        before = cpu_seconds(pids)
                         row = pgbench(
                             port,
                             [*extra, "-M", mode, "-c", str(args.clients), "-j", "2"],
                             args.seconds,
                         )
+                        after = cpu_seconds(pids)
                         row["server_connections"] = sampler.stop()
+                        n = row["transactions"] or float("nan")
+                        row["user_us"] = (after[0] - before[0]) / n * 1e6
+                        row["sys_us"] = (after[1] - before[1]) / n * 1e6
                         results.setdefault((setting, name), []).append(row)
                         print(
                             f"round {rnd + 1} {setting:12} {name:11} -M {mode:8} "
                             f"tps {row['tps']:9.0f}  failed {row['failed']:.0f}  "
                             f"errors {row['errors']:.0f}  connect {row['connect_ms']:8.0f} ms  "
-                            f"server connections ≤ {row['server_connections']:.0f}",
+                            f"server connections ≤ {row['server_connections']:.0f}  "
+                            f"CPU/transaction user {row['user_us']:.1f} µs sys "
+                            f"{row['sys_us']:.1f} µs",
                             flush=True,
                         )
                 finally:
@@ -211,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
             line = (
                 f"{setting:12} {name:11} tps {tps:9.0f}  failed "
                 f"{sum(r['failed'] for r in rows):.0f}  server connections ≤ "
-                f"{max(r['server_connections'] for r in rows):.0f}"
+                f"{max(r['server_connections'] for r in rows):.0f}  CPU/transaction user "
+                f"{statistics.median(r['user_us'] for r in rows):.1f} µs sys "
+                f"{statistics.median(r['sys_us'] for r in rows):.1f} µs"
             )
             base = results.get(("pgbouncer", name))
             if base and setting != "pgbouncer":
