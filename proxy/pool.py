@@ -166,6 +166,24 @@ def pooling_refusal(sql: str) -> str | None:
     return why
 
 
+_SETS: dict[str, bool] = {}  # a statement text's answer, kept as _REFUSALS are
+
+
+def may_set(sql: str) -> bool:
+    """Whether a statement may change the session's settings (SETS_TEXT; the answer per text
+    is kept: the regex costs more than the rest of a pooled statement's checks)."""
+    try:
+        return _SETS[sql]
+    except KeyError:
+        pass
+    found = SETS_TEXT.search(sql) is not None
+    if len(sql) <= 4096:
+        if len(_SETS) >= 4096:
+            _SETS.clear()
+        _SETS[sql] = found
+    return found
+
+
 def _refusal(sql: str) -> str | None:
     found = _REFUSED.search(sql)
     if found is None:

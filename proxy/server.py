@@ -37,12 +37,12 @@ from admission.model import EtaModel
 from proxy.gate import AdmissionGate
 from proxy.pool import (
     RESETS_ALL,
-    SETS_TEXT,
     Link,
     Pool,
     Pools,
     Statements,
     client_settings,
+    may_set,
     pooling_refusal,
 )
 from proxy.wire import protocol as pg
@@ -690,7 +690,7 @@ class ClientConnection(asyncio.Protocol):
                 self._apply(session.rejected(job, "0A000", why))
                 return
             bypass = bypass and self.link is not None
-            if SETS_TEXT.search(sql):
+            if may_set(sql):
                 self._note_sets(job, sql)
         if gate.admits_at_once():
             # Admitted at once for certain: the database starts on it
@@ -1136,7 +1136,7 @@ class ClientConnection(asyncio.Protocol):
                         self._apply(self.session.rejected(job, "0A000", why))
                         continue
                     bypass = bypass and self.link is not None
-                    if SETS_TEXT.search(action.sql):
+                    if may_set(action.sql):
                         self._note_sets(job, action.sql)
                 if self.server.gate.admit(job, action.query_class, bypass, action.sql, self):
                     self.server.prioritize(self, job)

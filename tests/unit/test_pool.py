@@ -16,6 +16,7 @@ from proxy.pool import (
     Statements,
     _Scram,
     client_settings,
+    may_set,
     pooling_refusal,
     server_name,
     settings_query,
@@ -43,6 +44,34 @@ from proxy.wire import protocol as pg
 def test_session_features_are_refused(sql: str) -> None:
     why = pooling_refusal(sql)
     assert why is not None and "--pool-mode session" in why
+
+
+@pytest.mark.parametrize(
+    ("sql", "sets"),
+    [
+        ("SET search_path = x", True),
+        ("select 1; reset all", True),
+        ("  discard all", True),
+        ("SELECT set_config('a.b', '1', false)", True),
+        ("SELECT 1", False),
+        ("UPDATE t SET x = 1", False),  # (an UPDATE's SET is not a session's)
+        ("SELECT settings FROM t", False),
+    ],
+)
+def test_statements_that_may_change_settings_are_told_again_from_the_kept_answer(
+    sql: str, sets: bool
+) -> None:
+    assert may_set(sql) is sets
+    assert may_set(sql) is sets  # (the second answer from the text's kept one)
+
+
+def test_the_kept_answers_are_bounded() -> None:
+    from proxy import pool
+
+    for i in range(5000):
+        may_set(f"SELECT {i}")
+    assert 0 < len(pool._SETS) <= 4096
+    assert may_set("x" * 5000 + "; set a = 1") and "x" * 5000 + "; set a = 1" not in pool._SETS
 
 
 @pytest.mark.parametrize(
