@@ -15,8 +15,8 @@ throughput (transactions/s, pgbench's, without the connection time), failed tran
 the connection time, the most server connections seen in pg_stat_activity (sampled every
 20 ms) and the CPU the pooler's process used per transaction, user and system (from
 /proc/PID/stat: on a machine whose cores pgbench and PostgreSQL share with the pooler, every
-µs of it is taken from them); then per setting the median over rounds and the ratio to PgBouncer's in the same round
-(median and range).
+µs of it is taken from them); then per setting the median over rounds and the ratio to
+PgBouncer's in the same round (median and range).
 
 PgBouncer before 1.21 does not carry protocol-level prepared statements in transaction mode:
 ``-M prepared`` fails through it. Use ``--mode extended`` (or simple) for the comparison with
