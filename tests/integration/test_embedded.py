@@ -70,6 +70,41 @@ def test_psql_through_the_embedded_backend(embedded: Embedded) -> None:
     assert "Table with name nope does not exist" in out.stderr
 
 
+def test_psycopg2_transactions_ddl_and_errors(embedded: Embedded) -> None:
+    """psycopg2 (libpq) opens every transaction with its own BEGIN and fails it unless the
+    reply is a bare command tag: a command answers with no RowDescription, as in PostgreSQL."""
+    import psycopg2
+
+    conn = psycopg2.connect(host="127.0.0.1", port=embedded.port, user="app", dbname="app")
+    try:
+        cur = conn.cursor()
+        cur.execute("select name from items where id = %s", (1,))
+        assert cur.fetchone() == ("tea",)
+        cur.execute("create temp table t2 (a int, b text)")
+        assert cur.description is None and cur.statusmessage == "CREATE TABLE"
+        cur.execute("insert into t2 values (%s, %s), (%s, %s)", (1, "it's", 2, None))
+        assert cur.rowcount == 2
+        conn.commit()
+        cur.execute("select a, b from t2 order by a")
+        assert cur.fetchall() == [(1, "it's"), (2, None)]
+        with pytest.raises(psycopg2.Error) as failed:
+            cur.execute("select * from nope")
+        assert failed.value.pgcode == "42P01"
+        conn.rollback()
+        cur.execute("select 2")
+        assert cur.fetchone() == (2,)
+        conn.commit()
+    finally:
+        conn.close()
+    with embedded.connect() as conn:  # the bare reply, read without a driver's leniency
+        for sql, tag in [("BEGIN", "BEGIN"), ("create table t3 (a int)", "CREATE TABLE")]:
+            result = conn.pgconn.exec_(sql.encode())
+            assert result.status == psycopg.pq.ExecStatus.COMMAND_OK and result.nfields == 0
+            assert result.command_status == tag.encode()
+        result = conn.pgconn.exec_(b"ROLLBACK")
+        assert result.status == psycopg.pq.ExecStatus.COMMAND_OK
+
+
 def test_psycopg_parameters_types_and_errors(embedded: Embedded) -> None:
     with embedded.connect() as conn:
         assert conn.execute("select name from items where id = %s", (1,)).fetchone() == ("tea",)

@@ -401,6 +401,22 @@ def python_data_rows(
     return out
 
 
+# statements whose DuckDB result may be rows (anything else answers with a status column)
+_ROW_KINDS = frozenset({"SELECT", "EXPLAIN", "PRAGMA", "CALL", "EXECUTE", "RELATION", "MULTI"})
+
+
+def _status_only(kind: str, description: Any) -> bool:
+    """DuckDB answers a command (BEGIN, COMMIT, CREATE, DROP, SET, COPY …) with one column,
+    "Success" or "Count"; PostgreSQL answers it with a command tag alone — no RowDescription,
+    which libpq-based drivers hold against it (psycopg2's BEGIN fails on a row description)."""
+    return (
+        kind not in _ROW_KINDS
+        and description is not None
+        and len(description) == 1
+        and description[0][0] in ("Success", "Count")
+    )
+
+
 def command_tag(kind: str, query: str, rows: list[tuple[Any, ...]], has_columns: bool) -> str:
     words = query.strip().rstrip(";").split()
     verb = words[0].upper() if words else ""
@@ -411,6 +427,8 @@ def command_tag(kind: str, query: str, rows: list[tuple[Any, ...]], has_columns:
         return f"INSERT 0 {count}"
     if kind in ("UPDATE", "DELETE"):
         return f"{kind} {count}"
+    if kind == "COPY":
+        return f"COPY {count}"
     if kind == "TRANSACTION":
         return {"START": "BEGIN", "END": "COMMIT", "ABORT": "ROLLBACK"}.get(verb, verb)
     if verb in ("CREATE", "DROP", "ALTER") and len(words) > 1:
@@ -490,7 +508,7 @@ def execute(
     columns = [(d[0], pg_type(str(d[1]))) for d in description or []]
     is_count = kind in ("INSERT", "UPDATE", "DELETE") and [c[0] for c in columns] == ["Count"]
     tag = command_tag(kind, query, rows, bool(columns) and not is_count)
-    if is_count:
+    if is_count or _status_only(kind, description):
         return Result([], [], tag, [], latency, cpu_time, memory=memory, spilled=spilled)
     formats = column_formats(format_codes, len(columns))
     types = [t for _, t in columns]
