@@ -105,6 +105,67 @@ def test_psycopg2_transactions_ddl_and_errors(embedded: Embedded) -> None:
         assert result.status == psycopg.pq.ExecStatus.COMMAND_OK
 
 
+def test_named_cursors_of_psycopg_and_psycopg2_fetch_in_batches(embedded: Embedded) -> None:
+    """Server-side cursors (DECLARE … FETCH … CLOSE): psycopg declares, describes the portal
+    named as the cursor and fetches; psycopg2 fetches itersize rows at a time."""
+    import psycopg2
+
+    with embedded.connect(autocommit=False) as conn:
+        with conn.cursor(name="big") as cur:
+            cur.execute("select x, x * 2 as y from range(%s) t(x) order by x", (25_000,))
+            assert [d.name for d in cur.description or ()] == ["x", "y"]
+            assert cur.fetchmany(3) == [(0, 0), (1, 2), (2, 4)]
+            # another statement between two fetches: the cursor's rows are not lost to it
+            assert conn.execute("select count(*) from items").fetchone() == (2,)
+            rest = cur.fetchall()
+            assert len(rest) == 25_000 - 3 and rest[0] == (3, 6) and rest[-1] == (24_999, 49_998)
+        conn.commit()
+    conn2 = psycopg2.connect(host="127.0.0.1", port=embedded.port, user="app", dbname="app")
+    try:
+        with conn2.cursor(name="items_cur") as cur2:
+            cur2.itersize = 1
+            cur2.execute("select id, name from items order by id")
+            assert list(cur2) == [(1, "tea"), (2, "cake")]
+        conn2.commit()
+    finally:
+        conn2.close()
+
+
+def test_sql_cursor_statements_and_their_errors(embedded: Embedded) -> None:
+    with embedded.connect() as conn:
+        with pytest.raises(psycopg.errors.NoActiveSqlTransaction):  # 25P01, as PostgreSQL
+            conn.execute("declare c cursor for select 1")
+        conn.execute("begin")
+        assert conn.execute("declare c cursor for select * from range(10)").statusmessage == (
+            "DECLARE CURSOR"
+        )
+        cur = conn.execute("fetch 3 from c")
+        assert cur.fetchall() == [(0,), (1,), (2,)] and cur.statusmessage == "FETCH 3"
+        assert conn.execute("move forward 2 in c").statusmessage == "MOVE 2"
+        assert conn.execute("fetch next from c").fetchall() == [(5,)]
+        assert conn.execute("fetch all from c").fetchall() == [(6,), (7,), (8,), (9,)]
+        assert conn.execute("fetch c").fetchall() == []
+        with pytest.raises(psycopg.errors.DuplicateCursor):
+            conn.execute("declare c cursor for select 1")
+        conn.execute("rollback")
+        conn.execute("begin")
+        conn.execute('declare "Mixed" cursor without hold for select 7')
+        assert conn.execute('fetch forward all from "Mixed"').fetchall() == [(7,)]
+        assert conn.execute('close "Mixed"').statusmessage == "CLOSE CURSOR"
+        with pytest.raises(psycopg.errors.InvalidCursorName):  # 34000
+            conn.execute('fetch "Mixed"')
+        conn.execute("rollback")
+        conn.execute("begin")
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            conn.execute("declare h cursor with hold for select 1")
+        conn.execute("rollback")
+        conn.execute("begin")
+        conn.execute("declare d cursor for select 1")
+        conn.execute("commit")  # a cursor lives until its transaction ends
+        with pytest.raises(psycopg.errors.InvalidCursorName):
+            conn.execute("fetch d")
+
+
 def test_psycopg_parameters_types_and_errors(embedded: Embedded) -> None:
     with embedded.connect() as conn:
         assert conn.execute("select name from items where id = %s", (1,)).fetchone() == ("tea",)

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import re
 import struct
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -212,6 +213,7 @@ class Portal:
     formats: tuple[int, ...] = ()  # result format codes from Bind
     result: Result | None = None
     sent: int = 0
+    cursor: bool = False  # a SQL cursor (DECLARE): FETCH, MOVE and CLOSE name it
 
 
 _KINDS = {
@@ -236,6 +238,45 @@ def _single_statement(text: str) -> tuple[str, str] | None:
     match = _FIRST_WORD.match(body)
     kind = _KINDS.get(match.group(1).lower()) if match else None
     return (body, kind) if kind else None
+
+
+_CURSOR_HEAD = re.compile(r"\s*(?:declare|fetch|move|close)\s", re.I)
+_NAME = r'(?P<name>"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
+_DECLARE = re.compile(
+    r"\s*declare\s+" + _NAME + r"\s+(?P<options>(?:[a-z]+\s+)*?)cursor\s+"
+    r"(?P<hold>(?:with|without)\s+hold\s+)?for\s+(?P<query>.+?)\s*;?\s*$",
+    re.I | re.S,
+)
+_FETCH = re.compile(
+    r"\s*(?P<verb>fetch|move)\s+(?P<direction>(?:next|all|forward(?:\s+(?:all|\d+))?|\d+)\s+)?"
+    r"(?:(?:from|in)\s+)?" + _NAME + r"\s*;?\s*$",
+    re.I,
+)
+_CLOSE = re.compile(r'\s*close\s+(?P<name>all|"(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s*;?\s*$', re.I)
+
+
+def _cursor_name(text: str) -> str:
+    """A cursor's name as PostgreSQL keeps it: quoted as written, else in lower case."""
+    if text.startswith('"'):
+        return text[1:-1].replace('""', '"')
+    return text.lower()
+
+
+def _fetch_count(direction: str | None) -> int:
+    """How many rows a FETCH or MOVE direction asks for (forward only)."""
+    words = (direction or "").lower().split()
+    if not words or words == ["next"] or words == ["forward"]:
+        return 1
+    if words[-1] == "all":
+        return sys.maxsize
+    return int(words[-1])
+
+
+def _split(text: str) -> list[str]:
+    try:
+        return list(pglast.split(text))
+    except Exception:  # pglast's parse errors: the caller's own error path reports it
+        return []
 
 
 def _check_catalogs(query: str) -> None:
@@ -382,6 +423,8 @@ class DuckDBSession:
                 "25P02",
                 "current transaction is aborted, commands ignored until end of transaction block",
             )
+        if kind == "CURSOR":
+            return await self._cursor_statement(query, params, formats)
         if kind.startswith(_DRIVER):
             return answered(compat.driver_answer(kind[len(_DRIVER) :], list(params)), formats)
         local = self._local(query) or self._transaction_warning(query, kind)
@@ -481,6 +524,87 @@ class DuckDBSession:
         self.out += pg.error_response(sqlstate, message, severity="WARNING", kind=b"N")
         return Result([], [], tag, [])
 
+    async def _cursor_statement(
+        self, query: str, params: Sequence[object], formats: Sequence[int]
+    ) -> Result:
+        """DECLARE, FETCH, MOVE and CLOSE of a SQL cursor (what psycopg's and psycopg2's named
+        cursors send). A cursor is a portal of the session named as the cursor, as in
+        PostgreSQL — a Describe of that portal (psycopg's) reads its columns; its query runs at
+        its first Describe or FETCH, and a FETCH takes the next rows, streamed from DuckDB as
+        they are asked for. It lives until its transaction ends; WITH HOLD, BINARY and
+        backward movement are refused (0A000)."""
+        declare = _DECLARE.match(query)
+        if declare is not None:
+            name = _cursor_name(declare.group("name"))
+            options = declare.group("options").lower().split()
+            hold = (declare.group("hold") or "").lower().startswith("with ")
+            if "binary" in options or hold:
+                raise QueryError(
+                    "0A000",
+                    "BINARY and WITH HOLD cursors are not supported by the embedded DuckDB "
+                    "server (a cursor lives until its transaction ends)",
+                )
+            if self.status == b"I":
+                raise QueryError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
+            if name in self.portals:
+                raise QueryError("42P03", f'cursor "{name}" already exists')
+            statements = self._statements(declare.group("query"))
+            if len(statements) != 1 or statements[0][1] != "SELECT":
+                raise QueryError("42601", "a cursor's query must be one SELECT or VALUES")
+            inner, kind = statements[0]
+            self.portals[name] = Portal(Prepared(inner, [], kind), list(params), cursor=True)
+            return Result([], [], "DECLARE CURSOR", [])
+        close = _CLOSE.match(query)
+        if close is not None:
+            target = close.group("name")
+            names = (
+                [n for n, p in self.portals.items() if p.cursor]
+                if target.lower() == "all"
+                else [_cursor_name(target)]
+            )
+            for name in names:
+                portal = self.portals.pop(name, None)
+                if portal is None:
+                    raise QueryError("34000", f'cursor "{name}" does not exist')
+                if portal.result is not None:
+                    if self.open is portal.result:
+                        self.open = None
+                    portal.result.abandon()
+            return Result([], [], "CLOSE CURSOR", [])
+        fetch = _FETCH.match(query)
+        if fetch is None:
+            raise QueryError("0A000", "this form of a cursor statement is not supported")
+        name = _cursor_name(fetch.group("name"))
+        portal = self.portals.get(name)
+        if portal is None or not portal.cursor:
+            raise QueryError("34000", f'cursor "{name}" does not exist')
+        count = _fetch_count(fetch.group("direction"))
+        if portal.result is None:
+            portal.formats = tuple(formats)
+            result = await self._portal_result(portal)
+        else:
+            result = portal.result
+            if tuple(formats) != portal.formats and any(formats):
+                raise QueryError(
+                    "0A000", "a cursor's rows are fetched in the format of its first FETCH"
+                )
+        loop = asyncio.get_running_loop()
+        while result.more is not None and len(result.rows) - portal.sent < count:
+            more = result.more
+            chunk = await loop.run_in_executor(self.backend.pool, more)
+            if not chunk:
+                if self.open is result:
+                    self.open = None
+                result.abandon()
+                break
+            result.rows += chunk
+        rows = result.rows[portal.sent : portal.sent + count]
+        result.rows = result.rows[portal.sent + len(rows) :]  # (what is fetched is not kept)
+        portal.sent = 0
+        if fetch.group("verb").lower() == "move":
+            return Result([], [], f"MOVE {len(rows)}", [])
+        return Result(result.columns, rows, f"FETCH {len(rows)}", result.formats)
+
     def _track_transaction(self, tag: str) -> None:
         if tag == "BEGIN":
             self.status = b"T"
@@ -510,6 +634,8 @@ class DuckDBSession:
         single = _single_statement(text)
         if single is not None:
             return [single]
+        if _CURSOR_HEAD.match(text) and len(lone := _split(text)) == 1:
+            return [(lone[0], "CURSOR")]  # (answered here: DuckDB has no SQL cursors)
         try:
             return [(st.query, st.type.name) for st in self.cursor.extract_statements(text)]
         except duckdb.Error as e:
