@@ -105,6 +105,44 @@ def test_psycopg2_transactions_ddl_and_errors(embedded: Embedded) -> None:
         assert result.status == psycopg.pq.ExecStatus.COMMAND_OK
 
 
+def test_pg8000_untyped_parameters_transactions_and_errors(embedded: Embedded) -> None:
+    """pg8000 (pure Python) leaves every parameter's type to the server and binds text."""
+    import pg8000.dbapi
+    import pg8000.native
+
+    conn = pg8000.native.Connection("app", host="127.0.0.1", port=embedded.port, database="app")
+    try:
+        assert conn.run("select 1 + :x as y", x=41) == [[42]]
+        assert conn.run("select name from items where id = :i", i=2) == [["cake"]]
+        assert conn.run("select :p * 2.0", p=Decimal("1.25")) == [[Decimal("2.5")]]
+        statement = conn.prepare("select count(*) from items where price > :p")
+        assert statement.run(p=Decimal("1")) == [[1]]
+        statement.close()
+        with pytest.raises(pg8000.native.DatabaseError) as failed:
+            conn.run("select * from nope")
+        assert failed.value.args[0]["C"] == "42P01"
+        assert conn.run("select 'after the error'") == [["after the error"]]
+    finally:
+        conn.close()
+    dbapi = pg8000.dbapi.connect("app", host="127.0.0.1", port=embedded.port, database="app")
+    try:
+        cur = dbapi.cursor()
+        cur.execute("create temp table t8 (a int, b text, d date)")
+        cur.executemany(
+            "insert into t8 values (%s, %s, %s)",
+            [(1, "a", datetime.date(2024, 1, 2)), (2, None, None)],
+        )
+        dbapi.commit()
+        cur.execute("select a, b, d from t8 order by a")
+        assert [tuple(r) for r in cur.fetchall()] == [
+            (1, "a", datetime.date(2024, 1, 2)),
+            (2, None, None),
+        ]
+        dbapi.rollback()
+    finally:
+        dbapi.close()
+
+
 def test_named_cursors_of_psycopg_and_psycopg2_fetch_in_batches(embedded: Embedded) -> None:
     """Server-side cursors (DECLARE … FETCH … CLOSE): psycopg declares, describes the portal
     named as the cursor and fetches; psycopg2 fetches itersize rows at a time."""

@@ -163,6 +163,11 @@ _PARAM_THEN_COLUMN = re.compile(rf"\$(\d+)\s*{_OPERATOR}\s*([\w.]+)", re.I)
 _BETWEEN = re.compile(r"([\w.]+)\s+between\s+\$(\d+)\s+and\s+\$(\d+)", re.I)
 _IN_LIST = re.compile(r"([\w.]+)\s+in\s*\(\s*(\$\d+(?:\s*,\s*\$\d+)*)\s*\)", re.I)
 _LIMIT = re.compile(r"\b(?:limit|offset)\s+\$(\d+)", re.I)
+# a parameter beside a number (``1 + $1``, ``$2 >= 10``): PostgreSQL takes an untyped one to
+# be of the other side's type, where DuckDB cannot choose an operator for a string and a number
+_NUMERIC_OPERATOR = r"(?:[-+*/%]|=|<>|!=|<=|>=|<|>)"
+_NUMBER_THEN_PARAM = re.compile(rf"(?<![\w.$])(\d+)(\.\d+)?\s*{_NUMERIC_OPERATOR}\s*\$(\d+)")
+_PARAM_THEN_NUMBER = re.compile(rf"\$(\d+)\s*{_NUMERIC_OPERATOR}\s*(\d+)(\.\d+)?(?![\w.])")
 _CAST = re.compile(r"\$(\d+)\s*::\s*([a-z][\w ]*?\w)(?=\s*(?:\)|,|$|\s(?!precision|zone)|;))", re.I)
 _INSERT = re.compile(
     r"\s*insert\s+into\s+([\w.\"]+)\s*(?:\(([^)]*)\))?\s*values\s*\(([^)]*)\)", re.I | re.S
@@ -217,6 +222,10 @@ def infer_parameter_types(
             put(member.strip()[1:], column(name))
     for number in _LIMIT.findall(query):
         put(number, "BIGINT")
+    for _, fraction, number in _NUMBER_THEN_PARAM.findall(query):
+        put(number, "DECIMAL(18,3)" if fraction else "INTEGER")
+    for number, _, fraction in _PARAM_THEN_NUMBER.findall(query):
+        put(number, "DECIMAL(18,3)" if fraction else "INTEGER")
     return types
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import math
 import re
@@ -24,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -745,13 +747,29 @@ def _profiled(
     )
 
 
+# a value of each parameter type whose describing NULL would leave DuckDB to guess a result
+# column's type (``1.5 * $1``): DuckDB types the columns by it; LIMIT 0 never evaluates it
+_SAMPLES: dict[int, object] = {
+    20: 0,
+    21: 0,
+    23: 0,
+    700: 0.0,
+    701: 0.0,
+    1700: Decimal(0),
+    16: False,
+    1082: datetime.date(2000, 1, 1),
+}
+
+
 def describe(
-    cursor: duckdb.DuckDBPyConnection, query: str, nparams: int
+    cursor: duckdb.DuckDBPyConnection, query: str, oids: Sequence[int]
 ) -> list[tuple[str, PgType]]:
-    """The result columns of a SELECT without running it (NULL for every parameter)."""
+    """The result columns of a SELECT without running it: each parameter a sample of its type
+    where one is kept above, else NULL."""
     body = query.strip().rstrip(";")
+    params = [_SAMPLES.get(oid) for oid in oids]
     try:
-        relation = cursor.execute(f"select * from ({body}) limit 0", [None] * nparams or None)
+        relation = cursor.execute(f"select * from ({body}) limit 0", params or None)
     except duckdb.Error as e:
         raise QueryError(sqlstate_for(e), first_line(e)) from None
     return [(d[0], pg_type(str(d[1]))) for d in relation.description or []]

@@ -802,7 +802,7 @@ class DuckDBSession:
                 self.out += row_description(columns) if columns else pg.message(b"n")
             elif statement.kind == "SELECT":
                 await self._settle()
-                columns = describe(self.cursor, statement.query, len(oids))
+                columns = describe(self.cursor, statement.query, oids)
                 self.out += row_description(columns) if columns else pg.message(b"n")
             else:
                 self.out += pg.message(b"n")

@@ -1,0 +1,37 @@
+"""The embedded server's parameter types (compat.infer_parameter_types): what it tells a client
+whose Parse leaves a parameter untyped (pg8000 leaves every one so), as PostgreSQL would."""
+
+from __future__ import annotations
+
+import pytest
+
+from proxy.backends.embedded.compat import infer_parameter_types
+
+COLUMNS = {"items": [("id", "INTEGER"), ("name", "VARCHAR"), ("price", "DECIMAL(10,2)")]}
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("select 1 + $1", ["INTEGER"]),
+        ("select $1 * 2, $2 - 1.5", ["INTEGER", "DECIMAL(18,3)"]),
+        ("select * from items where $1 >= 10", ["INTEGER"]),
+        ("select * from items where id = $1 and name = $2", ["INTEGER", "VARCHAR"]),
+        ("select * from items where name = $1 || 'x'", ["VARCHAR"]),
+        ("select $1", [None]),  # (nothing to tell it by: text, which DuckDB casts)
+        ("select $1 + $2", [None, None]),  # (PostgreSQL cannot choose either)
+        ("select x1 + $1 from t", [None]),  # (a name, not a number)
+        ("select $1 from t limit $2", [None, "BIGINT"]),
+    ],
+)
+def test_a_parameter_takes_the_type_of_what_it_meets(
+    query: str, expected: list[str | None]
+) -> None:
+    assert infer_parameter_types(query, len(expected), COLUMNS) == expected
+
+
+def test_a_column_says_more_than_a_number_beside_it() -> None:
+    # price = $1 is DECIMAL(10,2) by the column, whatever follows
+    assert infer_parameter_types("select * from items where price = $1", 1, COLUMNS) == [
+        "DECIMAL(10,2)"
+    ]
