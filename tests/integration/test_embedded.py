@@ -25,6 +25,7 @@ import duckdb
 import psycopg
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from admission import Limits
 from proxy.backends.embedded import Measurement
@@ -141,6 +142,72 @@ def test_pg8000_untyped_parameters_transactions_and_errors(embedded: Embedded) -
         dbapi.rollback()
     finally:
         dbapi.close()
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2", "pg8000"])
+def test_sqlalchemy_orm_serial_keys_and_streamed_results(embedded: Embedded, driver: str) -> None:
+    """SQLAlchemy's defaults on each driver: an integer primary key is SERIAL, new rows get
+    their key back (RETURNING), reflection, pandas' to_sql, stream_results (a named cursor)
+    and psycopg's DEALLOCATE ALL after DDL."""
+    import pandas as pd
+
+    class Base(DeclarativeBase):
+        pass
+
+    class Item(Base):
+        __tablename__ = f"orm_{driver}"
+        id: Mapped[int] = mapped_column(primary_key=True)
+        name: Mapped[str]
+        price: Mapped[Decimal | None] = mapped_column(sa.Numeric(10, 2))
+
+    engine = sa.create_engine(f"postgresql+{driver}://app@127.0.0.1:{embedded.port}/app")
+    try:
+        Base.metadata.create_all(engine)
+        with Session(engine) as session:
+            for i in range(6):  # (psycopg prepares a statement run five times)
+                session.add(Item(name=f"n{i}", price=Decimal(i)))
+                session.commit()
+            assert [i.id for i in session.scalars(sa.select(Item).order_by(Item.id))] == [
+                1,
+                2,
+                3,
+                4,
+                5,
+                6,
+            ]
+            session.get(Item, 2).name = "two"  # type: ignore[union-attr]
+            session.commit()
+        columns = [c["name"] for c in sa.inspect(engine).get_columns(f"orm_{driver}")]
+        assert columns == ["id", "name", "price"]
+        frame = pd.DataFrame({"x": range(500)})
+        frame.to_sql(f"df_{driver}", engine, index=False, if_exists="replace", chunksize=200)
+        with engine.connect() as conn:
+            rows = conn.execution_options(stream_results=True, yield_per=50).execute(
+                sa.text(f"select x from df_{driver} order by x")
+            )
+            assert [r[0] for r in rows] == list(range(500))
+        Base.metadata.drop_all(engine)
+    finally:
+        engine.dispose()
+
+
+def test_asyncpg_reads_the_rows_of_insert_returning(embedded: Embedded) -> None:
+    """asyncpg decodes rows by the statement's Describe: a RETURNING list is described."""
+
+    async def run() -> None:
+        conn = await asyncpg.connect(host="127.0.0.1", port=embedded.port, user="app")
+        try:
+            got = await conn.fetchrow(
+                "insert into items (id, name) values ($1, $2) returning id, upper(name) as up",
+                7,
+                "pie",
+            )
+            assert got is not None and tuple(got) == (7, "PIE") and list(got.keys()) == ["id", "up"]
+            assert await conn.fetchval("delete from items where id = $1 returning name", 7) == "pie"
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
 
 
 def test_named_cursors_of_psycopg_and_psycopg2_fetch_in_batches(embedded: Embedded) -> None:

@@ -35,3 +35,34 @@ def test_a_column_says_more_than_a_number_beside_it() -> None:
     assert infer_parameter_types("select * from items where price = $1", 1, COLUMNS) == [
         "DECIMAL(10,2)"
     ]
+
+
+# -- serial columns (compat.serials) -----------------------------------------------------------
+
+
+def test_serial_columns_become_sequences_named_as_postgresql_names_them() -> None:
+    from proxy.backends.embedded.compat import serials
+
+    out = serials("CREATE TABLE orm (\n\tid SERIAL NOT NULL, name VARCHAR, PRIMARY KEY (id))")
+    assert out == (
+        "create sequence if not exists orm_id_seq; CREATE TABLE orm (\n\tid INTEGER DEFAULT "
+        "nextval('orm_id_seq') NOT NULL, name VARCHAR, PRIMARY KEY (id))"
+    )
+    out = serials('create temp table s."T" ("Id" bigserial primary key, serial text, n serial2)')
+    assert out.startswith(
+        "create temp sequence if not exists s.t_id_seq; "
+        "create temp sequence if not exists s.t_n_seq; "
+    )
+    assert "\"Id\" BIGINT DEFAULT nextval('s.t_id_seq')" in out
+    assert ", serial text," in out  # (a column named serial is not a serial column)
+    assert "n SMALLINT DEFAULT nextval('s.t_n_seq')" in out
+
+
+@pytest.mark.parametrize(
+    "sql",
+    ["create table t as select 1 as serial", "select serial from t", "create table t (a int)"],
+)
+def test_what_has_no_serial_column_is_left_alone(sql: str) -> None:
+    from proxy.backends.embedded.compat import serials
+
+    assert serials(sql) == sql

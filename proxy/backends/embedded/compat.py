@@ -131,12 +131,90 @@ _MAYBE = re.compile(r"pg_catalog|version|::\s*reg", re.I)
 
 
 def rewrite(sql: str, server_version: str) -> str:
-    """Map PostgreSQL functions DuckDB lacks or names differently to DuckDB SQL."""
+    """Map PostgreSQL functions DuckDB lacks or names differently to DuckDB SQL, and serial
+    columns to sequences."""
+    if _SERIAL_HINT.search(sql):
+        sql = serials(sql)
     if not _MAYBE.search(sql):
         return sql
     sql = _REG_CAST.sub("", _FUNCTIONS.sub("", sql))
     literal = "'" + server_version.replace("'", "''") + "'"
     return _VERSION.sub(literal, sql)
+
+
+# CREATE TABLE with serial columns (SQLAlchemy's and Django's integer primary keys): DuckDB has
+# no serial types, so each becomes an integer column defaulting to its own sequence, created
+# first and named as PostgreSQL names it (<table>_<column>_seq)
+_SERIAL_HINT = re.compile(r"serial", re.I)
+_CREATE_TABLE = re.compile(
+    r"\s*create\s+(?P<temp>(?:(?:global|local)\s+)?temp(?:orary)?\s+)?(?:unlogged\s+)?table\s+"
+    r'(?:if\s+not\s+exists\s+)?(?P<name>(?:"[^"]+"|[\w$]+)(?:\s*\.\s*(?:"[^"]+"|[\w$]+))?)\s*\(',
+    re.I,
+)
+_SERIAL_COLUMN = re.compile(
+    r'(?P<lead>[(,]\s*)(?P<column>"[^"]+"|[A-Za-z_][\w$]*)\s+'
+    r"(?P<type>smallserial|bigserial|serial[248]?)\b",
+    re.I,
+)
+_SERIAL_TYPES = {"smallserial": "SMALLINT", "serial2": "SMALLINT", "serial8": "BIGINT"}
+SEQUENCE_PREFIX = re.compile(r"(?:create (?:temp )?sequence if not exists [\w.]+; )+")
+
+
+def serials(sql: str) -> str:
+    """``sql`` with each serial column of a CREATE TABLE as an integer defaulting to a sequence
+    created just before it (unchanged if it is no CREATE TABLE with one)."""
+    table = _CREATE_TABLE.match(sql)
+    if table is None:
+        return sql
+    parts = [p.strip().strip('"') for p in table.group("name").split(".")]
+    sequences: list[str] = []
+
+    def column(found: re.Match[str]) -> str:
+        name = found.group("column").strip('"')
+        sequence = ".".join([*parts[:-1], re.sub(r"\W", "_", f"{parts[-1]}_{name}_seq").lower()])
+        sequences.append(sequence)
+        kind = found.group("type").lower()
+        integer = "BIGINT" if kind == "bigserial" else _SERIAL_TYPES.get(kind, "INTEGER")
+        return (
+            f"{found.group('lead')}{found.group('column')} {integer} DEFAULT nextval('{sequence}')"
+        )
+
+    start = table.end() - 1
+    body = _SERIAL_COLUMN.sub(column, sql[start:])
+    if not sequences:
+        return sql
+    temp = "temp " if table.group("temp") else ""
+    created = "".join(f"create {temp}sequence if not exists {q}; " for q in sequences)
+    return created + sql[:start] + body
+
+
+# INSERT/UPDATE/DELETE … RETURNING: a Describe of the statement must tell its columns (asyncpg
+# and pg8000 read rows by it), and DuckDB describes only what it may run; the same columns are
+# those of a SELECT of the RETURNING list from the target table
+_DML_TARGET = re.compile(
+    r'\s*(?:insert\s+into|update|delete\s+from)\s+(?P<table>(?:"[^"]+"|[\w$]+)'
+    r'(?:\s*\.\s*(?:"[^"]+"|[\w$]+))?)(?:\s+(?:as\s+)?(?P<alias>(?!set\b|values\b|where\b|'
+    r"select\b|default\b|using\b|returning\b|on\b)[A-Za-z_]\w*))?",
+    re.I,
+)
+_RETURNING = re.compile(r"\breturning\b", re.I)
+
+
+def returning_select(sql: str, kind: str) -> str | None:
+    """A SELECT with the columns of a DML statement's RETURNING list, or None when it has none
+    (or one that names a parameter)."""
+    if kind not in ("INSERT", "UPDATE", "DELETE"):
+        return None
+    target = _DML_TARGET.match(sql)
+    ends = list(_RETURNING.finditer(sql))
+    if target is None or not ends:
+        return None
+    listed = sql[ends[-1].end() :].strip().rstrip(";")
+    if "$" in listed:
+        return None  # (a parameter in the list: numbered as in the whole statement)
+    alias = target.group("alias")
+    source = target.group("table") + (f" as {alias}" if alias else "")
+    return f"select {listed} from {source}"
 
 
 def session_macros(user: str) -> list[str]:

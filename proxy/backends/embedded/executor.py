@@ -420,7 +420,8 @@ def _status_only(kind: str, description: Any) -> bool:
 
 
 def command_tag(kind: str, query: str, rows: list[tuple[Any, ...]], has_columns: bool) -> str:
-    words = query.strip().rstrip(";").split()
+    # (the sequences compat.serials creates before a CREATE TABLE are not what the client sent)
+    words = compat.SEQUENCE_PREFIX.sub("", query.strip(), count=1).rstrip(";").split()
     verb = words[0].upper() if words else ""
     count = rows[0][0] if rows and rows[0] and isinstance(rows[0][0], int) else 0
     if kind == "SELECT" or (has_columns and verb in ("SELECT", "WITH", "VALUES", "SHOW", "FROM")):

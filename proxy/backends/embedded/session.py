@@ -240,7 +240,10 @@ def _single_statement(text: str) -> tuple[str, str] | None:
     return (body, kind) if kind else None
 
 
-_CURSOR_HEAD = re.compile(r"\s*(?:declare|fetch|move|close)\s", re.I)
+_SESSION_HEAD = re.compile(r"\s*(declare|fetch|move|close|deallocate)\s", re.I)
+_DEALLOCATE = re.compile(
+    r'\s*deallocate\s+(?:prepare\s+)?(?P<name>all|"(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s*;?\s*$', re.I
+)
 _NAME = r'(?P<name>"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
 _DECLARE = re.compile(
     r"\s*declare\s+" + _NAME + r"\s+(?P<options>(?:[a-z]+\s+)*?)cursor\s+"
@@ -425,6 +428,8 @@ class DuckDBSession:
             )
         if kind == "CURSOR":
             return await self._cursor_statement(query, params, formats)
+        if kind == "DEALLOCATE":
+            return self._deallocate(query)
         if kind.startswith(_DRIVER):
             return answered(compat.driver_answer(kind[len(_DRIVER) :], list(params)), formats)
         local = self._local(query) or self._transaction_warning(query, kind)
@@ -570,7 +575,9 @@ class DuckDBSession:
                     if self.open is portal.result:
                         self.open = None
                     portal.result.abandon()
-            return Result([], [], "CLOSE CURSOR", [])
+            return Result(
+                [], [], "CLOSE CURSOR ALL" if target.lower() == "all" else "CLOSE CURSOR", []
+            )
         fetch = _FETCH.match(query)
         if fetch is None:
             raise QueryError("0A000", "this form of a cursor statement is not supported")
@@ -605,6 +612,21 @@ class DuckDBSession:
             return Result([], [], f"MOVE {len(rows)}", [])
         return Result(result.columns, rows, f"FETCH {len(rows)}", result.formats)
 
+    def _deallocate(self, query: str) -> Result:
+        """``DEALLOCATE [PREPARE] name | ALL``: the session's prepared statements, those of the
+        protocol's Parse included, as in PostgreSQL (psycopg sends it after DDL)."""
+        found = _DEALLOCATE.match(query)
+        if found is None:
+            raise QueryError("42601", "syntax error in DEALLOCATE")
+        target = found.group("name")
+        if target.lower() == "all":
+            self.statements.clear()
+            return Result([], [], "DEALLOCATE ALL", [])
+        name = _cursor_name(target)
+        if self.statements.pop(name, None) is None:
+            raise QueryError("26000", f'prepared statement "{name}" does not exist')
+        return Result([], [], "DEALLOCATE", [])
+
     def _track_transaction(self, tag: str) -> None:
         if tag == "BEGIN":
             self.status = b"T"
@@ -634,8 +656,10 @@ class DuckDBSession:
         single = _single_statement(text)
         if single is not None:
             return [single]
-        if _CURSOR_HEAD.match(text) and len(lone := _split(text)) == 1:
-            return [(lone[0], "CURSOR")]  # (answered here: DuckDB has no SQL cursors)
+        head = _SESSION_HEAD.match(text)
+        if head is not None and len(lone := _split(text)) == 1:
+            # (answered here: DuckDB has no SQL cursors, and its DEALLOCATE is its own)
+            return [(lone[0], "DEALLOCATE" if head.group(1).lower() == "deallocate" else "CURSOR")]
         try:
             return [(st.query, st.type.name) for st in self.cursor.extract_statements(text)]
         except duckdb.Error as e:
@@ -800,9 +824,14 @@ class DuckDBSession:
                 local = self._local(statement.query)
                 columns = local.columns if local is not None else []
                 self.out += row_description(columns) if columns else pg.message(b"n")
-            elif statement.kind == "SELECT":
+            elif statement.kind == "SELECT" or (
+                returning := compat.returning_select(statement.query, statement.kind)
+            ):
                 await self._settle()
-                columns = describe(self.cursor, statement.query, oids)
+                if statement.kind == "SELECT":
+                    columns = describe(self.cursor, statement.query, oids)
+                else:  # (a RETURNING list with no parameters of its own)
+                    columns = describe(self.cursor, returning or "", [])
                 self.out += row_description(columns) if columns else pg.message(b"n")
             else:
                 self.out += pg.message(b"n")
