@@ -191,6 +191,51 @@ def test_sqlalchemy_orm_serial_keys_and_streamed_results(embedded: Embedded, dri
         engine.dispose()
 
 
+def test_a_client_that_dies_as_its_statement_starts_leaves_nothing_running(
+    embedded: Embedded,
+) -> None:
+    """Killed at any moment after sending a statement that would run for hours — before its
+    admission, before DuckDB has begun it (where DuckDB loses an interrupt), or running — the
+    statement is stopped and its capacity given back within seconds."""
+    import random
+
+    from testing.rawclient import RawClient
+
+    rng = random.Random(7)
+    for _ in range(15):
+        victim = RawClient(embedded.port)
+        victim.login("app", "app")
+        victim.queries("select count(*), 'm' from range(100000000000) t(x) where x % 7 = 3")
+        time.sleep(rng.uniform(0.0005, 0.006))
+        victim.reset()
+        deadline = time.monotonic() + 5
+        while embedded.call(lambda: embedded.scheduler.in_service):
+            assert time.monotonic() < deadline, "a dead client's statement still holds the MPL"
+            time.sleep(0.02)
+
+
+def test_discard_all_starts_the_session_over(embedded: Embedded) -> None:
+    """What a pooler in front sends when a server connection changes hands: the session's
+    temporary objects, settings and prepared statements are gone after it."""
+    with embedded.connect() as conn:
+        conn.execute("create temp table scratch (a int)")
+        conn.execute("set variable answer = 42")
+        conn.execute("set application_name = 'before'")
+        conn.execute("select name from items where id = %s", (1,), prepare=True)
+        conn.execute("begin")
+        with pytest.raises(psycopg.errors.ActiveSqlTransaction):  # 25001, as PostgreSQL
+            conn.execute("discard all")
+        conn.execute("rollback")
+        assert conn.execute("discard all").statusmessage == "DISCARD ALL"
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("select * from scratch")
+        assert conn.execute("select getvariable('answer')").fetchone() == (None,)
+        assert conn.execute("show application_name").fetchone() != ("before",)
+        assert conn.execute("select count(*) from items").fetchone() == (2,)
+        assert conn.execute("discard plans").statusmessage == "DISCARD PLANS"
+        assert conn.execute("discard temp").statusmessage == "DISCARD TEMP"  # (none left)
+
+
 def test_asyncpg_reads_the_rows_of_insert_returning(embedded: Embedded) -> None:
     """asyncpg decodes rows by the statement's Describe: a RETURNING list is described."""
 

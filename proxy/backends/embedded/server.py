@@ -270,7 +270,7 @@ class EmbeddedConnection(asyncio.Protocol):
             self.server.gate.cancel(job, "the client went away")
         if self.session is not None:
             with contextlib.suppress(duckdb.Error):  # the database may be closing already
-                self.session.interrupt()
+                self.session.client_gone()
 
     async def _start_tls(self) -> None:
         assert self.transport is not None and self.server.tls is not None

@@ -240,7 +240,9 @@ def _single_statement(text: str) -> tuple[str, str] | None:
     return (body, kind) if kind else None
 
 
-_SESSION_HEAD = re.compile(r"\s*(declare|fetch|move|close|deallocate)\s", re.I)
+INTERRUPT_AGAIN = 0.05  # seconds before a statement still running is interrupted again
+_SESSION_HEAD = re.compile(r"\s*(declare|fetch|move|close|deallocate|discard)\s", re.I)
+_DISCARD = re.compile(r"\s*discard\s+(?P<what>all|plans|sequences|temp|temporary)\s*;?\s*$", re.I)
 _DEALLOCATE = re.compile(
     r'\s*deallocate\s+(?:prepare\s+)?(?P<name>all|"(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s*;?\s*$', re.I
 )
@@ -299,6 +301,7 @@ class DuckDBSession:
         "__weakref__",  # (tests see a session freed without the garbage collector)
         "backend",
         "connection",
+        "gone",
         "lease",
         "observers",
         "open",
@@ -308,6 +311,7 @@ class DuckDBSession:
         "running",
         "samplers",
         "settings",
+        "started",
         "statements",
         "status",
         "user",
@@ -337,12 +341,37 @@ class DuckDBSession:
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.running = False  # a statement is running in a worker thread
+        self.started = 0  # statements started on DuckDB so far
+        self.gone = False  # the client's connection is lost
         self.open: Result | None = None  # a long result not yet read to its end
 
     def interrupt(self) -> None:
-        """Stop the statement running now, if any (it fails with 57014)."""
+        """Stop the statement running now, if any (it fails with 57014). DuckDB loses an
+        interrupt that lands before its execution has begun (3 in 40 right after the call
+        starts, measured), so while that same statement still runs it is interrupted again,
+        every INTERRUPT_AGAIN seconds — never the next statement."""
         if self.running and self.lease is not None:
             self.lease.cursor.interrupt()
+            with contextlib.suppress(RuntimeError):  # (no loop: nobody to try again)
+                asyncio.get_running_loop().call_later(
+                    INTERRUPT_AGAIN, self._interrupt_again, self.started, 1
+                )
+
+    def client_gone(self) -> None:
+        """The client's connection is lost: what runs is stopped (``interrupt``), and a
+        statement between its admission and DuckDB is not started at all."""
+        self.gone = True
+        self.interrupt()
+
+    def _interrupt_again(self, started: int, tries: int) -> None:
+        if not self.running or self.started != started or self.lease is None:
+            return  # it stopped (or another statement runs now)
+        with contextlib.suppress(duckdb.Error):
+            self.lease.cursor.interrupt()
+        if tries < 200:
+            asyncio.get_running_loop().call_later(
+                INTERRUPT_AGAIN, self._interrupt_again, started, tries + 1
+            )
 
     @property
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -430,6 +459,8 @@ class DuckDBSession:
             return await self._cursor_statement(query, params, formats)
         if kind == "DEALLOCATE":
             return self._deallocate(query)
+        if kind == "DISCARD":
+            return await self._discard(query)
         if kind.startswith(_DRIVER):
             return answered(compat.driver_answer(kind[len(_DRIVER) :], list(params)), formats)
         local = self._local(query) or self._transaction_warning(query, kind)
@@ -452,7 +483,10 @@ class DuckDBSession:
         cursor = lease.cursor
         switch = profile != lease.profiling  # (switched in the statement's own thread hop)
         lease.profiling = profile
+        if self.gone:  # (lost while this statement waited for its admission or connection)
+            raise QueryError("57014", "canceling statement: the client went away")
         self.running = True
+        self.started += 1  # (names this statement for a repeated interrupt)
         try:
             result = await loop.run_in_executor(
                 backend.pool,
@@ -627,6 +661,44 @@ class DuckDBSession:
             raise QueryError("26000", f'prepared statement "{name}" does not exist')
         return Result([], [], "DEALLOCATE", [])
 
+    async def _discard(self, query: str) -> Result:
+        """``DISCARD ALL`` (what PgBouncer and other poolers send when a server connection
+        changes hands), ``PLANS``, ``SEQUENCES``, ``TEMP``. DISCARD ALL forgets the session's
+        prepared statements, portals, cursors and settings, and a session that left state of
+        its own on its DuckDB connection (a temporary table, a variable, a DuckDB setting)
+        gives that connection up, closed: the next statement starts on a clean one."""
+        found = _DISCARD.match(query)
+        if found is None:
+            raise QueryError("42601", "syntax error in DISCARD")
+        what = found.group("what").upper()
+        if what == "ALL":
+            if self.status != b"I":
+                raise QueryError("25001", "DISCARD ALL cannot run inside a transaction block")
+            self.statements.clear()
+            for portal in self.portals.values():
+                if portal.result is not None:
+                    portal.result.abandon()
+            self.portals.clear()
+            self.settings.clear()
+            self.release()
+            lease = self.lease
+            if lease is not None and self.pinned:
+                self.lease, self.pinned = None, False
+                self.backend.cursors.drop()
+                with contextlib.suppress(duckdb.Error):
+                    await asyncio.get_running_loop().run_in_executor(
+                        self.backend.pool, lease.cursor.close
+                    )
+        elif what == "PLANS":
+            self.statements.clear()
+        elif what in ("TEMP", "TEMPORARY") and self.pinned:
+            raise QueryError(
+                "0A000",
+                "DISCARD TEMP is not supported by the embedded DuckDB server: DISCARD ALL "
+                "starts the session over, its temporary objects gone",
+            )
+        return Result([], [], f"DISCARD {'TEMP' if what == 'TEMPORARY' else what}", [])
+
     def _track_transaction(self, tag: str) -> None:
         if tag == "BEGIN":
             self.status = b"T"
@@ -659,7 +731,8 @@ class DuckDBSession:
         head = _SESSION_HEAD.match(text)
         if head is not None and len(lone := _split(text)) == 1:
             # (answered here: DuckDB has no SQL cursors, and its DEALLOCATE is its own)
-            return [(lone[0], "DEALLOCATE" if head.group(1).lower() == "deallocate" else "CURSOR")]
+            word = head.group(1).lower()
+            return [(lone[0], word.upper() if word in ("deallocate", "discard") else "CURSOR")]
         try:
             return [(st.query, st.type.name) for st in self.cursor.extract_statements(text)]
         except duckdb.Error as e:
