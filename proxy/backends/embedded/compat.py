@@ -127,16 +127,16 @@ _FUNCTIONS = re.compile(
 )
 _VERSION = re.compile(r"\bversion\s*\(\s*\)", re.I)
 _REG_CAST = re.compile(r"::\s*reg(?:type|class|proc|namespace)\b", re.I)  # an oid as itself
-_MAYBE = re.compile(r"pg_catalog|version|::\s*reg", re.I)
+_MAYBE = re.compile(r"pg_catalog|version|::\s*reg|serial", re.I)
 
 
 def rewrite(sql: str, server_version: str) -> str:
     """Map PostgreSQL functions DuckDB lacks or names differently to DuckDB SQL, and serial
     columns to sequences."""
+    if not _MAYBE.search(sql):  # (one scan of every statement's text: the usual case)
+        return sql
     if _SERIAL_HINT.search(sql):
         sql = serials(sql)
-    if not _MAYBE.search(sql):
-        return sql
     sql = _REG_CAST.sub("", _FUNCTIONS.sub("", sql))
     literal = "'" + server_version.replace("'", "''") + "'"
     return _VERSION.sub(literal, sql)

@@ -243,10 +243,10 @@ def _single_statement(text: str) -> tuple[str, str] | None:
 INTERRUPT_AGAIN = 0.05  # seconds before a statement still running is interrupted again
 _SESSION_HEAD = re.compile(r"\s*(declare|fetch|move|close|deallocate|discard)\s", re.I)
 _DISCARD = re.compile(r"\s*discard\s+(?P<what>all|plans|sequences|temp|temporary)\s*;?\s*$", re.I)
-_DEALLOCATE = re.compile(
-    r'\s*deallocate\s+(?:prepare\s+)?(?P<name>all|"(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s*;?\s*$', re.I
-)
-_NAME = r'(?P<name>"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
+_IDENTIFIER = r'"(?:[^"]|"")+"|[A-Za-z_][\w$]*'
+_NAME = rf"(?P<name>{_IDENTIFIER})"
+_NAME_OR_ALL = rf"(?P<name>all|{_IDENTIFIER})"
+_DEALLOCATE = re.compile(r"\s*deallocate\s+(?:prepare\s+)?" + _NAME_OR_ALL + r"\s*;?\s*$", re.I)
 _DECLARE = re.compile(
     r"\s*declare\s+" + _NAME + r"\s+(?P<options>(?:[a-z]+\s+)*?)cursor\s+"
     r"(?P<hold>(?:with|without)\s+hold\s+)?for\s+(?P<query>.+?)\s*;?\s*$",
@@ -257,7 +257,7 @@ _FETCH = re.compile(
     r"(?:(?:from|in)\s+)?" + _NAME + r"\s*;?\s*$",
     re.I,
 )
-_CLOSE = re.compile(r'\s*close\s+(?P<name>all|"(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s*;?\s*$', re.I)
+_CLOSE = re.compile(r"\s*close\s+" + _NAME_OR_ALL + r"\s*;?\s*$", re.I)
 
 
 def _cursor_name(text: str) -> str:
@@ -606,9 +606,7 @@ class DuckDBSession:
                 if portal is None:
                     raise QueryError("34000", f'cursor "{name}" does not exist')
                 if portal.result is not None:
-                    if self.open is portal.result:
-                        self.open = None
-                    portal.result.abandon()
+                    self._abandon(portal.result)
             return Result(
                 [], [], "CLOSE CURSOR ALL" if target.lower() == "all" else "CLOSE CURSOR", []
             )
@@ -634,9 +632,7 @@ class DuckDBSession:
             more = result.more
             chunk = await loop.run_in_executor(self.backend.pool, more)
             if not chunk:
-                if self.open is result:
-                    self.open = None
-                result.abandon()
+                self._abandon(result)
                 break
             result.rows += chunk
         rows = result.rows[portal.sent : portal.sent + count]
@@ -645,6 +641,12 @@ class DuckDBSession:
         if fetch.group("verb").lower() == "move":
             return Result([], [], f"MOVE {len(rows)}", [])
         return Result(result.columns, rows, f"FETCH {len(rows)}", result.formats)
+
+    def _abandon(self, result: Result) -> None:
+        """A result read no further: DuckDB gets its resources back, and it is not open."""
+        if self.open is result:
+            self.open = None
+        result.abandon()
 
     def _deallocate(self, query: str) -> Result:
         """``DEALLOCATE [PREPARE] name | ALL``: the session's prepared statements, those of the
