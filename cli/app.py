@@ -6,6 +6,8 @@ Commands import what they run (the proxy, training, the lab, the simulator) when
 
 from __future__ import annotations
 
+import inspect
+
 import typer
 
 from cli.bench import bench
@@ -30,3 +32,15 @@ app.command()(classify)
 app.command()(train)
 app.command()(bench)
 app.command()(passwd)
+
+
+def _reflowed(doc: str) -> str:
+    """A docstring as help text: its paragraphs kept, the line breaks inside each dropped
+    (the rich help would print the source's wrapping at every terminal width)."""
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(doc).split("\n\n"))
+
+
+for _typer_app in (app, model_app):
+    for _info in _typer_app.registered_commands:
+        if _info.help is None and _info.callback is not None and _info.callback.__doc__:
+            _info.help = _reflowed(_info.callback.__doc__)

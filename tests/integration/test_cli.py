@@ -36,6 +36,20 @@ def test_help_lists_the_subcommands() -> None:
         assert word in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("command", "paragraphs"), [(("bench",), 2), (("serve",), 3), (("model", "rescale"), 2)]
+)
+def test_help_flows_the_text_to_the_terminal(command: tuple[str, ...], paragraphs: int) -> None:
+    """A command's description is wrapped at the terminal's width, not the source's: on a
+    wide terminal each paragraph is one line."""
+    result = run(*command, "--help", env={"COLUMNS": "2000"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "Usage:" in line) + 1
+    end = next(i for i, line in enumerate(lines) if "─" in line)
+    assert len([line for line in lines[start:end] if line.strip()]) == paragraphs
+
+
 def test_simulate_json_has_the_documented_shape(tmp_path: Path) -> None:
     result = run(
         "simulate",
