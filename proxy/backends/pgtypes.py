@@ -52,6 +52,7 @@ INT2 = _t("int2", 21, 2)
 INT4 = _t("int4", 23, 4)
 TEXT = _t("text", 25, -1)
 JSON = _t("json", 114, -1)
+JSONB = _t("jsonb", 3802, -1)
 FLOAT4 = _t("float4", 700, 4)
 FLOAT8 = _t("float8", 701, 8)
 VARCHAR = _t("varchar", 1043, -1)
@@ -74,6 +75,7 @@ _ARRAY_OIDS = {
     23: 1007,
     25: 1009,
     114: 199,
+    3802: 3807,
     700: 1021,
     701: 1022,
     1043: 1015,
@@ -88,7 +90,22 @@ _ARRAY_OIDS = {
     18: 1002,
     19: 1003,
 }
-_ALL = [BOOL, BYTEA, INT8, INT2, INT4, TEXT, JSON, FLOAT4, FLOAT8, VARCHAR, DATE, TIME, TIMESTAMP]
+_ALL = [
+    BOOL,
+    BYTEA,
+    INT8,
+    INT2,
+    INT4,
+    TEXT,
+    JSON,
+    JSONB,
+    FLOAT4,
+    FLOAT8,
+    VARCHAR,
+    DATE,
+    TIME,
+    TIMESTAMP,
+]
 _ALL += [TIMESTAMPTZ, INTERVAL, NUMERIC, UUID, CHAR, NAME, OID]
 BUILTIN = {t.oid: t for t in _ALL}
 
@@ -119,7 +136,9 @@ _SCALARS: dict[str, PgType] = {
     "TIMESTAMP WITH TIME ZONE": TIMESTAMPTZ,
     "INTERVAL": INTERVAL,
     "UUID": UUID,
-    "JSON": JSON,
+    # (jsonb, not json: a DuckDB JSON column is what a jsonb one is created as, as ORMs
+    # declare JSON columns, and Django reads only jsonb's text as its own)
+    "JSON": JSONB,
 }
 _DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
 
@@ -406,6 +425,7 @@ _BINARY: dict[int, Callable[[object], bytes]] = {
     INTERVAL.oid: _b_interval,
     BYTEA.oid: _b_bytea,
     UUID.oid: _b_uuid,
+    JSONB.oid: lambda v: b"\x01" + _scalar(v, JSONB).encode(),  # (jsonb's version 1, its text)
     OID.oid: struct.Struct("!I").pack,
 }
 

@@ -590,7 +590,7 @@ def _macros() -> list[str]:
         # those as it binds, even in a branch not taken)
         f"create or replace macro {S}.current_setting(n) as case lower(n) "
         + " ".join(
-            f"when {_literal(name)} then {_literal(value)}" for name, value in _SETTINGS.items()
+            f"when {literal(name)} then {literal(value)}" for name, value in _SETTINGS.items()
         )
         + " else (select value from duckdb_settings() where name = lower(n)) end",
         f"create or replace macro {S}.pg_get_expr(e, r) as e::varchar, "
@@ -667,7 +667,7 @@ def install(connection: Any) -> None:
         "create or replace table {S}.admission_settings (name varchar, setting varchar)",
         "delete from {S}.admission_settings",
         "insert into {S}.admission_settings values "
-        + ", ".join(f"({_literal(name)}, {_literal(value)})" for name, value in _SETTINGS.items()),
+        + ", ".join(f"({literal(name)}, {literal(value)})" for name, value in _SETTINGS.items()),
         _SETTINGS_VIEW,
         _STAT_TABLES,
         _TABLES,
@@ -681,7 +681,7 @@ def install(connection: Any) -> None:
 
 def session_setup(user: str) -> str:
     """The statement that tells a session's connection who its user is (``pg_roles``)."""
-    return f"set variable admission_user = {_literal(user)}"
+    return f"set variable admission_user = {literal(user)}"
 
 
 # what marks a statement as one that reads PostgreSQL's catalogs (or uses its casts on them)
@@ -948,5 +948,5 @@ def _translate(sql: str) -> str | None:
     return "; ".join(out)
 
 
-def _literal(text: str) -> str:
+def literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"

@@ -14,6 +14,7 @@ leaving the transaction failed, so nothing half-undone can be committed.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from proxy.backends.pgtypes import ARRAY_ELEMENT, BUILTIN, CHAR, INT4, NAME, OID, TEXT, PgType
@@ -54,12 +55,26 @@ class LocalAnswer:
     tag: str
     columns: list[tuple[str, PgType]] = field(default_factory=list)
     rows: list[tuple[object, ...]] = field(default_factory=list)
+    warning: str | None = None  # a WARNING notice to send with the answer
 
 
 class Unsupported(Exception):
     """A PostgreSQL statement DuckDB cannot carry out (SQLSTATE 0A000)."""
 
 
+# DuckDB adds no foreign key to an existing table (ORMs' migrations add them so: Django's, and
+# Alembic's for tables that reference each other); the statement succeeds with a warning and
+# the key is not enforced, as on a database without foreign keys
+_ADD_FOREIGN_KEY = re.compile(
+    r'\s*alter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?(?:"[^"]+"|[\w$]+)'
+    r'(?:\s*\.\s*(?:"[^"]+"|[\w$]+))?\s+add\s+(?:constraint\s+(?:"[^"]+"|[\w$]+)\s+)?'
+    r"foreign\s+key\b",
+    re.I,
+)
+FOREIGN_KEY_WARNING = (
+    "foreign key not added: DuckDB cannot add a foreign key to an existing table "
+    "(declare it in CREATE TABLE to have it enforced)"
+)
 _SHOW = re.compile(r"\s*show\s+(.+?)\s*;?\s*\Z", re.I | re.S)
 _SET = re.compile(
     r"\s*set\s+(?:session\s+|local\s+)?([\w.]+|transaction\s+isolation\s+level)\s*(?:=|\bto\b)?"
@@ -103,6 +118,8 @@ def local_statement(sql: str, settings: dict[str, str]) -> LocalAnswer | None:
     elif head.startswith("release"):
         if _RELEASE.match(sql):
             return LocalAnswer("RELEASE")
+    elif head.startswith("alter") and _ADD_FOREIGN_KEY.match(sql):
+        return LocalAnswer("ALTER TABLE", warning=FOREIGN_KEY_WARNING)
     elif head.startswith("rollback") and _ROLLBACK_TO.match(sql):
         raise Unsupported(
             "DuckDB has no savepoints: ROLLBACK TO SAVEPOINT is not supported; "
@@ -127,25 +144,282 @@ _FUNCTIONS = re.compile(
 )
 _VERSION = re.compile(r"\bversion\s*\(\s*\)", re.I)
 _REG_CAST = re.compile(r"::\s*reg(?:type|class|proc|namespace)\b", re.I)  # an oid as itself
-_MAYBE = re.compile(r"pg_catalog|version|::\s*reg|serial", re.I)
+_MAYBE = re.compile(
+    r"pg_catalog|version|::\s*reg|serial|identity|index|deferrable|initially|unnest|'\{", re.I
+)
 
 
 def rewrite(sql: str, server_version: str) -> str:
-    """Map PostgreSQL functions DuckDB lacks or names differently to DuckDB SQL, and serial
-    columns to sequences."""
+    """Map PostgreSQL functions DuckDB lacks or names differently to DuckDB SQL, and its DDL
+    to DuckDB's (see ``ddl``)."""
     if not _MAYBE.search(sql):  # (one scan of every statement's text: the usual case)
         return sql
-    if _SERIAL_HINT.search(sql):
-        sql = serials(sql)
+    sql = ddl(sql)
+    if _UNNEST.search(sql):
+        sql = unnests(sql)
+    if "'{" in sql:
+        sql = array_literals(sql)
     sql = _REG_CAST.sub("", _FUNCTIONS.sub("", sql))
     literal = "'" + server_version.replace("'", "''") + "'"
     return _VERSION.sub(literal, sql)
 
 
-# CREATE TABLE with serial columns (SQLAlchemy's and Django's integer primary keys): DuckDB has
-# no serial types, so each becomes an integer column defaulting to its own sequence, created
-# first and named as PostgreSQL names it (<table>_<column>_seq)
-_SERIAL_HINT = re.compile(r"serial", re.I)
+# unnest(a, b, …) in FROM: PostgreSQL zips the arrays into rows (Django's bulk_create sends
+# it); DuckDB's unnest takes one list, and its unnests side by side in one SELECT zip them the
+# same way (the shorter padded with NULL)
+_UNNEST = re.compile(r"(?:\b(?:from|join)|,)\s+unnest\s*\(", re.I)
+_ORDINALITY = re.compile(r"\s+with\s+ordinality\b", re.I)
+
+
+def unnests(sql: str) -> str:
+    """``sql`` with each unnest of several arrays in a FROM as a subquery of one unnest per
+    array, and one more for WITH ORDINALITY (unchanged where none has several)."""
+    out: list[str] = []
+    position = 0
+    for found in _UNNEST.finditer(sql):
+        if found.start() < position:
+            continue
+        arguments, end = _arguments(sql, found.end())
+        if arguments is None or len(arguments) < 2:
+            continue
+        start = found.start() + found.group(0).lower().index("unnest")
+        columns = [f"unnest({a.strip()})" for a in arguments]
+        ordinality = _ORDINALITY.match(sql, end)
+        if ordinality is not None:  # (the row's number: 1 to the longest array's length)
+            longest = "greatest(" + ", ".join(f"len({a.strip()})" for a in arguments) + ")"
+            columns.append(f"unnest(range(1, {longest} + 1))")
+            end = ordinality.end()
+        out.append(sql[position:start] + f"(select {', '.join(columns)})")
+        position = end
+    return "".join(out) + sql[position:] if out else sql
+
+
+def _arguments(sql: str, start: int) -> tuple[list[str] | None, int]:
+    """The top-level comma-separated arguments of the call whose "(" ends just before
+    ``start``, and the position after its ")"; (None, start) if it does not close."""
+    depth, quote, begin = 0, "", start
+    arguments: list[str] = []
+    for i in range(start, len(sql)):
+        c = sql[i]
+        if quote:
+            if c == quote:
+                quote = ""
+        elif c in "'\"":
+            quote = c
+        elif c in "([":
+            depth += 1
+        elif c in ")]":
+            if depth == 0:
+                arguments.append(sql[begin:i])
+                return arguments, i + 1
+            depth -= 1
+        elif c == "," and depth == 0:
+            arguments.append(sql[begin:i])
+            begin = i + 1
+    return None, start
+
+
+# an array literal as PostgreSQL writes it, cast to an array type ('{1,2}'::int4[], what
+# psycopg's client-side binding sends for a list): DuckDB reads lists as [1, 2], so the literal
+# becomes a list of its items as strings, which the cast then converts
+_ARRAY_LITERAL = re.compile(
+    r"(?:(?<![\w$])[Ee]'(?P<escaped>\{(?:[^'\\]|''|\\.)*\})'|'(?P<plain>\{(?:[^']|'')*\})')"
+    r"(?=\s*\)?\s*::\s*[\w\" ]+\[\])",
+    re.S,
+)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+
+
+def array_literals(sql: str) -> str:
+    """``sql`` with each PostgreSQL array literal that is cast to an array type as a DuckDB
+    list of its items (a multidimensional one left as it is)."""
+
+    def listed(found: re.Match[str]) -> str:
+        if found.group("escaped") is not None:  # E'…': backslash escapes
+            text = re.sub(
+                r"\\(.)", lambda e: _ESCAPES.get(e.group(1), e.group(1)), found.group("escaped")
+            )
+        else:
+            text = found.group("plain")
+        try:
+            items = array_items(text.replace("''", "'"))
+        except ValueError:
+            return found.group(0)
+        quoted = ("NULL" if i is None else "'" + i.replace("'", "''") + "'" for i in items)
+        return "[" + ", ".join(quoted) + "]"
+
+    return _ARRAY_LITERAL.sub(listed, sql)
+
+
+def array_items(text: str) -> list[str | None]:
+    """The items of a one-dimensional array literal, ``{1,NULL,"a b"}``."""
+    if not (text.startswith("{") and text.endswith("}")):
+        raise ValueError(f"malformed array literal: {text!r}")
+    items: list[str | None] = []
+    body, i = text[1:-1], 0
+    while i < len(body):
+        if body[i] == '"':
+            i += 1
+            chars = []
+            while i < len(body) and body[i] != '"':
+                if body[i] == "\\":
+                    i += 1
+                chars.append(body[i : i + 1])
+                i += 1
+            if i >= len(body):
+                raise ValueError(f"malformed array literal: {text!r} (a quote is not closed)")
+            items.append("".join(chars))
+            i += 1
+        else:
+            end = body.find(",", i)
+            end = len(body) if end < 0 else end
+            item = body[i:end].strip()
+            if item.startswith("{"):
+                raise ValueError("multidimensional array parameters are not supported")
+            items.append(None if item.upper() == "NULL" else item)
+            i = end
+        i += 1  # the comma
+    return items
+
+
+# GROUP BY a table's primary key lets a query select that table's other columns (PostgreSQL
+# knows they depend on the key; Django's annotate() groups so); DuckDB wants each in the GROUP
+# BY. Its binder error names one such column; the query is completed with it where the key it
+# depends on is grouped by, and tried again
+GROUP_BY_ERROR = re.compile(r'column "(?P<column>(?:[^"]|"")+)" must appear in the GROUP BY clause')
+_GROUP_BY = re.compile(r"\bgroup\s+by\b", re.I)
+_CLAUSE_END = re.compile(
+    r"(?:having|order|limit|offset|window|qualify|union|except|intersect|fetch|for)\b", re.I
+)
+
+
+def group_by_completed(
+    sql: str, column: str, primary_key: Callable[[str], list[str]]
+) -> str | None:
+    """``sql`` with ``column``, as the query qualifies it, added to each GROUP BY that holds
+    the whole primary key of the column's table (``primary_key(table)``: its key columns, []
+    for none); None when there is no such GROUP BY."""
+    name = re.escape(column.replace('"', '""'))
+    references = re.finditer(
+        r'(?P<q>"(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s*\.\s*(?:"' + name + r'"|' + name + r"\b)",
+        sql,
+        re.I,
+    )
+    qualified = {_bare(r.group("q")): r.group(0) for r in references}
+    out, position = [], 0
+    for clause in _GROUP_BY.finditer(sql):
+        start, end = clause.end(), _clause_end(sql, clause.end())
+        items = {_bare(item) for item in _arguments(sql[start:end] + ")", 0)[0] or []}
+        added = [
+            reference
+            for table, reference in qualified.items()
+            if _bare(reference) not in items
+            and (key := primary_key(_table_of(sql, table)))
+            and all(f"{table}.{k.lower()}" in items for k in key)
+        ]
+        if added and start >= position:
+            out.append(sql[position:end].rstrip() + ", " + ", ".join(added) + " ")
+            position = end
+    return "".join(out) + sql[position:] if out else None
+
+
+def _bare(text: str) -> str:
+    """An identifier or qualified column as compared here: unquoted, lower case, no spaces."""
+    return re.sub(r"\s+", "", text).replace('"', "").lower()
+
+
+def _clause_end(sql: str, start: int) -> int:
+    """Where the list that begins at ``start`` ends: at the next clause's keyword, a ")" that
+    closes what it is in, a ";" or the end."""
+    depth, quote, i = 0, "", start
+    while i < len(sql):
+        c = sql[i]
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "([":
+            depth += 1
+        elif c in ")]":
+            if depth == 0:
+                return i
+            depth -= 1
+        elif depth == 0 and (
+            c == ";"
+            or (
+                (i == 0 or not (sql[i - 1].isalnum() or sql[i - 1] == "_"))
+                and _CLAUSE_END.match(sql, i)
+            )
+        ):
+            return i
+        i += 1
+    return len(sql)
+
+
+def _table_of(sql: str, qualifier: str) -> str:
+    """The table a qualifier names: an alias's table where the query gives it one (FROM
+    "shop_category" T3), else the qualifier itself."""
+    alias = re.search(
+        r'(?P<table>"(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s+(?:as\s+)?(?:"'
+        + re.escape(qualifier)
+        + r'"|'
+        + re.escape(qualifier)
+        + r")(?![\w$\".])",
+        sql,
+        re.I,
+    )
+    if alias is not None and alias.group("table").lower() not in ("as", "from", "join", "on"):
+        return _bare(alias.group("table"))
+    return qualifier
+
+
+def ddl(sql: str) -> str:
+    """PostgreSQL's DDL as DuckDB takes it: serial and identity columns as sequences,
+    constraints checked at once, a CREATE INDEX without what only PostgreSQL's index methods
+    mean (``sql`` itself when it is none of these)."""
+    if _SERIAL_HINT.search(sql):
+        sql = serials(sql)
+    if _DEFERRABLE.search(sql) and _CREATE_TABLE.match(sql):
+        sql = _DEFERRABLE.sub("", sql)
+    if _CREATE_INDEX.match(sql):
+        sql = index(sql)
+    return sql
+
+
+# CREATE INDEX: DuckDB has one index method (ART) and none of PostgreSQL's index options. What
+# only tunes a btree is dropped — USING btree/hash, operator classes (Django's
+# varchar_pattern_ops), INCLUDE columns — and a non-unique index's WHERE (the whole table's
+# index serves the same queries); a partial UNIQUE index, COLLATE and gin/gist keep DuckDB's
+# error, as what they mean cannot be kept
+_CREATE_INDEX = re.compile(r"\s*create\s+(?P<unique>unique\s+)?index\b", re.I)
+_INDEX_METHOD = re.compile(r"\s+using\s+(?:btree|hash)(?=\s*\()", re.I)
+_OPCLASS = re.compile(r"\s+[A-Za-z_]\w*_ops\b(?=\s*(?:[,)]|asc\b|desc\b|nulls\b))", re.I)
+_INCLUDE = re.compile(r"\s+include\s*\([^()]*\)", re.I)
+_INDEX_WHERE = re.compile(r"\)\s+where\s+.*$", re.I | re.S)
+
+
+def index(sql: str) -> str:
+    """A CREATE INDEX as DuckDB takes it (see above)."""
+    statement = _CREATE_INDEX.match(sql)
+    if statement is None:
+        return sql
+    sql = _INCLUDE.sub("", _OPCLASS.sub("", _INDEX_METHOD.sub("", sql)))
+    if not statement.group("unique"):
+        sql = _INDEX_WHERE.sub(")", sql.rstrip().rstrip(";"))
+    return sql
+
+
+# CREATE TABLE with serial or identity columns (SQLAlchemy's and Django's integer primary keys):
+# DuckDB has neither, so each becomes an integer column defaulting to its own sequence, created
+# first and named as PostgreSQL names it (<table>_<column>_seq). An identity's START and
+# INCREMENT carry over; GENERATED ALWAYS is not enforced (an explicit value is accepted)
+_SERIAL_HINT = re.compile(r"serial|identity", re.I)
+# a constraint's DEFERRABLE / INITIALLY DEFERRED: DuckDB checks every constraint at once
+_DEFERRABLE = re.compile(
+    r"\s+(?:(?:not\s+)?deferrable(?:\s+initially\s+(?:deferred|immediate))?|"
+    r"initially\s+(?:deferred|immediate))\b",
+    re.I,
+)
 _CREATE_TABLE = re.compile(
     r"\s*create\s+(?P<temp>(?:(?:global|local)\s+)?temp(?:orary)?\s+)?(?:unlogged\s+)?table\s+"
     r'(?:if\s+not\s+exists\s+)?(?P<name>(?:"[^"]+"|[\w$]+)(?:\s*\.\s*(?:"[^"]+"|[\w$]+))?)\s*\(',
@@ -156,8 +430,23 @@ _SERIAL_COLUMN = re.compile(
     r"(?P<type>smallserial|bigserial|serial[248]?)\b",
     re.I,
 )
+_IDENTITY_COLUMN = re.compile(
+    r'(?P<lead>[(,]\s*)(?P<column>"[^"]+"|[A-Za-z_][\w$]*)\s+(?P<definition>[^,()]*'
+    r"(?:\([^()]*\)[^,()]*)*?)\bgenerated\s+(?:always|by\s+default)\s+as\s+identity\b"
+    r"(?:\s*\((?P<options>[^()]*)\))?",
+    re.I,
+)
+_SEQUENCE_OPTION = re.compile(
+    r"\b(?P<option>start|increment|minvalue|maxvalue)\s+(?:with\s+|by\s+)?(?P<value>[-+]?\d+)", re.I
+)
+_SEQUENCE_KEYWORDS = {
+    "start": "start with",
+    "increment": "increment by",
+    "minvalue": "minvalue",
+    "maxvalue": "maxvalue",
+}
 _SERIAL_TYPES = {"smallserial": "SMALLINT", "serial2": "SMALLINT", "serial8": "BIGINT"}
-SEQUENCE_PREFIX = re.compile(r"(?:create (?:temp )?sequence if not exists [\w.]+; )+")
+SEQUENCE_PREFIX = re.compile(r"(?:create (?:temp )?sequence if not exists [\w.]+[^;]*; )+")
 
 
 def serials(sql: str) -> str:
@@ -167,24 +456,37 @@ def serials(sql: str) -> str:
     if table is None:
         return sql
     parts = [p.strip().strip('"') for p in table.group("name").split(".")]
-    sequences: list[str] = []
+    sequences: list[tuple[str, str]] = []  # (name, options)
 
-    def column(found: re.Match[str]) -> str:
+    def sequence_of(found: re.Match[str], options: str = "") -> str:
         name = found.group("column").strip('"')
         sequence = ".".join([*parts[:-1], re.sub(r"\W", "_", f"{parts[-1]}_{name}_seq").lower()])
-        sequences.append(sequence)
+        sequences.append((sequence, options))
+        return sequence
+
+    def serial(found: re.Match[str]) -> str:
         kind = found.group("type").lower()
         integer = "BIGINT" if kind == "bigserial" else _SERIAL_TYPES.get(kind, "INTEGER")
-        return (
-            f"{found.group('lead')}{found.group('column')} {integer} DEFAULT nextval('{sequence}')"
+        default = f"DEFAULT nextval('{sequence_of(found)}')"
+        return f"{found.group('lead')}{found.group('column')} {integer} {default}"
+
+    def identity(found: re.Match[str]) -> str:
+        options = "".join(
+            f" {_SEQUENCE_KEYWORDS[o.group('option').lower()]} {o.group('value')}"
+            for o in _SEQUENCE_OPTION.finditer(found.group("options") or "")
         )
+        default = f"DEFAULT nextval('{sequence_of(found, options)}')"
+        definition = found.group("definition").rstrip()
+        return f"{found.group('lead')}{found.group('column')} {definition} {default}"
 
     start = table.end() - 1
-    body = _SERIAL_COLUMN.sub(column, sql[start:])
+    body = _IDENTITY_COLUMN.sub(identity, _SERIAL_COLUMN.sub(serial, sql[start:]))
     if not sequences:
         return sql
     temp = "temp " if table.group("temp") else ""
-    created = "".join(f"create {temp}sequence if not exists {q}; " for q in sequences)
+    created = "".join(
+        f"create {temp}sequence if not exists {name}{options}; " for name, options in sequences
+    )
     return created + sql[:start] + body
 
 
@@ -247,6 +549,7 @@ _NUMERIC_OPERATOR = r"(?:[-+*/%]|=|<>|!=|<=|>=|<|>)"
 _NUMBER_THEN_PARAM = re.compile(rf"(?<![\w.$])(\d+)(\.\d+)?\s*{_NUMERIC_OPERATOR}\s*\$(\d+)")
 _PARAM_THEN_NUMBER = re.compile(rf"\$(\d+)\s*{_NUMERIC_OPERATOR}\s*(\d+)(\.\d+)?(?![\w.])")
 _CAST = re.compile(r"\$(\d+)\s*::\s*([a-z][\w ]*?\w)(?=\s*(?:\)|,|$|\s(?!precision|zone)|;))", re.I)
+_ARRAY_CAST = re.compile(r"\$(\d+)\s*\)?\s*::\s*([a-z][\w ]*?\w)\s*\[\]", re.I)
 _INSERT = re.compile(
     r"\s*insert\s+into\s+([\w.\"]+)\s*(?:\(([^)]*)\))?\s*values\s*\(([^)]*)\)", re.I | re.S
 )
@@ -274,6 +577,9 @@ def infer_parameter_types(
 
     for number, name in _CAST.findall(query):
         put(number, _CAST_NAMES.get(" ".join(name.lower().split())))
+    for number, name in _ARRAY_CAST.findall(query):  # (Django's bulk_create: ($1)::varchar[])
+        element = _CAST_NAMES.get(" ".join(name.lower().split()))
+        put(number, element + "[]" if element else None)
     insert = _INSERT.match(query)
     if insert:
         table = insert.group(1).replace('"', "").rsplit(".", 1)[-1].lower()
@@ -332,6 +638,8 @@ _CAST_NAMES = {
     "interval": "INTERVAL",
     "bytea": "BLOB",
     "uuid": "UUID",
+    "json": "JSON",
+    "jsonb": "JSON",
 }
 
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -90,6 +90,9 @@ class DuckDBBackend:
         if max_temp_size is not None:  # what it may spill (0: nothing: it fails with 53200)
             self.connection.execute(f"SET max_temp_directory_size = '{int(max_temp_size)}B'")
         catalog.install(self.connection)  # PostgreSQL's catalogs, for tools that read them
+        # PostgreSQL's binary JSON, which ORMs declare JSON columns as (Django, SQLAlchemy's
+        # JSONB), is DuckDB's JSON
+        self.connection.execute("create type if not exists jsonb as json")
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="duckdb")
         # DuckDB connections shared between sessions' transactions; idle ones kept, at most
         self.cursors = Cursors(self, keep=max(8, 2 * workers))
@@ -466,7 +469,65 @@ def execute(
     for the cursor) the result carries DuckDB's own time, CPU time, memory and spill; the
     memory is measured above what the buffer manager held as the statement began, read now or,
     with ``base``, as read at most a second ago (a sample of live statements: the read costs
-    half a millisecond). ``switch``: the profiler is switched to ``profile`` first."""
+    half a millisecond). ``switch``: the profiler is switched to ``profile`` first. A query
+    that groups by a primary key and selects the key's table's other columns runs with them
+    added to its GROUP BY (see ``compat.group_by_completed``)."""
+    return _completing_group_by(
+        cursor,
+        query,
+        lambda q: _execute(cursor, q, params, kind, format_codes, profile, base, switch),
+    )
+
+
+T = TypeVar("T")
+_COMPLETED: dict[str, str] = {}  # queries, and as completed for GROUP BY (at most _KEEP)
+_KEEP = 256
+
+
+def _completing_group_by(
+    cursor: duckdb.DuckDBPyConnection, query: str, run: Callable[[str], T]
+) -> T:
+    """``run(query)``, or of ``query`` completed for its GROUP BY when DuckDB's binder asks for
+    a column that depends on a primary key grouped by (once per such column)."""
+    original, query = query, _COMPLETED.get(query, query)
+    while True:
+        try:
+            return run(query)
+        except QueryError as e:
+            asked = compat.GROUP_BY_ERROR.search(str(e)) if e.sqlstate[:2] == "42" else None
+            if asked is None:
+                raise
+            column = asked.group("column").replace('""', '"')
+            completed = compat.group_by_completed(query, column, _primary_key(cursor))
+            if completed is None:
+                raise
+            if len(_COMPLETED) >= _KEEP:
+                _COMPLETED.clear()
+            _COMPLETED[original] = query = completed
+
+
+def _primary_key(cursor: duckdb.DuckDBPyConnection) -> Callable[[str], list[str]]:
+    def key(table: str) -> list[str]:
+        rows = cursor.execute(
+            "select constraint_column_names from duckdb_constraints() "
+            "where constraint_type = 'PRIMARY KEY' and lower(table_name) = ?",
+            [table],
+        ).fetchall()
+        return [str(c) for c in rows[0][0]] if len(rows) == 1 else []
+
+    return key
+
+
+def _execute(
+    cursor: duckdb.DuckDBPyConnection,
+    query: str,
+    params: Sequence[object],
+    kind: str,
+    format_codes: Sequence[int],
+    profile: bool,
+    base: MemoryBase | None,
+    switch: bool,
+) -> Result:
     if switch:
         try:
             set_profiling(cursor, profile)
@@ -767,13 +828,17 @@ def describe(
 ) -> list[tuple[str, PgType]]:
     """The result columns of a SELECT without running it: each parameter a sample of its type
     where one is kept above, else NULL."""
-    body = query.strip().rstrip(";")
     params = [_SAMPLES.get(oid) for oid in oids]
-    try:
-        relation = cursor.execute(f"select * from ({body}) limit 0", params or None)
-    except duckdb.Error as e:
-        raise QueryError(sqlstate_for(e), first_line(e)) from None
-    return [(d[0], pg_type(str(d[1]))) for d in relation.description or []]
+
+    def run(query: str) -> list[tuple[str, PgType]]:
+        body = query.strip().rstrip(";")
+        try:
+            relation = cursor.execute(f"select * from ({body}) limit 0", params or None)
+        except duckdb.Error as e:
+            raise QueryError(sqlstate_for(e), first_line(e)) from None
+        return [(d[0], pg_type(str(d[1]))) for d in relation.description or []]
+
+    return _completing_group_by(cursor, query, run)
 
 
 def first_line(error: BaseException) -> str:

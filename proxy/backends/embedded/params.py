@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from decimal import Decimal
 
+from proxy.backends.embedded.compat import array_items
 from proxy.backends.embedded.executor import QueryError
 from proxy.backends.pgtypes import ARRAY_ELEMENT
 
@@ -31,7 +32,7 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> object:
             return _binary_array(raw, element)
         return [
             None if item is None else decode_param(item.encode(), element, False)
-            for item in _text_array(raw.decode())
+            for item in array_items(raw.decode())
         ]
     if binary:
         decoder = _BINARY_PARAMS.get(oid)
@@ -54,35 +55,11 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> object:
     return text
 
 
-def _text_array(text: str) -> list[str | None]:
-    """The items of a one-dimensional array literal, ``{1,NULL,"a b"}``."""
-    if not (text.startswith("{") and text.endswith("}")):
-        raise ValueError(f"malformed array literal: {text!r}")
-    items: list[str | None] = []
-    body, i = text[1:-1], 0
-    while i < len(body):
-        if body[i] == '"':
-            i += 1
-            chars = []
-            while i < len(body) and body[i] != '"':
-                if body[i] == "\\":
-                    i += 1
-                chars.append(body[i : i + 1])
-                i += 1
-            if i >= len(body):
-                raise ValueError(f"malformed array literal: {text!r} (a quote is not closed)")
-            items.append("".join(chars))
-            i += 1
-        else:
-            end = body.find(",", i)
-            end = len(body) if end < 0 else end
-            item = body[i:end].strip()
-            if item.startswith("{"):
-                raise ValueError("multidimensional array parameters are not supported")
-            items.append(None if item.upper() == "NULL" else item)
-            i = end
-        i += 1  # the comma
-    return items
+def _jsonb_param(raw: bytes) -> str:
+    """jsonb's binary form: a version byte (1) and the text."""
+    if raw[:1] != b"\x01":
+        raise QueryError("22P03", f"unsupported jsonb version number {raw[:1].hex() or 'none'}")
+    return raw[1:].decode()
 
 
 def _binary_array(raw: bytes, element: int) -> list[object]:
@@ -145,4 +122,6 @@ _BINARY_PARAMS: dict[int, Callable[[bytes], object]] = {
     1184: lambda raw: (_PG_EPOCH + _micro(raw)).replace(tzinfo=datetime.UTC),
     1186: _interval_param,
     2950: lambda raw: uuid.UUID(bytes=raw),
+    114: lambda raw: raw.decode(),
+    3802: _jsonb_param,
 }

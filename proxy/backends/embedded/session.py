@@ -214,6 +214,8 @@ class Portal:
     result: Result | None = None
     sent: int = 0
     cursor: bool = False  # a SQL cursor (DECLARE): FETCH, MOVE and CLOSE name it
+    held: bool = False  # WITH HOLD: outlives its transaction, its rows read whole at DECLARE
+    declared: str = ""  # (the DECLARE statement, for pg_cursors)
 
 
 _KINDS = {
@@ -255,6 +257,13 @@ _DECLARE = re.compile(
 _FETCH = re.compile(
     r"\s*(?P<verb>fetch|move)\s+(?P<direction>(?:next|all|forward(?:\s+(?:all|\d+))?|\d+)\s+)?"
     r"(?:(?:from|in)\s+)?" + _NAME + r"\s*;?\s*$",
+    re.I,
+)
+_PG_CURSORS = re.compile(r"(?:\bpg_catalog\s*\.\s*)?\bpg_cursors\b", re.I)
+# an alias follows (FROM pg_cursors c, … AS c): not a keyword, a comma, ")" or the end
+_ALIAS_NEXT = re.compile(
+    r"\s+(?!(?:where|join|left|right|inner|full|cross|natural|on|using|group|order|limit|"
+    r"offset|union|except|intersect|having|window|qualify|returning)\b)(?:as\s+)?[A-Za-z_\"]",
     re.I,
 )
 _CLOSE = re.compile(r"\s*close\s+" + _NAME_OR_ALL + r"\s*;?\s*$", re.I)
@@ -393,9 +402,9 @@ class DuckDBSession:
         if self.status != b"I" or self.running:
             return
         for portal in self.portals.values():
-            if portal.result is not None:
+            if portal.result is not None and not portal.held:
                 portal.result.abandon()
-        self.portals.clear()
+        self.portals = {name: p for name, p in self.portals.items() if p.held}
         lease = self.lease
         if lease is not None and not self.pinned and self.open is None:
             self.lease = None
@@ -469,6 +478,7 @@ class DuckDBSession:
         loop = asyncio.get_running_loop()
         backend = self.backend
         _check_catalogs(query)
+        query = self._with_cursors(query)
         query = compat.rewrite(catalog.translate(query) or query, backend.version_string)
         await self._settle()
         batch = self.connection.batch
@@ -545,7 +555,11 @@ class DuckDBSession:
             answer = compat.local_statement(sql, self.settings)
         except compat.Unsupported as e:
             raise QueryError("0A000", str(e)) from None
-        return None if answer is None else answered(answer)
+        if answer is None:
+            return None
+        if answer.warning is not None:
+            self.out += pg.error_response("01000", answer.warning, severity="WARNING", kind=b"N")
+        return answered(answer)
 
     def _transaction_warning(self, query: str, kind: str) -> Result | None:
         """PostgreSQL warns, where DuckDB fails, on BEGIN inside a transaction block and on
@@ -570,20 +584,20 @@ class DuckDBSession:
         cursors send). A cursor is a portal of the session named as the cursor, as in
         PostgreSQL — a Describe of that portal (psycopg's) reads its columns; its query runs at
         its first Describe or FETCH, and a FETCH takes the next rows, streamed from DuckDB as
-        they are asked for. It lives until its transaction ends; WITH HOLD, BINARY and
-        backward movement are refused (0A000)."""
+        they are asked for. It lives until its transaction ends — a WITH HOLD one until it is
+        closed (psycopg's named cursors outside a transaction, Django's ``iterator()``): its
+        rows are read whole at DECLARE and kept in the proxy's memory, as PostgreSQL keeps them
+        at commit. BINARY and backward movement are refused (0A000)."""
         declare = _DECLARE.match(query)
         if declare is not None:
             name = _cursor_name(declare.group("name"))
             options = declare.group("options").lower().split()
             hold = (declare.group("hold") or "").lower().startswith("with ")
-            if "binary" in options or hold:
+            if "binary" in options:
                 raise QueryError(
-                    "0A000",
-                    "BINARY and WITH HOLD cursors are not supported by the embedded DuckDB "
-                    "server (a cursor lives until its transaction ends)",
+                    "0A000", "BINARY cursors are not supported by the embedded DuckDB server"
                 )
-            if self.status == b"I":
+            if self.status == b"I" and not hold:
                 raise QueryError("25P01", "DECLARE CURSOR can only be used in transaction blocks")
             if name in self.portals:
                 raise QueryError("42P03", f'cursor "{name}" already exists')
@@ -591,7 +605,18 @@ class DuckDBSession:
             if len(statements) != 1 or statements[0][1] != "SELECT":
                 raise QueryError("42601", "a cursor's query must be one SELECT or VALUES")
             inner, kind = statements[0]
-            self.portals[name] = Portal(Prepared(inner, [], kind), list(params), cursor=True)
+            cursor = Portal(Prepared(inner, [], kind), list(params), cursor=True, declared=query)
+            if hold:
+                result = await self._portal_result(cursor)
+                loop = asyncio.get_running_loop()
+                while (more := result.more) is not None:
+                    chunk = await loop.run_in_executor(self.backend.pool, more)
+                    if not chunk:
+                        self._abandon(result)
+                        break
+                    result.rows += chunk
+                cursor.held = True
+            self.portals[name] = cursor
             return Result([], [], "DECLARE CURSOR", [])
         close = _CLOSE.match(query)
         if close is not None:
@@ -641,6 +666,32 @@ class DuckDBSession:
         if fetch.group("verb").lower() == "move":
             return Result([], [], f"MOVE {len(rows)}", [])
         return Result(result.columns, rows, f"FETCH {len(rows)}", result.formats)
+
+    def _with_cursors(self, query: str) -> str:
+        """``query`` with PostgreSQL's ``pg_cursors`` as this session's SQL cursors (psycopg
+        looks a named cursor up there before it closes it)."""
+        if "pg_cursors" not in query.lower():
+            return query
+        rows = [
+            f"({catalog.literal(name)}, {catalog.literal(p.declared)}, {str(p.held).lower()}, "
+            "false, false, now())"
+            for name, p in self.portals.items()
+            if p.cursor
+        ]
+        values = ", ".join(rows) or (
+            "(null::varchar, null::varchar, null::boolean, null::boolean, null::boolean, "
+            "null::timestamptz)"
+        )
+        view = (
+            f"(select * from (values {values}) as c(name, statement, is_holdable, is_binary, "
+            f"is_scrollable, creation_time){'' if rows else ' where false'})"
+        )
+
+        def replaced(found: re.Match[str]) -> str:
+            aliased = _ALIAS_NEXT.match(query, found.end())
+            return view if aliased else view + " as pg_cursors"
+
+        return _PG_CURSORS.sub(replaced, query)
 
     def _abandon(self, result: Result) -> None:
         """A result read no further: DuckDB gets its resources back, and it is not open."""
@@ -723,6 +774,18 @@ class DuckDBSession:
         for query, kind in statements:
             await self._send_result(await self._run(query, (), kind))
 
+    def _rewritten_ddl(self, statement: str) -> str | None:
+        """The kind of one DDL statement that DuckDB's parser refuses (an identity column, an
+        index's operator class) but takes once rewritten as it runs; None if not that."""
+        rewritten = compat.ddl(statement)
+        if rewritten == statement:
+            return None
+        try:
+            kinds = {st.type.name for st in self.cursor.extract_statements(rewritten)}
+        except duckdb.Error:
+            return None
+        return "CREATE" if kinds == {"CREATE"} else None
+
     def _statements(self, text: str) -> list[tuple[str, str]]:
         """The statements of a Query message and their kinds. When DuckDB's parser fails on
         the whole text it is split with PostgreSQL's (pglast) to find the statements answered
@@ -748,6 +811,8 @@ class DuckDBSession:
                 return [(pieces[0], "LOCAL")]
             if pieces and compat.begin_statement(pieces[0]):
                 return [("BEGIN", "TRANSACTION")]
+            if pieces and (kind := self._rewritten_ddl(pieces[0])) is not None:
+                return [(pieces[0], kind)]
             raise error
         out: list[tuple[str, str]] = []
         for piece in pieces:
@@ -820,6 +885,7 @@ class DuckDBSession:
             query, kind = statements[0] if statements else (query, "EMPTY")
         if kind not in ("LOCAL", "EMPTY") and driver is None:
             _check_catalogs(query)
+            query = self._with_cursors(query)
             query = compat.rewrite(catalog.translate(query) or query, self.backend.version_string)
         if 0 in types:
             inferred = compat.infer_parameter_types(query, len(types), self._catalog())
