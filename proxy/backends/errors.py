@@ -34,6 +34,11 @@ def sqlstate_for(error: BaseException) -> str:
             return "42P01"  # undefined_table
         if "Function" in message:
             return "42883"  # undefined_function
+    if isinstance(error, duckdb.TransactionException) and "onflict" in message:
+        # two transactions wrote the same row (DuckDB's optimistic concurrency): PostgreSQL's
+        # "could not serialize access due to concurrent update", which clients retry
+        # (pgbench --max-tries, retrying ORMs)
+        return "40001"  # serialization_failure
     if "duplicate key" in message:  # a key checked at COMMIT fails the commit itself
         return "23505"  # unique_violation
     if isinstance(error, duckdb.ConstraintException) and "NOT NULL" in message:

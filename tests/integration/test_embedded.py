@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 
 import asyncpg
 import duckdb
@@ -70,6 +71,121 @@ def test_psql_through_the_embedded_backend(embedded: Embedded) -> None:
     )
     assert out.stdout.splitlines() == ["1|tea|3.50", "2|cake|", "after the error"]
     assert "Table with name nope does not exist" in out.stderr
+
+
+def test_pgbench_initializes_and_runs_against_the_embedded_server(embedded: Embedded) -> None:
+    """``pgbench -i`` (DROP of several tables, WITH (fillfactor), COPY FROM STDIN, VACUUM,
+    primary keys added) and its TPC-B-like run: DuckDB's write conflicts (every transaction
+    updates the one branch row) are 40001, which pgbench retries."""
+    dsn = f"host=127.0.0.1 port={embedded.port} user=app dbname=app"
+    for steps in ("dtgvp", "dtGvp"):  # client-side data (COPY), then server-side (INSERT)
+        init = subprocess.run(
+            ["pgbench", "-i", "-I", steps, "-s", "1", "-q", dsn],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert init.returncode == 0, init.stderr
+        with embedded.connect() as conn:
+            assert conn.execute("select count(*), sum(aid) from pgbench_accounts").fetchone() == (
+                100_000,
+                5_000_050_000,
+            )
+    run = subprocess.run(
+        ["pgbench", "-c", "4", "-j", "2", "-t", "40", "--max-tries", "1000", "-n", dsn],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "number of transactions actually processed: 160/160" in run.stdout, run.stdout
+    with embedded.connect() as conn:
+        assert conn.execute("select count(*) from pgbench_history").fetchone() == (160,)
+        # every update counted once: the branch's balance is the history's sum
+        assert conn.execute(
+            "select (select sum(bbalance) from pgbench_branches) = (select sum(delta) from "
+            "pgbench_history)"
+        ).fetchone() == (True,)
+
+
+def test_copy_in_and_out_with_psql(embedded: Embedded, tmp_path: Path) -> None:
+    source = tmp_path / "in.txt"
+    source.write_text("1\ttea\t\\N\n2\ttab\\there\t3.5\n")
+    csv_file = tmp_path / "in.csv"
+    csv_file.write_text('id,name\n3,"a,b"\n4,\n')
+
+    def psql(*commands: str) -> subprocess.CompletedProcess[str]:
+        args = [f"host=127.0.0.1 port={embedded.port} user=app dbname=app", "-X", "-v"]
+        args += ["ON_ERROR_STOP=1"]
+        for command in commands:
+            args += ["-c", command]
+        return subprocess.run(["psql", *args], capture_output=True, text=True, timeout=30)
+
+    done = psql(
+        "create table menu (id int, name varchar, price decimal(4, 1))",
+        f"\\copy menu from '{source}'",
+        f"\\copy menu (id, name) from '{csv_file}' with (format csv, header)",
+        "\\copy (select * from menu order by id) to stdout",
+        "\\copy menu to stdout with csv header",
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.splitlines()[1:]  # (after CREATE TABLE)
+    assert out[:2] == ["COPY 2", "COPY 2"]
+    assert out[2:6] == ["1\ttea\t\\N", "2\ttab\\there\t3.5", "3\ta,b\t\\N", "4\t\\N\t\\N"]
+    assert out[6:8] == ["id,name,price", "1,tea,"] and '3,"a,b",' in out
+    failed = psql("\\copy menu from stdin (format binary)")
+    assert failed.returncode != 0 and "binary format is not supported" in failed.stderr
+
+
+def test_copy_with_psycopg_is_one_statement(embedded: Embedded) -> None:
+    """psycopg's copy(): rows written and read; bad data, a CopyFail and a short row fail the
+    whole COPY and leave the session usable; inside a transaction it rolls back with it."""
+    with embedded.connect() as conn:
+        conn.execute("create table log (id int, msg varchar, at_time timestamp)")
+        with conn.cursor().copy("copy log (id, msg, at_time) from stdin") as cp:
+            for i in range(3):
+                cp.write_row((i, f"line\t{i}\\", datetime.datetime(2024, 1, 1, i)))
+        with conn.cursor().copy("copy (select id, msg from log order by id) to stdout") as cp:
+            assert list(cp.rows()) == [(str(i), f"line\t{i}\\") for i in range(3)]
+        with (
+            pytest.raises(psycopg.errors.InvalidTextRepresentation),
+            conn.cursor().copy("copy log (id) from stdin") as cp,
+        ):
+            cp.write(b"7\nseven\n")
+        with (
+            pytest.raises(psycopg.errors.QueryCanceled),
+            conn.cursor().copy("copy log (id) from stdin") as cp,
+        ):
+            cp.write(b"8\n")
+            raise psycopg.errors.QueryCanceled("the client gives up")  # (psycopg: CopyFail)
+        with (
+            pytest.raises(psycopg.errors.BadCopyFileFormat),  # 22P04
+            conn.cursor().copy("copy log (id, msg) from stdin") as cp,
+        ):
+            cp.write(b"9\n")
+        assert conn.execute("select count(*) from log").fetchone() == (3,)
+        conn.execute("begin")
+        with conn.cursor().copy("copy log (id) from stdin") as cp:
+            cp.write(b"10\n11\n")
+        assert conn.execute("select count(*) from log").fetchone() == (5,)
+        conn.execute("rollback")
+        assert conn.execute("select count(*) from log").fetchone() == (3,)
+
+
+def test_write_conflicts_are_serialization_failures(embedded: Embedded) -> None:
+    """Two transactions updating one row: DuckDB's optimistic concurrency fails the second
+    with 40001 (PostgreSQL's code for it under REPEATABLE READ), which clients retry."""
+    with embedded.connect() as first, embedded.connect() as second:
+        first.execute("begin")
+        first.execute("update items set price = price + 1 where id = 1")
+        second.execute("begin")
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            second.execute("update items set price = price + 2 where id = 1")
+        second.execute("rollback")
+        first.execute("commit")
+        assert second.execute("select price from items where id = 1").fetchone() == (
+            Decimal("4.50"),
+        )
 
 
 def test_psycopg2_transactions_ddl_and_errors(embedded: Embedded) -> None:

@@ -145,7 +145,9 @@ _FUNCTIONS = re.compile(
 _VERSION = re.compile(r"\bversion\s*\(\s*\)", re.I)
 _REG_CAST = re.compile(r"::\s*reg(?:type|class|proc|namespace)\b", re.I)  # an oid as itself
 _MAYBE = re.compile(
-    r"pg_catalog|version|::\s*reg|serial|identity|index|deferrable|initially|unnest|'\{", re.I
+    r"pg_catalog|version|::\s*reg|serial|identity|index|deferrable|initially|unnest|'\{|"
+    r"\bwith\s*\(|\bdrop\s|\btruncate\s",
+    re.I,
 )
 
 
@@ -375,15 +377,43 @@ def _table_of(sql: str, qualifier: str) -> str:
 
 def ddl(sql: str) -> str:
     """PostgreSQL's DDL as DuckDB takes it: serial and identity columns as sequences,
-    constraints checked at once, a CREATE INDEX without what only PostgreSQL's index methods
-    mean (``sql`` itself when it is none of these)."""
+    constraints checked at once, no storage parameters, a CREATE INDEX without what only
+    PostgreSQL's index methods mean, a DROP or TRUNCATE of several objects as one statement
+    each (``sql`` itself when it is none of these)."""
+    if _CREATE_TABLE.match(sql):
+        sql = _DEFERRABLE.sub("", _STORAGE_PARAMETERS.sub("", sql))
     if _SERIAL_HINT.search(sql):
         sql = serials(sql)
-    if _DEFERRABLE.search(sql) and _CREATE_TABLE.match(sql):
-        sql = _DEFERRABLE.sub("", sql)
+    several = _SEVERAL_DROPPED.match(sql) or _SEVERAL_TRUNCATED.match(sql)
+    if several is not None:  # (one statement per object, as DuckDB drops and truncates)
+        names = _arguments(several.group("names") + ")", 0)[0] or []
+        head, tail = several.group("head"), several.groupdict().get("tail") or ""
+        sql = "; ".join(f"{head}{name.strip()}{tail}" for name in names)
     if _CREATE_INDEX.match(sql):
         sql = index(sql)
     return sql
+
+
+# a table's storage parameters (pgbench's WITH (fillfactor=100)): DuckDB has none
+_STORAGE_PARAMETERS = re.compile(
+    r"(?<=\))\s*with\s*\(\s*\w+\s*=\s*[\w.]+(?:\s*,\s*\w+\s*=\s*[\w.]+)*\s*\)", re.I
+)
+# DROP TABLE a, b and TRUNCATE a, b (pgbench -i): DuckDB takes one object at a time; TRUNCATE's
+# RESTART/CONTINUE IDENTITY and CASCADE it has not (sequences are not restarted; a table that
+# others reference keeps DuckDB's error)
+_NAME_LIST = r'(?P<names>(?:"[^"]+"|[\w$.]+)(?:\s*,\s*(?:"[^"]+"|[\w$.]+))+)'
+_SEVERAL_DROPPED = re.compile(
+    r"\s*(?P<head>drop\s+(?:table|view|sequence|index|type)\s+(?:if\s+exists\s+)?)"
+    + _NAME_LIST
+    + r"(?P<tail>\s+(?:cascade|restrict))?\s*;?\s*$",
+    re.I,
+)
+_SEVERAL_TRUNCATED = re.compile(
+    r"\s*(?P<head>truncate\s+(?:table\s+)?(?:only\s+)?)"
+    + _NAME_LIST.replace("+)", "*)")
+    + r"(?:\s+(?:restart|continue)\s+identity)?(?:\s+(?:cascade|restrict))?\s*;?\s*$",
+    re.I,
+)
 
 
 # CREATE INDEX: DuckDB has one index method (ART) and none of PostgreSQL's index options. What

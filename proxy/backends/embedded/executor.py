@@ -427,6 +427,8 @@ def command_tag(kind: str, query: str, rows: list[tuple[Any, ...]], has_columns:
     words = compat.SEQUENCE_PREFIX.sub("", query.strip(), count=1).rstrip(";").split()
     verb = words[0].upper() if words else ""
     count = rows[0][0] if rows and rows[0] and isinstance(rows[0][0], int) else 0
+    if verb == "TRUNCATE":
+        return "TRUNCATE TABLE"
     if kind == "SELECT" or (has_columns and verb in ("SELECT", "WITH", "VALUES", "SHOW", "FROM")):
         return f"SELECT {len(rows)}"
     if kind == "INSERT":

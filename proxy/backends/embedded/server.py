@@ -548,6 +548,33 @@ class EmbeddedConnection(asyncio.Protocol):
             await self._writable()
         return self.transport is not None and not self.transport.is_closing()
 
+    async def copy_data(self) -> bytes | None:
+        """The next CopyData's bytes of a COPY FROM STDIN, None at its CopyDone (the replies
+        so far are written first: the CopyInResponse). A CopyFail or another message fails
+        the COPY; Flush and Sync are ignored, as PostgreSQL ignores them in copy-in mode."""
+        self._flush()
+        while True:
+            frame = await self.inbox.get()
+            if frame is None:  # (the client is gone: the serving loop ends on it too)
+                self.inbox.put(None)
+                raise QueryError("08006", "the client went away during COPY FROM STDIN")
+            self.inbox_bytes -= len(frame.raw)
+            if self.buffer_reported or self.reading_paused:
+                self._check_buffers()
+            kind = frame.type
+            if kind == pg.COPY_DATA:
+                return frame.body
+            if kind == pg.COPY_DONE:
+                return None
+            if kind == pg.COPY_FAIL:
+                why = frame.body.rstrip(b"\0").decode("utf-8", "replace")
+                raise QueryError("57014", f"COPY from stdin failed: {why}")
+            if kind not in (pg.FLUSH, pg.SYNC):
+                raise QueryError(
+                    pg.SQLSTATE_PROTOCOL_VIOLATION,
+                    f"unexpected message type {frame.name!r} during COPY from stdin",
+                )
+
     def _fatal(self, sqlstate: str, message: str) -> None:
         self._flush()
         self._write(pg.error_response(sqlstate, message, severity="FATAL"))

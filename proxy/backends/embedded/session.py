@@ -24,6 +24,7 @@ which the session goes on, never by ending the connection.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import re
 import struct
@@ -35,8 +36,9 @@ from typing import Protocol
 import duckdb
 import pglast
 
-from proxy.backends.embedded import catalog, compat, lockdown
+from proxy.backends.embedded import catalog, compat, copy, lockdown
 from proxy.backends.embedded.executor import (
+    CHUNK_ROWS,
     TEXT_OID,
     DuckDBBackend,
     Lease,
@@ -51,7 +53,7 @@ from proxy.backends.embedded.executor import (
 )
 from proxy.backends.embedded.params import decode_param
 from proxy.backends.errors import sqlstate_for
-from proxy.backends.pgtypes import pg_type
+from proxy.backends.pgtypes import pg_type, text_encoder
 from proxy.wire import protocol as pg
 from proxy.wire.frontend import Batch
 
@@ -198,6 +200,9 @@ class Admission(Protocol):
         """Write the replies so far, and wait while the client is slower to read them;
         False when the client is gone."""
 
+    async def copy_data(self) -> bytes | None:
+        """The next CopyData of a COPY FROM STDIN (None at its CopyDone)."""
+
 
 @dataclass(slots=True)
 class Prepared:
@@ -291,6 +296,69 @@ def _split(text: str) -> list[str]:
         return list(pglast.split(text))
     except Exception:  # pglast's parse errors: the caller's own error path reports it
         return []
+
+
+COPY_BATCH = 50_000  # rows of a COPY FROM STDIN inserted at once
+
+
+def _copy_width(cursor: duckdb.DuckDBPyConnection, table: str, columns: str | None) -> int:
+    """How many columns a COPY FROM STDIN fills: its table's, or its column list's
+    (a worker thread; QueryError if the table or a column is not there)."""
+    try:
+        relation = cursor.execute(f"select {columns or '*'} from {table} limit 0")
+    except duckdb.Error as e:
+        raise QueryError(sqlstate_for(e), first_line(e)) from None
+    return len(relation.description or [])
+
+
+def _copy_insert(
+    cursor: duckdb.DuckDBPyConnection, target: str, width: int, rows: list[list[str | None]]
+) -> int:
+    """Rows of text fields into ``target``, DuckDB casting each to its column's type (a
+    worker thread); how many went in."""
+    import numpy as np
+
+    for row in rows:
+        if len(row) < width:
+            raise QueryError("22P04", f"missing data for column {len(row) + 1} of {width}")
+        if len(row) > width:
+            raise QueryError("22P04", "extra data after last expected column")
+    data = {f"c{i}": np.array([row[i] for row in rows], dtype=object) for i in range(width)}
+    name = "admission_copy_rows"
+    try:
+        cursor.register(name, data)
+        cursor.execute(f"insert into {target} select * from {name}")
+    except duckdb.Error as e:
+        raise QueryError(sqlstate_for(e), first_line(e)) from None
+    finally:
+        with contextlib.suppress(duckdb.Error):
+            cursor.unregister(name)
+    return len(rows)
+
+
+def _copy_query(
+    cursor: duckdb.DuckDBPyConnection, query: str
+) -> tuple[list[str], Callable[[], list[list[bytes | None]]]]:
+    """The column names of a COPY TO STDOUT's query and a function that reads its next rows
+    as PostgreSQL's text output (a worker thread)."""
+    try:
+        relation = cursor.execute(query)
+    except duckdb.Error as e:
+        raise QueryError(sqlstate_for(e), first_line(e)) from None
+    description = relation.description or []
+    encoders = [text_encoder(pg_type(str(d[1]))) for d in description]
+
+    def fetch() -> list[list[bytes | None]]:
+        try:
+            chunk = relation.fetchmany(CHUNK_ROWS)
+        except duckdb.Error as e:
+            raise QueryError(sqlstate_for(e), first_line(e)) from None
+        return [
+            [None if v is None else encode(v) for v, encode in zip(row, encoders, strict=True)]
+            for row in chunk
+        ]
+
+    return [str(d[0]) for d in description], fetch
 
 
 def _check_catalogs(query: str) -> None:
@@ -466,6 +534,8 @@ class DuckDBSession:
             )
         if kind == "CURSOR":
             return await self._cursor_statement(query, params, formats)
+        if kind == "COPY" and copy.STDIO.match(query):
+            return await self._copy(query)
         if kind == "DEALLOCATE":
             return self._deallocate(query)
         if kind == "DISCARD":
@@ -488,11 +558,14 @@ class DuckDBSession:
         for wants, observer in self.samplers:
             if wants(fingerprint):
                 listening.append(observer)
-        profile = backend.profile and bool(listening)
         lease = await self._lend()
         cursor = lease.cursor
-        switch = profile != lease.profiling  # (switched in the statement's own thread hop)
-        lease.profiling = profile
+        if kind == "TRANSACTION":  # (the profiler left as it is: a PRAGMA in a transaction
+            profile = switch = False  # that failed fails, and the ROLLBACK with it)
+        else:
+            profile = backend.profile and bool(listening)
+            switch = profile != lease.profiling  # (switched in the statement's own thread hop)
+            lease.profiling = profile
         if self.gone:  # (lost while this statement waited for its admission or connection)
             raise QueryError("57014", "canceling statement: the client went away")
         self.running = True
@@ -693,6 +766,115 @@ class DuckDBSession:
 
         return _PG_CURSORS.sub(replaced, query)
 
+    async def _copy(self, query: str) -> Result:
+        """COPY … FROM STDIN or TO STDOUT: the data moved between the client and DuckDB here,
+        in PostgreSQL's text or CSV format (see ``copy``). Rows read from the client go in at
+        most COPY_BATCH at a time, all in one transaction, as PostgreSQL's COPY is one
+        statement; rows written out are sent a chunk at a time as the client reads them."""
+        try:
+            statement = copy.copy_statement(query)
+        except copy.CopyError as e:
+            raise QueryError(e.sqlstate, str(e)) from None
+        lease = await self._lend()
+        loop = asyncio.get_running_loop()
+        pool = self.backend.pool
+        if statement.direction == "out":
+            return await self._copy_out(statement, lease.cursor)
+        assert statement.table is not None
+        target = statement.table + (f" ({statement.columns})" if statement.columns else "")
+        width = await loop.run_in_executor(
+            pool, _copy_width, lease.cursor, statement.table, statement.columns
+        )
+        self.out += pg.message(b"G", struct.pack("!bh", 0, width) + b"\0\0" * width)
+        own = self.status == b"I"  # (outside a transaction block: one of its own)
+        failed: QueryError | None = None
+        rows: list[list[str | None]] = []
+        count = 0
+        pending, first = "", True
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        csv_text: list[str] = []
+        if own:
+            await loop.run_in_executor(pool, lease.cursor.execute, "BEGIN")
+        self.running = True  # (in service until it ends: a cancel or a lost client stops it)
+        self.started += 1
+        try:
+            while (data := await self.connection.copy_data()) is not None:
+                if failed is not None:
+                    continue  # (the rest is read and dropped, up to the client's CopyDone)
+                try:
+                    text = decoder.decode(data)
+                except UnicodeDecodeError:
+                    failed = QueryError("22021", "invalid byte sequence for encoding UTF8")
+                    continue
+                if statement.options.format == "csv":  # (quoted fields may span lines)
+                    csv_text.append(text)
+                    continue
+                lines, pending = copy.split_lines(pending, text)
+                rows.extend(copy.read_rows(lines, statement.options, first))
+                first = False
+                if len(rows) >= COPY_BATCH:
+                    try:
+                        count += await loop.run_in_executor(
+                            pool, _copy_insert, lease.cursor, target, width, rows
+                        )
+                    except QueryError as e:
+                        failed = e
+                    rows = []
+            if failed is not None:
+                raise failed
+            tail = pending + decoder.decode(b"", final=True)
+            if csv_text or statement.options.format == "csv":
+                whole = copy.csv_lines("".join(csv_text) + tail)
+                rows = list(copy.read_rows(whole, statement.options, True))
+            elif tail:
+                rows.extend(copy.read_rows([tail], statement.options, first))
+            if rows:
+                count += await loop.run_in_executor(
+                    pool, _copy_insert, lease.cursor, target, width, rows
+                )
+            if own:
+                await loop.run_in_executor(pool, lease.cursor.execute, "COMMIT")
+        except (copy.CopyError, QueryError, duckdb.Error) as e:
+            self.running = False  # (a CancelRequest must not interrupt the clean-up)
+            if own:
+                await loop.run_in_executor(pool, _end_transaction, lease.cursor)
+            if isinstance(e, QueryError):
+                raise
+            sqlstate = e.sqlstate if isinstance(e, copy.CopyError) else sqlstate_for(e)
+            raise QueryError(sqlstate, first_line(e)) from None
+        finally:
+            self.running = False
+        return Result([], [], f"COPY {count}", [])
+
+    async def _copy_out(
+        self, statement: copy.CopyStatement, cursor: duckdb.DuckDBPyConnection
+    ) -> Result:
+        loop = asyncio.get_running_loop()
+        pool = self.backend.pool
+        if statement.query is not None:
+            query = statement.query
+        else:
+            columns = statement.columns or "*"
+            query = f"select {columns} from {statement.table}"
+        _check_catalogs(query)
+        query = compat.rewrite(catalog.translate(query) or query, self.backend.version_string)
+        names, fetch = await loop.run_in_executor(pool, _copy_query, cursor, query)
+        options = statement.options
+        self.out += pg.message(b"H", struct.pack("!bh", 0, len(names)) + b"\0\0" * len(names))
+        if options.header:
+            self.out += pg.message(
+                b"d", copy.write_lines([[n.encode() for n in names]], options)[0]
+            )
+        count = 0
+        while rows := await loop.run_in_executor(pool, fetch):
+            count += len(rows)
+            # (one CopyData per row, as PostgreSQL sends them: psycopg reads a row from each)
+            self.out += b"".join(pg.message(b"d", line) for line in copy.write_lines(rows, options))
+            if not await self.connection.drain():
+                break
+        self.out += pg.message(b"c")
+        return Result([], [], f"COPY {count}", [])
+
     def _abandon(self, result: Result) -> None:
         """A result read no further: DuckDB gets its resources back, and it is not open."""
         if self.open is result:
@@ -776,7 +958,8 @@ class DuckDBSession:
 
     def _rewritten_ddl(self, statement: str) -> str | None:
         """The kind of one DDL statement that DuckDB's parser refuses (an identity column, an
-        index's operator class) but takes once rewritten as it runs; None if not that."""
+        index's operator class, a DROP of several tables) but takes once rewritten as it runs;
+        None if not that."""
         rewritten = compat.ddl(statement)
         if rewritten == statement:
             return None
@@ -784,7 +967,7 @@ class DuckDBSession:
             kinds = {st.type.name for st in self.cursor.extract_statements(rewritten)}
         except duckdb.Error:
             return None
-        return "CREATE" if kinds == {"CREATE"} else None
+        return kinds.pop() if len(kinds) == 1 else None
 
     def _statements(self, text: str) -> list[tuple[str, str]]:
         """The statements of a Query message and their kinds. When DuckDB's parser fails on
@@ -793,6 +976,8 @@ class DuckDBSession:
         single = _single_statement(text)
         if single is not None:
             return [single]
+        if copy.STDIO.match(text) and len(lone := _split(text)) == 1:
+            return [(lone[0], "COPY")]  # (moved by the session, not by DuckDB's COPY)
         head = _SESSION_HEAD.match(text)
         if head is not None and len(lone := _split(text)) == 1:
             # (answered here: DuckDB has no SQL cursors, and its DEALLOCATE is its own)
