@@ -34,6 +34,7 @@ from proxy.backends.embedded import Measurement
 from proxy.wire import protocol as pg
 from testing import fuzz
 from testing.embeddedharness import Embedded
+from testing.pgcluster import Cluster
 
 
 def _items(con: duckdb.DuckDBPyConnection) -> None:
@@ -170,6 +171,37 @@ def test_copy_with_psycopg_is_one_statement(embedded: Embedded) -> None:
         assert conn.execute("select count(*) from log").fetchone() == (5,)
         conn.execute("rollback")
         assert conn.execute("select count(*) from log").fetchone() == (3,)
+
+
+_UNALIASED = [
+    "count(*), sum(id)",
+    "id::int, '1'::int, items.id, coalesce(price, 0), nullif(id, 2)",
+    "case when id > 1 then 1 end, case when id > 1 then 1 else id end",
+    "exists(select 1), (select max(id) from items), (select id as x from items limit 1)",
+    "1 + 2, upper(name) as u, current_date, greatest(id, 2), id is null, -id, (id)",
+    "lower((name)), id::text, array[1], row(1, 2), now()",
+    "max(id) filter (where id > 0), count(distinct name)",
+]
+
+
+@pytest.mark.parametrize("targets", _UNALIASED)
+def test_result_columns_are_named_as_postgresql_names_them(
+    embedded: Embedded, pg: Cluster, targets: str
+) -> None:
+    """A column with no alias: PostgreSQL's name (``count``, ``?column?``), not DuckDB's text
+    of the expression; compared with a real PostgreSQL holding the same table."""
+    query = f"select {targets} from items limit 1"
+    with psycopg.connect(pg.dsn(), autocommit=True) as real:
+        real.execute("drop table if exists items")
+        real.execute("create table items (id int primary key, name varchar, price decimal(10,2))")
+        expected = [d.name for d in real.execute(query).description or ()]
+        real.execute("drop table items")
+    with embedded.connect() as conn:
+        got = [d.name for d in conn.execute(query).description or ()]
+        assert got == expected
+        # the same through a Describe of a prepared statement (asyncpg reads names there)
+        prepared = [d.name for d in conn.execute(query, prepare=True).description or ()]
+        assert prepared == expected
 
 
 def test_write_conflicts_are_serialization_failures(embedded: Embedded) -> None:

@@ -33,6 +33,7 @@ import duckdb
 from admission.native import native
 from admission.units import size_bytes
 from proxy.backends.embedded import catalog, compat, lockdown
+from proxy.backends.embedded.names import postgresql_names
 from proxy.backends.errors import sqlstate_for, sqlstate_for_message
 from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type, text_encoder
 from proxy.planner import PARAM as _PARAM
@@ -576,6 +577,7 @@ def _execute(
     tag = command_tag(kind, query, rows, bool(columns) and not is_count)
     if is_count or _status_only(kind, description):
         return Result([], [], tag, [], latency, cpu_time, memory=memory, spilled=spilled)
+    columns = _postgresql_named(query, columns)
     formats = column_formats(format_codes, len(columns))
     types = [t for _, t in columns]
     encoded = data_rows(rows, types, formats)
@@ -677,6 +679,7 @@ def _columnar(
         _row_path(query)
         return None
     columns = [(d[0], pg_type(n)) for d, n in zip(description, names, strict=True)]
+    columns = _postgresql_named(query, columns)
     encoders = tuple(_encoder(t, 0) for _, t in columns)
     try:
         stream = _ROWS.ArrowRows(submitted.arrow_capsule(), encoders)  # type: ignore[union-attr]
@@ -838,9 +841,17 @@ def describe(
             relation = cursor.execute(f"select * from ({body}) limit 0", params or None)
         except duckdb.Error as e:
             raise QueryError(sqlstate_for(e), first_line(e)) from None
-        return [(d[0], pg_type(str(d[1]))) for d in relation.description or []]
+        columns = [(d[0], pg_type(str(d[1]))) for d in relation.description or []]
+        return _postgresql_named(query, columns)
 
     return _completing_group_by(cursor, query, run)
+
+
+def _postgresql_named(query: str, columns: list[tuple[str, PgType]]) -> list[tuple[str, PgType]]:
+    """The columns named as PostgreSQL names them (``names``: ``count``, not DuckDB's
+    ``count_star()``)."""
+    names = postgresql_names(query, [name for name, _ in columns])
+    return [(name, t) for name, (_, t) in zip(names, columns, strict=True)]
 
 
 def first_line(error: BaseException) -> str:
