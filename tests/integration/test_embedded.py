@@ -204,6 +204,30 @@ def test_result_columns_are_named_as_postgresql_names_them(
         assert prepared == expected
 
 
+def test_reset_and_search_path_as_clients_send_them(embedded: Embedded) -> None:
+    """RESET of a PostgreSQL parameter and RESET ALL; search_path set to PostgreSQL's public
+    (DuckDB's main) or a list of schemas, as ORMs and migration tools set it."""
+    with embedded.connect() as conn:
+        conn.execute("set application_name = 'mine'")
+        assert conn.execute("reset application_name").statusmessage == "RESET"
+        assert conn.execute("show application_name").fetchone() == ("",)
+        conn.execute("set statement_timeout = 5000")
+        assert conn.execute("reset all").statusmessage == "RESET"
+        assert conn.execute("show statement_timeout").fetchone() == ("0",)
+        conn.execute("create schema side")
+        assert conn.execute('set search_path to side, "$user", public').statusmessage == "SET"
+        assert conn.execute("show search_path").fetchone() == ("side,main",)
+        conn.execute("create table lands_in_side (a int)")
+        assert conn.execute(
+            "select table_schema from information_schema.tables where table_name = 'lands_in_side'"
+        ).fetchone() == ("side",)
+        assert conn.execute("select count(*) from items").fetchone() == (2,)  # (main, found)
+        conn.execute("set search_path = public")
+        assert conn.execute("show search_path").fetchone() == ("main",)
+        conn.execute("set search_path to default")
+        assert conn.execute("show search_path").fetchone() == ("main",)
+
+
 def test_write_conflicts_are_serialization_failures(embedded: Embedded) -> None:
     """Two transactions updating one row: DuckDB's optimistic concurrency fails the second
     with 40001 (PostgreSQL's code for it under REPEATABLE READ), which clients retry."""

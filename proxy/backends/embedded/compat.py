@@ -81,6 +81,7 @@ _SET = re.compile(
     r"\s*(.*?)\s*;?\s*\Z",
     re.I | re.S,
 )
+_RESET = re.compile(r"\s*reset\s+([\w.]+|transaction\s+isolation\s+level)\s*;?\s*\Z", re.I)
 _SESSION_CHARACTERISTICS = re.compile(r"\s*set\s+session\s+characteristics\b", re.I)
 _NAME = r'(?:\w+|"(?:[^"]|"")+")'
 _SAVEPOINT = re.compile(rf"\s*savepoint\s+{_NAME}\s*;?\s*\Z", re.I)
@@ -112,6 +113,16 @@ def local_statement(sql: str, settings: dict[str, str]) -> LocalAnswer | None:
             if name in PG_SETTINGS:
                 settings[name] = match.group(2).strip("'\"")
                 return LocalAnswer("SET")
+    elif head.startswith("reset"):
+        match = _RESET.match(sql)
+        if match:
+            name = " ".join(match.group(1).lower().split())
+            if name == "all":  # (the PostgreSQL-only ones; DuckDB's own are kept)
+                settings.clear()
+                return LocalAnswer("RESET")
+            if name in PG_SETTINGS:
+                settings.pop(name, None)
+                return LocalAnswer("RESET")
     elif head.startswith("savepoint"):
         if _SAVEPOINT.match(sql):
             return LocalAnswer("SAVEPOINT")
@@ -146,7 +157,7 @@ _VERSION = re.compile(r"\bversion\s*\(\s*\)", re.I)
 _REG_CAST = re.compile(r"::\s*reg(?:type|class|proc|namespace)\b", re.I)  # an oid as itself
 _MAYBE = re.compile(
     r"pg_catalog|version|::\s*reg|serial|identity|index|deferrable|initially|unnest|'\{|"
-    r"\bwith\s*\(|\bdrop\s|\btruncate\s",
+    r"\bwith\s*\(|\bdrop\s|\btruncate\s|search_path",
     re.I,
 )
 
@@ -157,6 +168,8 @@ def rewrite(sql: str, server_version: str) -> str:
     if not _MAYBE.search(sql):  # (one scan of every statement's text: the usual case)
         return sql
     sql = ddl(sql)
+    if "search_path" in sql[:40].lower():
+        sql = search_path(sql)
     if _UNNEST.search(sql):
         sql = unnests(sql)
     if "'{" in sql:
@@ -373,6 +386,56 @@ def _table_of(sql: str, qualifier: str) -> str:
     if alias is not None and alias.group("table").lower() not in ("as", "from", "join", "on"):
         return _bare(alias.group("table"))
     return qualifier
+
+
+# search_path: what clients set it to (SET search_path = public, TO "$user", public) names
+# PostgreSQL's default schema "public", which is DuckDB's "main"; "$user" and the system schemas
+# have no DuckDB schema to name (DuckDB searches its catalog schemas itself). SHOW search_path
+# names the schemas as the catalogs do (main)
+_SET_SEARCH_PATH = re.compile(
+    r"\s*set\s+(?P<scope>session\s+|local\s+)?search_path\s*(?:=|\bto\b)\s*(?P<value>.+?)\s*;?\s*$",
+    re.I | re.S,
+)
+_SHOW_SEARCH_PATH = re.compile(r"\s*show\s+search_path\s*;?\s*$", re.I)
+_NOT_DUCKDB_SCHEMAS = {"$user", "pg_catalog", "information_schema", "pg_temp"}
+
+
+def search_path(sql: str) -> str:
+    """``SET search_path`` and ``SHOW search_path`` in DuckDB's terms (``sql`` itself when
+    it is neither)."""
+    if _SHOW_SEARCH_PATH.match(sql):
+        return "select coalesce(nullif(current_setting('search_path'), ''), 'main') as search_path"
+    found = _SET_SEARCH_PATH.match(sql)
+    if found is None:
+        return sql
+    value = found.group("value")
+    if value.lower() == "default":
+        return "reset search_path"
+    schemas = []
+    for item in _split_list(value):
+        name = item.strip()
+        name = name[1:-1].replace('""', '"') if name.startswith('"') else name
+        name = name[1:-1].replace("''", "'") if name.startswith("'") else name.lower()
+        if name in _NOT_DUCKDB_SCHEMAS:
+            continue
+        schemas.append("main" if name == "public" else name)
+    listed = ",".join(schemas) or "main"
+    return f"set search_path = '{listed.replace(chr(39), chr(39) * 2)}'"
+
+
+def _split_list(text: str) -> list[str]:
+    """A comma-separated list, commas inside quotes kept."""
+    items, quote, start = [], "", 0
+    for i, c in enumerate(text):
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == ",":
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [item for item in items if item.strip()]
 
 
 def ddl(sql: str) -> str:

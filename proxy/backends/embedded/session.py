@@ -957,10 +957,10 @@ class DuckDBSession:
             await self._send_result(await self._run(query, (), kind))
 
     def _rewritten_ddl(self, statement: str) -> str | None:
-        """The kind of one DDL statement that DuckDB's parser refuses (an identity column, an
-        index's operator class, a DROP of several tables) but takes once rewritten as it runs;
-        None if not that."""
-        rewritten = compat.ddl(statement)
+        """The kind of one statement that DuckDB's parser refuses (an identity column, an
+        index's operator class, a DROP of several tables, a search_path list) but takes once
+        rewritten as it runs; None if not that."""
+        rewritten = compat.rewrite(statement, self.backend.version_string)
         if rewritten == statement:
             return None
         try:
