@@ -92,16 +92,18 @@ def test_pgbench_initializes_and_runs_against_the_embedded_server(embedded: Embe
                 100_000,
                 5_000_050_000,
             )
-    run = subprocess.run(
-        ["pgbench", "-c", "4", "-j", "2", "-t", "40", "--max-tries", "1000", "-n", dsn],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "number of transactions actually processed: 160/160" in run.stdout, run.stdout
+    for mode in ("simple", "extended", "prepared"):  # (extended: parameters left untyped)
+        args = ["-M", mode, "-c", "4", "-j", "2", "-t", "20", "--max-tries", "1000", "-n"]
+        run = subprocess.run(
+            ["pgbench", *args, dsn],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+        assert "number of transactions actually processed: 80/80" in run.stdout, run.stdout
     with embedded.connect() as conn:
-        assert conn.execute("select count(*) from pgbench_history").fetchone() == (160,)
+        assert conn.execute("select count(*) from pgbench_history").fetchone() == (240,)
         # every update counted once: the branch's balance is the history's sum
         assert conn.execute(
             "select (select sum(bbalance) from pgbench_branches) = (select sum(delta) from "
@@ -202,6 +204,34 @@ def test_result_columns_are_named_as_postgresql_names_them(
         # the same through a Describe of a prepared statement (asyncpg reads names there)
         prepared = [d.name for d in conn.execute(query, prepare=True).description or ()]
         assert prepared == expected
+
+
+def test_inferred_parameter_types_follow_the_schema(embedded: Embedded) -> None:
+    """A statement parsed again reuses the types inferred for its text (pgbench -M extended
+    parses every execution) until the schema changes, in any session — or a transaction that
+    changed it rolls back."""
+    import pg8000.native
+
+    conn = pg8000.native.Connection("app", host="127.0.0.1", port=embedded.port, database="app")
+    other = pg8000.native.Connection("app", host="127.0.0.1", port=embedded.port, database="app")
+    try:
+        conn.run("create table shifting (k int)")
+        conn.run("insert into shifting values (7)")
+        query = "select count(*) from shifting where k = :k"
+        assert conn.run(query, k="7") == [[1]]  # (k's text read as the column's integer)
+        other.run("drop table shifting")
+        other.run("create table shifting (k date)")
+        other.run("insert into shifting values ('2024-01-02')")
+        assert conn.run(query, k="2024-01-02") == [[1]]  # (a date now, not a stale integer)
+        conn.run("begin")
+        conn.run("drop table shifting")
+        conn.run("create table shifting (k int)")
+        assert conn.run(query, k="3") == [[0]]
+        conn.run("rollback")
+        assert conn.run(query, k="2024-01-02") == [[1]]
+    finally:
+        conn.close()
+        other.close()
 
 
 def test_reset_and_search_path_as_clients_send_them(embedded: Embedded) -> None:

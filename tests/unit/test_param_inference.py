@@ -22,6 +22,9 @@ COLUMNS = {"items": [("id", "INTEGER"), ("name", "VARCHAR"), ("price", "DECIMAL(
         ("select $1 + $2", [None, None]),  # (PostgreSQL cannot choose either)
         ("select x1 + $1 from t", [None]),  # (a name, not a number)
         ("select $1 from t limit $2", [None, "BIGINT"]),
+        # pgbench -M extended: a column beside it in arithmetic
+        ("update items set price = price + $1 where id = $2", ["DECIMAL(10,2)", "INTEGER"]),
+        ("select $1 * id from items", ["INTEGER"]),
     ],
 )
 def test_a_parameter_takes_the_type_of_what_it_meets(

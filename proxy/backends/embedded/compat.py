@@ -631,8 +631,9 @@ def session_macros(user: str) -> list[str]:
 # which DuckDB casts to whatever the statement needs.
 
 _OPERATOR = r"(?:=|<>|!=|<=|>=|<|>|\blike\b|\bilike\b)"
-_COLUMN_THEN_PARAM = re.compile(rf"([\w.]+)\s*{_OPERATOR}\s*\$(\d+)", re.I)
-_PARAM_THEN_COLUMN = re.compile(rf"\$(\d+)\s*{_OPERATOR}\s*([\w.]+)", re.I)
+# (arithmetic too: ``abalance + $1``, pgbench's -M extended, takes the column's type)
+_COLUMN_THEN_PARAM = re.compile(rf"([\w.]+)\s*(?:{_OPERATOR}|[-+*/%])\s*\$(\d+)", re.I)
+_PARAM_THEN_COLUMN = re.compile(rf"\$(\d+)\s*(?:{_OPERATOR}|[-+*/%])\s*([\w.]+)", re.I)
 _BETWEEN = re.compile(r"([\w.]+)\s+between\s+\$(\d+)\s+and\s+\$(\d+)", re.I)
 _IN_LIST = re.compile(r"([\w.]+)\s+in\s*\(\s*(\$\d+(?:\s*,\s*\$\d+)*)\s*\)", re.I)
 _LIMIT = re.compile(r"\b(?:limit|offset)\s+\$(\d+)", re.I)

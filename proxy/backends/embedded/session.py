@@ -299,6 +299,12 @@ def _split(text: str) -> list[str]:
 
 
 COPY_BATCH = 50_000  # rows of a COPY FROM STDIN inserted at once
+# parameter types inferred for a statement's text (and the types its Parse gave): a client that
+# parses the same text again (pgbench -M extended, psycopg) reads no catalog; forgotten when
+# any session changes the schema (``_schema_changed``)
+_INFERRED: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+_KEEP_INFERRED = 1024
+_SCHEMA_KINDS = frozenset({"CREATE", "ALTER", "DROP", "ATTACH", "DETACH"})
 
 
 def _copy_width(cursor: duckdb.DuckDBPyConnection, table: str, columns: str | None) -> int:
@@ -387,6 +393,7 @@ class DuckDBSession:
         "portals",
         "running",
         "samplers",
+        "schema_changed",
         "settings",
         "started",
         "statements",
@@ -414,6 +421,7 @@ class DuckDBSession:
         # (its fingerprint) that ``wants`` picks, the profiler on for those only
         self.samplers = samplers
         self.status = b"I"  # transaction status, as ReadyForQuery reports it
+        self.schema_changed = False  # DDL in the open transaction block (see _INFERRED)
         self.settings: dict[str, str] = {}  # PostgreSQL-only parameters SET in this session
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
@@ -545,6 +553,12 @@ class DuckDBSession:
         local = self._local(query) or self._transaction_warning(query, kind)
         if local is not None:
             return local
+        if kind in _SCHEMA_KINDS:
+            _INFERRED.clear()
+            self.schema_changed = self.status != b"I"
+        elif kind == "TRANSACTION" and self.schema_changed:  # (a ROLLBACK undoes it)
+            _INFERRED.clear()
+            self.schema_changed = False
         loop = asyncio.get_running_loop()
         backend = self.backend
         _check_catalogs(query)
@@ -1073,11 +1087,18 @@ class DuckDBSession:
             query = self._with_cursors(query)
             query = compat.rewrite(catalog.translate(query) or query, self.backend.version_string)
         if 0 in types:
-            inferred = compat.infer_parameter_types(query, len(types), self._catalog())
-            types = [
-                oid or (pg_type(guess).oid if guess else TEXT_OID)
-                for oid, guess in zip(types, inferred, strict=True)
-            ]
+            key = (query, tuple(types))
+            known = _INFERRED.get(key)
+            if known is None:  # (read from the catalog: a millisecond, on the event loop)
+                inferred = compat.infer_parameter_types(query, len(types), self._catalog())
+                known = [
+                    oid or (pg_type(guess).oid if guess else TEXT_OID)
+                    for oid, guess in zip(types, inferred, strict=True)
+                ]
+                if len(_INFERRED) >= _KEEP_INFERRED:
+                    _INFERRED.clear()
+                _INFERRED[key] = known
+            types = list(known)
         self.statements[name] = Prepared(query, types, kind)
         self.out += pg.message(b"1")
 
