@@ -206,6 +206,55 @@ def test_result_columns_are_named_as_postgresql_names_them(
         assert prepared == expected
 
 
+def test_alter_table_carries_the_indexes_along(embedded: Embedded) -> None:
+    """What migrations do to indexed tables, which DuckDB refuses while an index depends on the
+    table: the indexes are dropped and made again around the ALTER (renamed with a column or
+    the table, gone with a dropped column), and a failed ALTER leaves them as they were."""
+    with embedded.connect() as conn:
+        conn.execute(
+            'create table dev (id int primary key, name varchar not null, kind varchar, "Tag" int)'
+        )
+        conn.execute("create index dev_kind on dev (kind)")
+        conn.execute('create unique index dev_name on dev (lower(name), "Tag")')
+        conn.execute("insert into dev values (1, 'a', 'k', 1)")
+        for alter in (
+            "alter table dev alter column name drop not null",
+            "alter table dev rename column kind to sort",
+            "alter table dev alter column sort type text",
+            'alter table dev alter column "Tag" type bigint',
+            "alter table dev add column extra int",
+            "alter table dev drop column sort",
+            "alter table dev rename to device",
+        ):
+            assert conn.execute(alter).statusmessage == "ALTER TABLE", alter
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            conn.execute("alter table device alter column name type int")  # ('a' is no int)
+
+        def indexes() -> list[tuple[str, str]]:
+            return conn.execute(
+                "select index_name, sql from duckdb_indexes() where table_name = 'device'"
+            ).fetchall()
+
+        assert indexes() == [
+            ("dev_name", 'CREATE UNIQUE INDEX dev_name ON device((lower("name")), Tag);')
+        ]
+        with pytest.raises(psycopg.errors.UniqueViolation):  # (still enforced)
+            conn.execute("""insert into device (id, name, "Tag") values (2, 'A', 1)""")
+        # Django's unique_together: a unique index DuckDB can carry through later ALTERs
+        conn.execute('alter table device add constraint device_pair unique (id, "Tag")')
+        conn.execute("alter table device alter column extra set default 0")
+        assert conn.execute("alter table device drop constraint device_pair").statusmessage
+        conn.execute("begin")  # (in a transaction block: renamed, then rolled back)
+        conn.execute("alter table device rename column extra to more")
+        conn.execute("rollback")
+        assert [d.name for d in conn.execute("select * from device").description or ()] == [
+            "id",
+            "name",
+            "Tag",
+            "extra",
+        ]
+
+
 def test_inferred_parameter_types_follow_the_schema(embedded: Embedded) -> None:
     """A statement parsed again reuses the types inferred for its text (pgbench -M extended
     parses every execution) until the schema changes, in any session — or a transaction that

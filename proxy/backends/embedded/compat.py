@@ -157,7 +157,7 @@ _VERSION = re.compile(r"\bversion\s*\(\s*\)", re.I)
 _REG_CAST = re.compile(r"::\s*reg(?:type|class|proc|namespace)\b", re.I)  # an oid as itself
 _MAYBE = re.compile(
     r"pg_catalog|version|::\s*reg|serial|identity|index|deferrable|initially|unnest|'\{|"
-    r"\bwith\s*\(|\bdrop\s|\btruncate\s|search_path",
+    r"\bwith\s*\(|\bdrop\s|\btruncate\s|search_path|constraint",
     re.I,
 )
 
@@ -447,6 +447,16 @@ def ddl(sql: str) -> str:
         sql = _DEFERRABLE.sub("", _STORAGE_PARAMETERS.sub("", sql))
     if _SERIAL_HINT.search(sql):
         sql = serials(sql)
+    unique = _ADD_UNIQUE.match(sql)
+    if unique is not None:  # (an index DuckDB can drop, and make again around an ALTER)
+        sql = (
+            f"CREATE UNIQUE INDEX {unique.group('name')} ON {unique.group('table')} "
+            f"({unique.group('columns')})"
+        )
+    constraint = _DROP_CONSTRAINT.match(sql)
+    if constraint is not None:
+        schema = constraint.group("schema")
+        sql = f"DROP INDEX IF EXISTS {schema + '.' if schema else ''}{constraint.group('name')}"
     several = _SEVERAL_DROPPED.match(sql) or _SEVERAL_TRUNCATED.match(sql)
     if several is not None:  # (one statement per object, as DuckDB drops and truncates)
         names = _arguments(several.group("names") + ")", 0)[0] or []
@@ -457,6 +467,25 @@ def ddl(sql: str) -> str:
     return sql
 
 
+# ALTER TABLE … ADD CONSTRAINT name UNIQUE (columns) — how Django adds unique_together — is a
+# unique index of that name in DuckDB (what backs a unique constraint in PostgreSQL too): a
+# constraint DuckDB can neither drop nor keep through a later ALTER of the table, an index it
+# can. DROP CONSTRAINT drops the index of that name if there is one (DuckDB drops no
+# constraint; a foreign key was never added, see local_statement)
+_QUALIFIED = r'(?:(?P<schema>"(?:[^"]|"")+"|[\w$]+)\s*\.\s*)?(?P<bare>"(?:[^"]|"")+"|[\w$]+)'
+_ADD_UNIQUE = re.compile(
+    r'\s*alter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?(?P<table>(?:"(?:[^"]|"")+"|[\w$]+)'
+    r'(?:\s*\.\s*(?:"(?:[^"]|"")+"|[\w$]+))?)\s+add\s+constraint\s+(?P<name>"(?:[^"]|"")+"|[\w$]+)'
+    r"\s+unique\s*\((?P<columns>[^()]+)\)\s*;?\s*$",
+    re.I,
+)
+_DROP_CONSTRAINT = re.compile(
+    r"\s*alter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?"
+    + _QUALIFIED
+    + r'\s+drop\s+constraint\s+(?:if\s+exists\s+)?(?P<name>"(?:[^"]|"")+"|[\w$]+)'
+    r"(?:\s+(?:cascade|restrict))?\s*;?\s*$",
+    re.I,
+)
 # a table's storage parameters (pgbench's WITH (fillfactor=100)): DuckDB has none
 _STORAGE_PARAMETERS = re.compile(
     r"(?<=\))\s*with\s*\(\s*\w+\s*=\s*[\w.]+(?:\s*,\s*\w+\s*=\s*[\w.]+)*\s*\)", re.I

@@ -847,6 +847,109 @@ def describe(
     return _completing_group_by(cursor, query, run)
 
 
+# ALTER TABLE on a table with an index: DuckDB refuses almost every change ("Cannot alter
+# entry … because there are entries that depend on it": a NOT NULL dropped, a column renamed,
+# dropped or retyped), where PostgreSQL carries the indexes along. Migration tools alter
+# indexed tables all the time, so the indexes are dropped, the table altered and the indexes
+# made again — an index on a dropped column goes, as in PostgreSQL; a renamed column or table
+# is renamed in them. Outside a transaction block each step commits (DuckDB checks an ALTER
+# against the indexes as they were when its transaction began: a column's type and a dropped
+# column need that), and a failed ALTER makes the indexes again; inside one, a failure is
+# undone by the client's ROLLBACK, and a type change or a dropped column keeps DuckDB's error
+_IDENT = r'(?:"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
+_ALTER_TABLE = re.compile(
+    rf"\s*alter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?(?P<table>{_IDENT}(?:\s*\.\s*{_IDENT})?)"
+    r"\s+(?P<action>.+?)\s*;?\s*$",
+    re.I | re.S,
+)
+_TABLE_NAME = re.compile(rf"(?P<first>{_IDENT})(?:\s*\.\s*(?P<second>{_IDENT}))?")
+_RENAME_COLUMN = re.compile(
+    rf"rename\s+(?:column\s+)?(?P<old>{_IDENT})\s+to\s+(?P<new>{_IDENT})$", re.I
+)
+_RENAME_TABLE = re.compile(rf"rename\s+to\s+(?P<new>{_IDENT})$", re.I)
+_DROP_COLUMN = re.compile(rf"drop\s+(?:column\s+)?(?:if\s+exists\s+)?(?P<column>{_IDENT})", re.I)
+_ON_TABLE = re.compile(r"(?P<head>\s+ON\s+)(?P<table>.+?)(?P<open>\s*\()", re.I | re.S)
+
+
+def _bare_name(identifier: str) -> str:
+    return identifier[1:-1].replace('""', '"') if identifier.startswith('"') else identifier.lower()
+
+
+def _mentions(column: str) -> re.Pattern[str]:
+    """``column`` as an identifier in an index's SQL, quoted or not."""
+    quoted = '"' + column.replace('"', '""') + '"'
+    bare = re.escape(column)
+    return re.compile(rf'(?<![\w$"]){re.escape(quoted)}|(?<![\w$".]){bare}(?![\w$"])', re.I)
+
+
+def alter_around_indexes(
+    cursor: duckdb.DuckDBPyConnection, query: str, in_block: bool
+) -> Result | None:
+    """An ALTER TABLE run with the table's indexes dropped and made again (see above); None
+    when the table has none (the ALTER runs as it is). ``in_block``: the session's transaction
+    block is open (a worker thread)."""
+    found = _ALTER_TABLE.match(query)
+    named = _TABLE_NAME.fullmatch(found.group("table")) if found is not None else None
+    if found is None or named is None:
+        return None
+    table = _bare_name(named.group("second") or named.group("first"))
+    schema = _bare_name(named.group("first")) if named.group("second") else None
+    try:
+        indexes = cursor.execute(
+            "select schema_name, index_name, sql from duckdb_indexes() "
+            "where lower(table_name) = lower(?) and (? is null or lower(schema_name) = lower(?))"
+            " and sql is not null",
+            [table, schema, schema],
+        ).fetchall()
+    except duckdb.Error:
+        return None
+    if not indexes:
+        return None
+    action = found.group("action")
+    rename_column = _RENAME_COLUMN.match(action)
+    rename_table = _RENAME_TABLE.match(action)
+    dropped = _DROP_COLUMN.match(action)
+    renamed = (f"{schema}." if schema else "") + (rename_table.group("new") if rename_table else "")
+
+    def on_renamed(on: re.Match[str]) -> str:
+        return on.group("head") + renamed + on.group("open")
+
+    remade: list[str] = []
+    for _, _, sql in indexes:
+        head, _, columns = sql.partition("(")
+        if dropped is not None and _mentions(_bare_name(dropped.group("column"))).search(columns):
+            continue  # (an index on a dropped column goes with it)
+        if rename_column is not None:
+            old, new = _bare_name(rename_column.group("old")), rename_column.group("new")
+            columns = _mentions(old).sub(new.replace("\\", "\\\\"), columns)
+        if rename_table is not None:
+            head = _ON_TABLE.sub(on_renamed, head + "(", count=1)[:-1]
+        remade.append(head + "(" + columns)
+    for index_schema, name, _ in indexes:
+        try:
+            cursor.execute(f'drop index "{index_schema}"."{name.replace(chr(34), chr(34) * 2)}"')
+        except duckdb.Error as e:
+            raise QueryError(sqlstate_for(e), first_line(e)) from None
+    try:
+        cursor.execute(query)
+    except duckdb.Error as e:
+        if not in_block:  # (inside a block the client's ROLLBACK brings them back)
+            for _, _, sql in indexes:
+                with contextlib.suppress(duckdb.Error):
+                    cursor.execute(sql)
+        raise QueryError(sqlstate_for(e), first_line(e)) from None
+    for sql in remade:
+        try:
+            cursor.execute(sql)
+        except duckdb.Error as e:
+            raise QueryError(
+                sqlstate_for(e),
+                f"the table was altered, but an index of it was not made again: "
+                f"{first_line(e)} ({sql})",
+            ) from None
+    return Result([], [], "ALTER TABLE", [])
+
+
 def _postgresql_named(query: str, columns: list[tuple[str, PgType]]) -> list[tuple[str, PgType]]:
     """The columns named as PostgreSQL names them (``names``: ``count``, not DuckDB's
     ``count_star()``)."""

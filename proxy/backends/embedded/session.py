@@ -45,6 +45,7 @@ from proxy.backends.embedded.executor import (
     Measurement,
     QueryError,
     Result,
+    alter_around_indexes,
     answered,
     describe,
     execute,
@@ -565,6 +566,10 @@ class DuckDBSession:
         query = self._with_cursors(query)
         query = compat.rewrite(catalog.translate(query) or query, backend.version_string)
         await self._settle()
+        if kind == "ALTER":  # (an indexed table: its indexes carried along, see the function)
+            altered = await self._alter_around_indexes(query)
+            if altered is not None:
+                return altered
         batch = self.connection.batch
         query_class = batch.query_class if batch is not None else None
         fingerprint = query_class.fingerprint if query_class is not None else ""
@@ -779,6 +784,17 @@ class DuckDBSession:
             return view if aliased else view + " as pg_cursors"
 
         return _PG_CURSORS.sub(replaced, query)
+
+    async def _alter_around_indexes(self, query: str) -> Result | None:
+        lease = await self._lend()
+        self.running = True
+        self.started += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.backend.pool, alter_around_indexes, lease.cursor, query, self.status != b"I"
+            )
+        finally:
+            self.running = False
 
     async def _copy(self, query: str) -> Result:
         """COPY … FROM STDIN or TO STDOUT: the data moved between the client and DuckDB here,
