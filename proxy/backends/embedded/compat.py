@@ -157,7 +157,8 @@ _VERSION = re.compile(r"\bversion\s*\(\s*\)", re.I)
 _REG_CAST = re.compile(r"::\s*reg(?:type|class|proc|namespace)\b", re.I)  # an oid as itself
 _MAYBE = re.compile(
     r"pg_catalog|version|::\s*reg|serial|identity|index|deferrable|initially|unnest|'\{|"
-    r"\bwith\s*\(|\bdrop\s|\btruncate\s|search_path|constraint",
+    r"\bwith\s*\(|\bdrop\s|\btruncate\s|search_path|add\s+constraint|\bfor\s+(?:update|no|share|key)\b|"
+    r"unlogged|preserve",
     re.I,
 )
 
@@ -168,6 +169,8 @@ def rewrite(sql: str, server_version: str) -> str:
     if not _MAYBE.search(sql):  # (one scan of every statement's text: the usual case)
         return sql
     sql = ddl(sql)
+    if _LOCKING.search(sql):
+        sql = _LOCKING.sub("", sql)
     if "search_path" in sql[:40].lower():
         sql = search_path(sql)
     if _UNNEST.search(sql):
@@ -178,6 +181,18 @@ def rewrite(sql: str, server_version: str) -> str:
     literal = "'" + server_version.replace("'", "''") + "'"
     return _VERSION.sub(literal, sql)
 
+
+# SELECT … FOR UPDATE / FOR SHARE [OF t] [NOWAIT | SKIP LOCKED] (Django's select_for_update,
+# SQLAlchemy's with_for_update): DuckDB takes no row locks. Its transactions see a snapshot and
+# a second writer of a row fails at its write with 40001 (a serialization failure) where
+# PostgreSQL would have made it wait, so the clause is dropped: what it protects still cannot
+# be lost, it fails instead of waiting (and SKIP LOCKED skips nothing)
+_LOCKING = re.compile(
+    r"\s+for\s+(?:update|no\s+key\s+update|share|key\s+share)"
+    r'(?:\s+of\s+(?:"[^"]+"|[\w$.]+)(?:\s*,\s*(?:"[^"]+"|[\w$.]+))*)?'
+    r"(?:\s+nowait|\s+skip\s+locked)?(?=\s*(?:;|$|limit\b|offset\b))",
+    re.I,
+)
 
 # unnest(a, b, …) in FROM: PostgreSQL zips the arrays into rows (Django's bulk_create sends
 # it); DuckDB's unnest takes one list, and its unnests side by side in one SELECT zip them the
@@ -445,6 +460,7 @@ def ddl(sql: str) -> str:
     each (``sql`` itself when it is none of these)."""
     if _CREATE_TABLE.match(sql):
         sql = _DEFERRABLE.sub("", _STORAGE_PARAMETERS.sub("", sql))
+        sql = _UNLOGGED.sub(r"\1", _PRESERVE_ROWS.sub("", sql), count=1)
     if _SERIAL_HINT.search(sql):
         sql = serials(sql)
     unique = _ADD_UNIQUE.match(sql)
@@ -453,10 +469,6 @@ def ddl(sql: str) -> str:
             f"CREATE UNIQUE INDEX {unique.group('name')} ON {unique.group('table')} "
             f"({unique.group('columns')})"
         )
-    constraint = _DROP_CONSTRAINT.match(sql)
-    if constraint is not None:
-        schema = constraint.group("schema")
-        sql = f"DROP INDEX IF EXISTS {schema + '.' if schema else ''}{constraint.group('name')}"
     several = _SEVERAL_DROPPED.match(sql) or _SEVERAL_TRUNCATED.match(sql)
     if several is not None:  # (one statement per object, as DuckDB drops and truncates)
         names = _arguments(several.group("names") + ")", 0)[0] or []
@@ -467,25 +479,20 @@ def ddl(sql: str) -> str:
     return sql
 
 
-# ALTER TABLE … ADD CONSTRAINT name UNIQUE (columns) — how Django adds unique_together — is a
-# unique index of that name in DuckDB (what backs a unique constraint in PostgreSQL too): a
-# constraint DuckDB can neither drop nor keep through a later ALTER of the table, an index it
-# can. DROP CONSTRAINT drops the index of that name if there is one (DuckDB drops no
-# constraint; a foreign key was never added, see local_statement)
-_QUALIFIED = r'(?:(?P<schema>"(?:[^"]|"")+"|[\w$]+)\s*\.\s*)?(?P<bare>"(?:[^"]|"")+"|[\w$]+)'
+# ALTER TABLE … ADD CONSTRAINT name UNIQUE (columns) — how Django and knex add a unique
+# constraint — is a unique index of that name in DuckDB (what backs a unique constraint in
+# PostgreSQL too): a constraint DuckDB can neither drop nor keep through a later ALTER of the
+# table, an index it can (DROP CONSTRAINT of that name drops it: executor.alter_around_indexes)
 _ADD_UNIQUE = re.compile(
     r'\s*alter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?(?P<table>(?:"(?:[^"]|"")+"|[\w$]+)'
     r'(?:\s*\.\s*(?:"(?:[^"]|"")+"|[\w$]+))?)\s+add\s+constraint\s+(?P<name>"(?:[^"]|"")+"|[\w$]+)'
     r"\s+unique\s*\((?P<columns>[^()]+)\)\s*;?\s*$",
     re.I,
 )
-_DROP_CONSTRAINT = re.compile(
-    r"\s*alter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?"
-    + _QUALIFIED
-    + r'\s+drop\s+constraint\s+(?:if\s+exists\s+)?(?P<name>"(?:[^"]|"")+"|[\w$]+)'
-    r"(?:\s+(?:cascade|restrict))?\s*;?\s*$",
-    re.I,
-)
+# UNLOGGED (pgbench --unlogged-tables) and a temporary table's ON COMMIT PRESERVE ROWS (what
+# DuckDB does anyway): nothing for DuckDB, whose tables are in memory or in its own file
+_UNLOGGED = re.compile(r"^(\s*create\s+)unlogged\s+", re.I)
+_PRESERVE_ROWS = re.compile(r"\s+on\s+commit\s+preserve\s+rows\b", re.I)
 # a table's storage parameters (pgbench's WITH (fillfactor=100)): DuckDB has none
 _STORAGE_PARAMETERS = re.compile(
     r"(?<=\))\s*with\s*\(\s*\w+\s*=\s*[\w.]+(?:\s*,\s*\w+\s*=\s*[\w.]+)*\s*\)", re.I

@@ -866,6 +866,10 @@ _TABLE_NAME = re.compile(rf"(?P<first>{_IDENT})(?:\s*\.\s*(?P<second>{_IDENT}))?
 _RENAME_COLUMN = re.compile(
     rf"rename\s+(?:column\s+)?(?P<old>{_IDENT})\s+to\s+(?P<new>{_IDENT})$", re.I
 )
+_DROP_CONSTRAINT = re.compile(
+    rf"drop\s+constraint\s+(?:if\s+exists\s+)?(?P<name>{_IDENT})(?:\s+(?:cascade|restrict))?$",
+    re.I,
+)
 _RENAME_TABLE = re.compile(rf"rename\s+to\s+(?P<new>{_IDENT})$", re.I)
 _DROP_COLUMN = re.compile(rf"drop\s+(?:column\s+)?(?:if\s+exists\s+)?(?P<column>{_IDENT})", re.I)
 _ON_TABLE = re.compile(r"(?P<head>\s+ON\s+)(?P<table>.+?)(?P<open>\s*\()", re.I | re.S)
@@ -880,6 +884,12 @@ def _mentions(column: str) -> re.Pattern[str]:
     quoted = '"' + column.replace('"', '""') + '"'
     bare = re.escape(column)
     return re.compile(rf'(?<![\w$"]){re.escape(quoted)}|(?<![\w$".]){bare}(?![\w$"])', re.I)
+
+
+def drops_constraint(sql: str) -> bool:
+    """Whether ``sql`` is ALTER TABLE … DROP CONSTRAINT (which DuckDB's parser refuses)."""
+    found = _ALTER_TABLE.match(sql)
+    return found is not None and _DROP_CONSTRAINT.match(found.group("action")) is not None
 
 
 def alter_around_indexes(
@@ -903,9 +913,22 @@ def alter_around_indexes(
         ).fetchall()
     except duckdb.Error:
         return None
+    action = found.group("action")
+    constraint = _DROP_CONSTRAINT.match(action)
+    if constraint is not None:  # (a unique constraint added as an index: dropped as one)
+        name = _bare_name(constraint.group("name"))
+        for index_schema, index, _ in indexes:
+            if index.lower() == name.lower():
+                try:
+                    cursor.execute(
+                        f'drop index "{index_schema}"."{index.replace(chr(34), chr(34) * 2)}"'
+                    )
+                except duckdb.Error as e:
+                    raise QueryError(sqlstate_for(e), first_line(e)) from None
+                return Result([], [], "ALTER TABLE", [])
+        return None  # (a constraint DuckDB has: its own answer, which is that it cannot)
     if not indexes:
         return None
-    action = found.group("action")
     rename_column = _RENAME_COLUMN.match(action)
     rename_table = _RENAME_TABLE.match(action)
     dropped = _DROP_COLUMN.match(action)

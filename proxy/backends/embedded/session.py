@@ -48,6 +48,7 @@ from proxy.backends.embedded.executor import (
     alter_around_indexes,
     answered,
     describe,
+    drops_constraint,
     execute,
     first_line,
     row_description,
@@ -1028,6 +1029,8 @@ class DuckDBSession:
                 return [("BEGIN", "TRANSACTION")]
             if pieces and (kind := self._rewritten_ddl(pieces[0])) is not None:
                 return [(pieces[0], kind)]
+            if pieces and drops_constraint(pieces[0]):  # (a unique one may be an index here)
+                return [(pieces[0], "ALTER")]
             raise error
         out: list[tuple[str, str]] = []
         for piece in pieces:
