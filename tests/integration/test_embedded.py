@@ -206,6 +206,79 @@ def test_result_columns_are_named_as_postgresql_names_them(
         assert prepared == expected
 
 
+def test_what_node_orms_send(embedded: Embedded) -> None:
+    """Statements Sequelize, knex, TypeORM, kysely, drizzle and postgres.js send (captured
+    from them), each answered as PostgreSQL answers it."""
+    with embedded.connect() as conn:
+        # knex and TypeORM read the version's column by its name on connect
+        cur = conn.execute("SELECT version();")
+        assert cur.description is not None and cur.description[0].name == "version"
+        # Sequelize's type discovery on connect reads pg_range; drizzle-kit pg_policies
+        assert conn.execute("select count(*) from pg_catalog.pg_range").fetchone() == (0,)
+        assert conn.execute("select count(*) from pg_policies").fetchone() == (0,)
+        # TypeORM
+        assert conn.execute("SELECT * FROM current_schema()").fetchone() == ("main",)
+        # drizzle-kit: an empty select list
+        assert conn.execute("select exists (select from items) as e").fetchone() == (True,)
+        # Sequelize writes every timestamp with a space before its offset, bound or literal
+        conn.execute("create table stamped (id int, at_time timestamptz)")
+        conn.execute(
+            'insert into "stamped" ("id", "at_time") values (%s, %s)',
+            (1, "2024-01-02 03:04:05.000 +00:00"),
+        )
+        conn.execute("insert into stamped values (2, '2024-01-02 03:04:05.000 +05:30')")
+        assert conn.execute("select id, at_time from stamped order by id").fetchall() == [
+            (1, datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)),
+            (2, datetime.datetime(2024, 1, 1, 21, 34, 5, tzinfo=datetime.UTC)),
+        ]
+        # node-postgres and postgres.js send an array for = ANY($1) as an untyped literal
+        import pg8000.native
+
+        untyped = pg8000.native.Connection(
+            "app", host="127.0.0.1", port=embedded.port, database="app"
+        )
+        try:
+            assert untyped.run("select name from items where id = any(:ids)", ids="{1,2}") == [
+                ["tea"],
+                ["cake"],
+            ]
+        finally:
+            untyped.close()
+        # PostgreSQL's JSON functions and path operators (drizzle, Sequelize)
+        got = conn.execute(
+            """select json_agg(json_build_array(id, name)), jsonb_build_object('k', 1), """
+            """'{"a": {"b": [5, 6]}}'::jsonb #>> '{a,b,1}' from items"""
+        ).fetchone()
+        assert got == ([[1, "tea"], [2, "cake"]], {"k": 1}, "6")  # (psycopg reads jsonb)
+        # Sequelize and drizzle-kit join table_constraints with constraint_column_usage
+        conn.execute("create table parent (id int primary key)")
+        conn.execute("create table child (id int, pid int references parent (id))")
+        rows = conn.execute(
+            "SELECT tc.constraint_name, ccu.table_name FROM information_schema.table_constraints"
+            " tc JOIN information_schema.constraint_column_usage ccu ON ccu.constraint_name = "
+            "tc.constraint_name WHERE constraint_type = 'FOREIGN KEY'"
+        ).fetchall()
+        assert len(rows) == 1
+        # ORMs compare their models with information_schema.columns in PostgreSQL's words
+        conn.execute(
+            "create table typed (a int, b varchar, c jsonb, d timestamptz, e decimal(8,2))"
+        )
+        assert conn.execute(
+            "select data_type, udt_name from information_schema.columns "
+            "where table_name = 'typed' order by ordinal_position"
+        ).fetchall() == [
+            ("integer", "int4"),
+            ("text", "text"),
+            ("jsonb", "jsonb"),
+            ("timestamp with time zone", "timestamptz"),
+            ("numeric", "numeric"),
+        ]
+        # Sequelize's showIndex groups by the index's key columns it returns
+        assert conn.execute(
+            "select ix.indkey, count(*) from pg_index ix group by ix.indkey"
+        ).fetchall()
+
+
 def test_alter_table_carries_the_indexes_along(embedded: Embedded) -> None:
     """What migrations do to indexed tables, which DuckDB refuses while an index depends on the
     table: the indexes are dropped and made again around the ALTER (renamed with a column or

@@ -209,7 +209,7 @@ def test_a_profiled_select_takes_the_columnar_path_and_is_measured(
     columnar_runs: list[str] = []
     real = executor._columnar
     monkeypatch.setattr(
-        executor, "_columnar", lambda c, q, p: columnar_runs.append(q) or real(c, q, p)
+        executor, "_columnar", lambda c, q, p, t: columnar_runs.append(q) or real(c, q, p, t)
     )
     # a live sample (the base read at most a second ago) takes the columnar path; an observer
     # of every statement (training: the base read now) the row path

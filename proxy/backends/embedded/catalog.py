@@ -43,6 +43,7 @@ __all__ = ["DATABASE", "install", "session_setup", "translate"]
 
 DATABASE = "admission_pg"  # an in-memory database of DuckDB's beside the user's
 S = f"{DATABASE}.main"  # where this module's catalogs and functions are
+assert compat.VERSION_CALL.startswith(S + ".")
 # the session's user: ``session_setup`` sets the variable on each session's connection
 _USER = "coalesce(getvariable('admission_user'), 'duckdb')"
 # the schemas of this module's database are no user's
@@ -180,10 +181,13 @@ _VIEWS = frozenset(
         "pg_foreign_data_wrapper",
         "pg_user_mappings",
         "pg_largeobject_metadata",
+        "pg_range",
+        "pg_policies",
+        "pg_statio_all_tables",
     }
 )
 # information_schema views made here (information_schema.columns: information_schema_columns)
-_INFORMATION_SCHEMA = frozenset({"columns"})
+_INFORMATION_SCHEMA = frozenset({"columns", "constraint_column_usage"})
 # … and the functions
 _FUNCTIONS = frozenset(
     {
@@ -361,17 +365,53 @@ where t.database_name <> '{DATABASE}' and not t.internal
 _COLUMNS = f"""
 create or replace view {S}.information_schema_columns as
 select c.* replace (
-    coalesce(
+    case when c.data_type = 'JSON' then 'jsonb' else coalesce(
       (select case t.typname when 'varchar' then 'text' else t.typname end
        from pg_catalog.pg_type t
        join duckdb_columns() d on t.oid = coalesce(map_type_id_to_pg_oid(d.data_type_id), -1)
        where d.database_name = c.table_catalog and d.schema_name = c.table_schema
          and d.table_name = c.table_name and d.column_name = c.column_name
        limit 1),
-      lower(c.data_type)) as udt_name,
-    'pg_catalog' as udt_schema)
+      lower(c.data_type)) end as udt_name,
+    'pg_catalog' as udt_schema,
+    -- PostgreSQL's words for the type (ORMs compare their models' columns by them)
+    case
+      when c.data_type like '%[]' then 'ARRAY'
+      when c.data_type like 'DECIMAL(%' then 'numeric'
+      else case c.data_type
+      when 'INTEGER' then 'integer'
+      when 'BIGINT' then 'bigint'
+      when 'SMALLINT' then 'smallint'
+      when 'TINYINT' then 'smallint'
+      when 'HUGEINT' then 'numeric'
+      when 'VARCHAR' then 'text'
+      when 'BOOLEAN' then 'boolean'
+      when 'DOUBLE' then 'double precision'
+      when 'FLOAT' then 'real'
+      when 'DATE' then 'date'
+      when 'TIME' then 'time without time zone'
+      when 'TIMESTAMP' then 'timestamp without time zone'
+      when 'TIMESTAMP WITH TIME ZONE' then 'timestamp with time zone'
+      when 'TIME WITH TIME ZONE' then 'time with time zone'
+      when 'INTERVAL' then 'interval'
+      when 'UUID' then 'uuid'
+      when 'BLOB' then 'bytea'
+      when 'JSON' then 'jsonb'
+      else lower(c.data_type) end
+    end as data_type)
 from information_schema.columns c
 where c.table_catalog <> '{DATABASE}'
+"""
+
+# information_schema.constraint_column_usage with PostgreSQL's seven columns: DuckDB's adds
+# constraint_type and constraint_text, which make the usual join with table_constraints
+# ambiguous (Sequelize's and drizzle-kit's foreign key queries)
+_CONSTRAINT_COLUMN_USAGE = f"""
+create or replace view {S}.information_schema_constraint_column_usage as
+select table_catalog, table_schema, table_name, column_name, constraint_catalog,
+  constraint_schema, constraint_name
+from information_schema.constraint_column_usage
+where table_catalog <> '{DATABASE}'
 """
 
 _DATABASE = f"""
@@ -477,6 +517,15 @@ _EMPTY: dict[str, str] = {
     "pg_largeobject_metadata": "oid bigint, lomowner bigint, lomacl varchar[]",
     "pg_extension": "oid bigint, extname varchar, extowner bigint, extnamespace bigint, "
     "extrelocatable boolean, extversion varchar, extconfig bigint[], extcondition varchar[]",
+    # (no range types, no row security, no I/O statistics here: Sequelize reads pg_range on
+    # connect, drizzle-kit pg_policies, Sequelize's describeTable pg_statio_all_tables)
+    "pg_range": "rngtypid bigint, rngsubtype bigint, rngmultitypid bigint, rngcollation bigint, "
+    "rngsubopc bigint, rngcanonical bigint, rngsubdiff bigint",
+    "pg_policies": "schemaname varchar, tablename varchar, policyname varchar, "
+    "permissive varchar, roles varchar[], cmd varchar, qual varchar, with_check varchar",
+    "pg_statio_all_tables": "relid bigint, schemaname varchar, relname varchar, "
+    "heap_blks_read bigint, heap_blks_hit bigint, idx_blks_read bigint, idx_blks_hit bigint, "
+    "toast_blks_read bigint, toast_blks_hit bigint, tidx_blks_read bigint, tidx_blks_hit bigint",
 }
 
 
@@ -673,6 +722,7 @@ def install(connection: Any) -> None:
         _TABLES,
         _VIEWS_VIEW,
         _COLUMNS,
+        _CONSTRAINT_COLUMN_USAGE,
         *(_empty(name, columns) for name, columns in _EMPTY.items()),
     ]
     for sql in statements:
@@ -780,6 +830,7 @@ class _Translate(Visitor):
             fields
             and getattr(fields[-1], "sval", None) in _VECTORS
             and not _returned(ancestors)
+            and not _grouped(ancestors)  # (GROUP BY ix.indkey: as the target it groups)
             and not _in_vector(ancestors)  # (translated before: a prepared statement's)
         ):
             # a vector column read inside the statement (unnest, [i], = ANY) is an array; one
@@ -885,6 +936,18 @@ def _returned(ancestors: Any) -> bool:
             select = up
             continue
         return False
+
+
+def _grouped(ancestors: Any) -> bool:
+    """Whether a node is an item of a GROUP BY list itself (Sequelize's showIndex groups by
+    the index's key columns, which it also returns)."""
+    up = ancestors.parent
+    return (
+        isinstance(ancestors.node, tuple)
+        and up is not None
+        and isinstance(up.node, ast.SelectStmt)
+        and up.member == "groupClause"
+    )
 
 
 def _in_vector(ancestors: Any) -> bool:

@@ -153,17 +153,20 @@ _FUNCTIONS = re.compile(
     r"\bpg_catalog\s*\.\s*(?=(?:pg_get_userbyid|version|current_setting|pg_encoding_to_char|to_regtype)\s*\()",
     re.I,
 )
-_VERSION = re.compile(r"\bversion\s*\(\s*\)", re.I)
+_VERSION = re.compile(r"(?<![\w.])version\s*\(\s*\)", re.I)
+# PostgreSQL's version(), as the backend makes it (DuckDB's own names DuckDB): a macro in the
+# catalogs' schema (catalog.S), so that its column is named "version" as in PostgreSQL
+VERSION_CALL = "admission_pg.main.version()"
 _REG_CAST = re.compile(r"::\s*reg(?:type|class|proc|namespace)\b", re.I)  # an oid as itself
 _MAYBE = re.compile(
     r"pg_catalog|version|::\s*reg|serial|identity|index|deferrable|initially|unnest|'\{|"
     r"\bwith\s*\(|\bdrop\s|\btruncate\s|search_path|add\s+constraint|\bfor\s+(?:update|no|share|key)\b|"
-    r"unlogged|preserve",
+    r"unlogged|preserve|\d [+-]\d\d(?::?\d\d)?'|json|#>|from\s+current_|select\s+from\b",
     re.I,
 )
 
 
-def rewrite(sql: str, server_version: str) -> str:
+def rewrite(sql: str) -> str:
     """Map PostgreSQL functions DuckDB lacks or names differently to DuckDB SQL, and its DDL
     to DuckDB's (see ``ddl``)."""
     if not _MAYBE.search(sql):  # (one scan of every statement's text: the usual case)
@@ -171,6 +174,14 @@ def rewrite(sql: str, server_version: str) -> str:
     sql = ddl(sql)
     if _LOCKING.search(sql):
         sql = _LOCKING.sub("", sql)
+    if _SPACED_OFFSET.search(sql):
+        sql = _SPACED_OFFSET.sub(r"\1\2", sql)
+    if _FROM_FUNCTION.search(sql):
+        sql = _FROM_FUNCTION.sub(r"\1(select \2() as \2)", sql)
+    if _EMPTY_SELECT.search(sql):
+        sql = _EMPTY_SELECT.sub(r"\1 null\2", sql)
+    if "json" in sql.lower() or "#>" in sql:
+        sql = _JSON_PATH.sub(_json_path, _JSON_FUNCTION.sub(_json_function, sql))
     if "search_path" in sql[:40].lower():
         sql = search_path(sql)
     if _UNNEST.search(sql):
@@ -178,8 +189,57 @@ def rewrite(sql: str, server_version: str) -> str:
     if "'{" in sql:
         sql = array_literals(sql)
     sql = _REG_CAST.sub("", _FUNCTIONS.sub("", sql))
-    literal = "'" + server_version.replace("'", "''") + "'"
-    return _VERSION.sub(literal, sql)
+    return _VERSION.sub(VERSION_CALL, sql)
+
+
+# a timestamp with a space before its UTC offset ('2024-01-02 03:04:05.000 +00:00', how
+# Sequelize writes every date): PostgreSQL reads it, DuckDB takes "+00:00" for a zone's name
+_SPACED_OFFSET = re.compile(
+    r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:\.\d+)?)?) ([+-]\d\d(?::?\d\d)?)(?=')"
+)
+_SPACED_VALUE = re.compile(r"^(\s*\d{4}-\d\d-\d\d[ T][\d:.]+) ([+-]\d\d(?::?\d\d)?\s*)$")
+
+
+def spaced_offset(text: str) -> str:
+    """A timestamp's text with no space before its offset (``text`` itself otherwise)."""
+    return _SPACED_VALUE.sub(r"\1\2", text) if " +" in text or " -" in text else text
+
+
+# SELECT * FROM current_schema() (TypeORM): a function in FROM, which DuckDB has as a scalar
+_FROM_FUNCTION = re.compile(r"(\bfrom\s+)(current_schema|current_database)\s*\(\s*\)", re.I)
+# SELECT FROM t, an empty select list (EXISTS (SELECT FROM …): drizzle-kit): one NULL column
+_EMPTY_SELECT = re.compile(r"(\bselect)(\s+from\b)", re.I)
+# PostgreSQL's JSON functions by DuckDB's names; #> and #>> paths ('{a,0,b}') as JSONPath
+_JSON_FUNCTIONS = {
+    "json_agg": "json_group_array",
+    "jsonb_agg": "json_group_array",
+    "json_build_array": "json_array",
+    "jsonb_build_array": "json_array",
+    "json_build_object": "json_object",
+    "jsonb_build_object": "json_object",
+    "to_jsonb": "to_json",
+    "json_object_agg": "json_group_object",
+    "jsonb_object_agg": "json_group_object",
+}
+_JSON_FUNCTION = re.compile(r"(?<![\w.$])(" + "|".join(_JSON_FUNCTIONS) + r")(\s*\()", re.I)
+_JSON_PATH = re.compile(r"#>(>?)\s*'\{((?:[^'}]|'')*)\}'")
+
+
+def _json_function(found: re.Match[str]) -> str:
+    return _JSON_FUNCTIONS[found.group(1).lower()] + found.group(2)
+
+
+def _json_path(found: re.Match[str]) -> str:
+    path = "$"
+    for item in _split_list(found.group(2)):
+        key = item.strip().strip('"').replace("''", "'")
+        if key.isdigit():
+            path += f"[{key}]"
+        else:
+            path += "." + (
+                key if re.fullmatch(r"[A-Za-z_]\w*", key) else '"' + key.replace('"', '\\"') + '"'
+            )
+    return f"->{found.group(1)} '{path.replace(chr(39), chr(39) * 2)}'"
 
 
 # SELECT … FOR UPDATE / FOR SHARE [OF t] [NOWAIT | SKIP LOCKED] (Django's select_for_update,
@@ -668,10 +728,13 @@ def session_macros(user: str) -> list[str]:
 
 _OPERATOR = r"(?:=|<>|!=|<=|>=|<|>|\blike\b|\bilike\b)"
 # (arithmetic too: ``abalance + $1``, pgbench's -M extended, takes the column's type)
-_COLUMN_THEN_PARAM = re.compile(rf"([\w.]+)\s*(?:{_OPERATOR}|[-+*/%])\s*\$(\d+)", re.I)
-_PARAM_THEN_COLUMN = re.compile(rf"\$(\d+)\s*(?:{_OPERATOR}|[-+*/%])\s*([\w.]+)", re.I)
-_BETWEEN = re.compile(r"([\w.]+)\s+between\s+\$(\d+)\s+and\s+\$(\d+)", re.I)
-_IN_LIST = re.compile(r"([\w.]+)\s+in\s*\(\s*(\$\d+(?:\s*,\s*\$\d+)*)\s*\)", re.I)
+# (a column as written: quoted parts too, "SqPost"."updatedAt" as Sequelize writes it)
+_COLUMN = r'((?:"[^"]+"|[\w]+)(?:\.(?:"[^"]+"|[\w]+))*)'
+_COLUMN_THEN_PARAM = re.compile(rf"{_COLUMN}\s*(?:{_OPERATOR}|[-+*/%])\s*\$(\d+)", re.I)
+_PARAM_THEN_COLUMN = re.compile(rf"\$(\d+)\s*(?:{_OPERATOR}|[-+*/%])\s*{_COLUMN}", re.I)
+_ANY = re.compile(r"([\w.$\"]+)\s*(?:=|<>|!=)\s*(?:any|all)\s*\(\s*\$(\d+)\s*\)", re.I)
+_BETWEEN = re.compile(rf"{_COLUMN}\s+between\s+\$(\d+)\s+and\s+\$(\d+)", re.I)
+_IN_LIST = re.compile(rf"{_COLUMN}\s+in\s*\(\s*(\$\d+(?:\s*,\s*\$\d+)*)\s*\)", re.I)
 _LIMIT = re.compile(r"\b(?:limit|offset)\s+\$(\d+)", re.I)
 # a parameter beside a number (``1 + $1``, ``$2 >= 10``): PostgreSQL takes an untyped one to
 # be of the other side's type, where DuckDB cannot choose an operator for a string and a number
@@ -703,7 +766,7 @@ def infer_parameter_types(
             types[i] = kind
 
     def column(name: str) -> str | None:
-        return by_column.get(name.rsplit(".", 1)[-1].lower())
+        return by_column.get(name.rsplit(".", 1)[-1].strip('"').lower())
 
     for number, name in _CAST.findall(query):
         put(number, _CAST_NAMES.get(" ".join(name.lower().split())))
@@ -724,6 +787,9 @@ def infer_parameter_types(
             value = value.strip()
             if value.startswith("$") and value[1:].isdigit():
                 put(value[1:], kinds.get(name))
+    for name, number in _ANY.findall(query):  # (id = ANY($1): node-postgres, postgres.js)
+        element = column(name) if not name.startswith("$") else None
+        put(number, (element or "VARCHAR") + "[]")
     for name, number in _COLUMN_THEN_PARAM.findall(query):
         put(number, column(name))
     for number, name in _PARAM_THEN_COLUMN.findall(query):

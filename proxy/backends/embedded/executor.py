@@ -104,6 +104,10 @@ class DuckDBBackend:
         self.server_version = f"{SERVER_VERSION} (admission, DuckDB {self.version})"
         self._planner: duckdb.DuckDBPyConnection | None = None  # plan_cost's own cursor
         self.version_string = f"PostgreSQL {self.server_version}"
+        self.connection.execute(  # (compat.VERSION_CALL)
+            f"create or replace macro {catalog.S}.version() as "
+            f"{catalog.literal(self.version_string)}"
+        )
 
     def memory_for_statements(self) -> int | None:
         """Bytes DuckDB may still use beyond what it holds now: its memory_limit less the
@@ -467,6 +471,7 @@ def execute(
     profile: bool = False,
     base: MemoryBase | None = None,
     switch: bool = False,
+    text: str = "",
 ) -> Result:
     """One statement on ``cursor`` (a worker thread). With ``profile`` (DuckDB's profiler on
     for the cursor) the result carries DuckDB's own time, CPU time, memory and spill; the
@@ -478,7 +483,9 @@ def execute(
     return _completing_group_by(
         cursor,
         query,
-        lambda q: _execute(cursor, q, params, kind, format_codes, profile, base, switch),
+        lambda q: _execute(
+            cursor, q, params, kind, format_codes, profile, base, switch, text or query
+        ),
     )
 
 
@@ -530,6 +537,7 @@ def _execute(
     profile: bool,
     base: MemoryBase | None,
     switch: bool,
+    text: str,
 ) -> Result:
     if switch:
         try:
@@ -554,7 +562,7 @@ def _execute(
     # path, whose profile is read at its first chunk; the columnar path's only at its end)
     columnar_ok = not profile or base is not None
     if kind == "SELECT" and not any(format_codes) and columnar_ok and columnar_candidate(query):
-        result = _columnar(cursor, query, params)
+        result = _columnar(cursor, query, params, text)
         if result is not None:
             if profile and result.more is None:  # (the profile is whole once DuckDB is done)
                 result.latency, result.cpu_time, result.memory, result.spilled = _profiled(
@@ -577,7 +585,7 @@ def _execute(
     tag = command_tag(kind, query, rows, bool(columns) and not is_count)
     if is_count or _status_only(kind, description):
         return Result([], [], tag, [], latency, cpu_time, memory=memory, spilled=spilled)
-    columns = _postgresql_named(query, columns)
+    columns = _postgresql_named(text, columns)
     formats = column_formats(format_codes, len(columns))
     types = [t for _, t in columns]
     encoded = data_rows(rows, types, formats)
@@ -663,7 +671,7 @@ def _row_path(query: str) -> None:
 
 
 def _columnar(
-    cursor: duckdb.DuckDBPyConnection, query: str, params: Sequence[object]
+    cursor: duckdb.DuckDBPyConnection, query: str, params: Sequence[object], text: str = ""
 ) -> Result | None:
     """A SELECT's first chunk of DataRows (text format) from its Arrow stream; None when the
     row path must run it (see above)."""
@@ -679,7 +687,7 @@ def _columnar(
         _row_path(query)
         return None
     columns = [(d[0], pg_type(n)) for d, n in zip(description, names, strict=True)]
-    columns = _postgresql_named(query, columns)
+    columns = _postgresql_named(text or query, columns)
     encoders = tuple(_encoder(t, 0) for _, t in columns)
     try:
         stream = _ROWS.ArrowRows(submitted.arrow_capsule(), encoders)  # type: ignore[union-attr]
@@ -829,7 +837,7 @@ _SAMPLES: dict[int, object] = {
 
 
 def describe(
-    cursor: duckdb.DuckDBPyConnection, query: str, oids: Sequence[int]
+    cursor: duckdb.DuckDBPyConnection, query: str, oids: Sequence[int], text: str = ""
 ) -> list[tuple[str, PgType]]:
     """The result columns of a SELECT without running it: each parameter a sample of its type
     where one is kept above, else NULL."""
@@ -842,7 +850,7 @@ def describe(
         except duckdb.Error as e:
             raise QueryError(sqlstate_for(e), first_line(e)) from None
         columns = [(d[0], pg_type(str(d[1]))) for d in relation.description or []]
-        return _postgresql_named(query, columns)
+        return _postgresql_named(text or query, columns)
 
     return _completing_group_by(cursor, query, run)
 

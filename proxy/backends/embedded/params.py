@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from decimal import Decimal
 
+from proxy.backends.embedded import compat
 from proxy.backends.embedded.compat import array_items
 from proxy.backends.embedded.executor import QueryError
 from proxy.backends.pgtypes import ARRAY_ELEMENT
@@ -52,6 +53,8 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> object:
         return datetime.date.fromisoformat(text)
     if oid == 17 and text.startswith("\\x"):
         return bytes.fromhex(text[2:])
+    if oid in (1114, 1184):  # ('… 03:04:05.000 +00:00', Sequelize's: DuckDB wants no space)
+        return compat.spaced_offset(text)
     return text
 
 

@@ -211,6 +211,7 @@ class Prepared:
     query: str
     param_types: list[int]
     kind: str
+    text: str = ""  # the client's statement, before the rewrites (result columns named by it)
 
 
 @dataclass(slots=True)
@@ -534,9 +535,17 @@ class DuckDBSession:
         self.out += pg.message(b"3")
 
     async def _run(
-        self, query: str, params: Sequence[object], kind: str, formats: Sequence[int] = ()
+        self,
+        query: str,
+        params: Sequence[object],
+        kind: str,
+        formats: Sequence[int] = (),
+        text: str = "",
     ) -> Result:
-        """One statement: answered here, or run on DuckDB in a worker thread."""
+        """One statement: answered here, or run on DuckDB in a worker thread. ``text``: the
+        client's own statement when ``query`` was rewritten at its Parse (it names the
+        result's columns)."""
+        text = text or query
         if self.status == b"E" and kind != "TRANSACTION":
             raise QueryError(
                 "25P02",
@@ -565,7 +574,7 @@ class DuckDBSession:
         backend = self.backend
         _check_catalogs(query)
         query = self._with_cursors(query)
-        query = compat.rewrite(catalog.translate(query) or query, backend.version_string)
+        query = compat.rewrite(catalog.translate(query) or query)
         await self._settle()
         if kind == "ALTER":  # (an indexed table: its indexes carried along, see the function)
             altered = await self._alter_around_indexes(query)
@@ -603,6 +612,7 @@ class DuckDBSession:
                 # only live samples (no observer of every statement) take the cached base
                 None if self.observers else backend.memory_base,
                 switch,
+                text,
             )
         except asyncio.CancelledError:
             self.pinned = True  # a worker thread may still use the connection: never lent again
@@ -888,7 +898,7 @@ class DuckDBSession:
             columns = statement.columns or "*"
             query = f"select {columns} from {statement.table}"
         _check_catalogs(query)
-        query = compat.rewrite(catalog.translate(query) or query, self.backend.version_string)
+        query = compat.rewrite(catalog.translate(query) or query)
         names, fetch = await loop.run_in_executor(pool, _copy_query, cursor, query)
         options = statement.options
         self.out += pg.message(b"H", struct.pack("!bh", 0, len(names)) + b"\0\0" * len(names))
@@ -991,7 +1001,7 @@ class DuckDBSession:
         """The kind of one statement that DuckDB's parser refuses (an identity column, an
         index's operator class, a DROP of several tables, a search_path list) but takes once
         rewritten as it runs; None if not that."""
-        rewritten = compat.rewrite(statement, self.backend.version_string)
+        rewritten = compat.rewrite(statement)
         if rewritten == statement:
             return None
         try:
@@ -1101,10 +1111,11 @@ class DuckDBSession:
                     "42601", "cannot insert multiple commands into a prepared statement"
                 )
             query, kind = statements[0] if statements else (query, "EMPTY")
+        text = query
         if kind not in ("LOCAL", "EMPTY") and driver is None:
             _check_catalogs(query)
             query = self._with_cursors(query)
-            query = compat.rewrite(catalog.translate(query) or query, self.backend.version_string)
+            query = compat.rewrite(catalog.translate(query) or query)
         if 0 in types:
             key = (query, tuple(types))
             known = _INFERRED.get(key)
@@ -1118,7 +1129,7 @@ class DuckDBSession:
                     _INFERRED.clear()
                 _INFERRED[key] = known
             types = list(known)
-        self.statements[name] = Prepared(query, types, kind)
+        self.statements[name] = Prepared(query, types, kind, text)
         self.out += pg.message(b"1")
 
     def _catalog(self) -> dict[str, list[tuple[str, str]]]:
@@ -1195,7 +1206,7 @@ class DuckDBSession:
             ):
                 await self._settle()
                 if statement.kind == "SELECT":
-                    columns = describe(self.cursor, statement.query, oids)
+                    columns = describe(self.cursor, statement.query, oids, statement.text)
                 else:  # (a RETURNING list with no parameters of its own)
                     columns = describe(self.cursor, returning or "", [])
                 self.out += row_description(columns) if columns else pg.message(b"n")
@@ -1216,7 +1227,7 @@ class DuckDBSession:
             statement = portal.statement
             await self.connection.admit(statement.query)
             portal.result = await self._run(
-                statement.query, portal.params, statement.kind, portal.formats
+                statement.query, portal.params, statement.kind, portal.formats, statement.text
             )
         return portal.result
 
