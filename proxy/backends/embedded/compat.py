@@ -231,7 +231,7 @@ def _json_function(found: re.Match[str]) -> str:
 
 def _json_path(found: re.Match[str]) -> str:
     path = "$"
-    for item in _split_list(found.group(2)):
+    for item in split_list(found.group(2)):
         key = item.strip().strip('"').replace("''", "'")
         if key.isdigit():
             path += f"[{key}]"
@@ -487,7 +487,7 @@ def search_path(sql: str) -> str:
     if value.lower() == "default":
         return "reset search_path"
     schemas = []
-    for item in _split_list(value):
+    for item in split_list(value):
         name = item.strip()
         name = name[1:-1].replace('""', '"') if name.startswith('"') else name
         name = name[1:-1].replace("''", "'") if name.startswith("'") else name.lower()
@@ -498,7 +498,7 @@ def search_path(sql: str) -> str:
     return f"set search_path = '{listed.replace(chr(39), chr(39) * 2)}'"
 
 
-def _split_list(text: str) -> list[str]:
+def split_list(text: str) -> list[str]:
     """A comma-separated list, commas inside quotes kept."""
     items, quote, start = [], "", 0
     for i, c in enumerate(text):

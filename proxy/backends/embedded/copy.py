@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from proxy.backends.embedded.compat import split_list
+
 __all__ = ["CopyOptions", "CopyStatement", "copy_statement", "read_rows", "write_lines"]
 
 
@@ -98,7 +100,7 @@ def _options(text: str) -> CopyOptions:
     if text.startswith("("):
         if not text.endswith(")"):
             raise CopyError("42601", "syntax error in COPY's options")
-        for item in _split_options(text[1:-1]):
+        for item in split_list(text[1:-1]):
             found = _OPTION.fullmatch(item)
             if found is None:
                 raise CopyError("42601", f"syntax error in COPY's option {item.strip()!r}")
@@ -119,18 +121,6 @@ def _options(text: str) -> CopyOptions:
                 values[found.group("name").lower()] = _unquote(found.group("value"))
             position = found.end()
     return _checked(values)
-
-
-def _split_options(text: str) -> list[str]:
-    items, quote, start = [], False, 0
-    for i, c in enumerate(text):
-        if c == "'":
-            quote = not quote
-        elif c == "," and not quote:
-            items.append(text[start:i])
-            start = i + 1
-    items.append(text[start:])
-    return [item for item in items if item.strip()]
 
 
 def _unquote(value: str) -> str:
