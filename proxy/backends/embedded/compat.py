@@ -208,7 +208,7 @@ def spaced_offset(text: str) -> str:
 # SELECT * FROM current_schema() (TypeORM): a function in FROM, which DuckDB has as a scalar
 _FROM_FUNCTION = re.compile(r"(\bfrom\s+)(current_schema|current_database)\s*\(\s*\)", re.I)
 # SELECT FROM t, an empty select list (EXISTS (SELECT FROM …): drizzle-kit): one NULL column
-_EMPTY_SELECT = re.compile(r"(\bselect)(\s+from\b)", re.I)
+_EMPTY_SELECT = re.compile(r"((?:^|\()\s*select)(\s+from\b)", re.I)
 # PostgreSQL's JSON functions by DuckDB's names; #> and #>> paths ('{a,0,b}') as JSONPath
 _JSON_FUNCTIONS = {
     "json_agg": "json_group_array",

@@ -480,13 +480,48 @@ def execute(
     half a millisecond). ``switch``: the profiler is switched to ``profile`` first. A query
     that groups by a primary key and selects the key's table's other columns runs with them
     added to its GROUP BY (see ``compat.group_by_completed``)."""
-    return _completing_group_by(
+    owned = _owned_sequences(cursor, query) if kind == "DROP" else []
+    result = _completing_group_by(
         cursor,
         query,
         lambda q: _execute(
             cursor, q, params, kind, format_codes, profile, base, switch, text or query
         ),
     )
+    for sequence in owned:  # (a serial's sequence goes with its table, as in PostgreSQL)
+        with contextlib.suppress(duckdb.Error):
+            cursor.execute(f"drop sequence if exists {sequence}")
+    return result
+
+
+# DROP TABLE: the sequences its serial and identity columns default to, named as
+# compat.serials names them (<table>_<column>_seq) — a sequence the user made and named
+# otherwise stays
+_DROP_TABLE = re.compile(
+    r'(?:^|;)\s*drop\s+table\s+(?:if\s+exists\s+)?(?P<table>(?:"(?:[^"]|"")+"|[\w$]+)'
+    r'(?:\s*\.\s*(?:"(?:[^"]|"")+"|[\w$]+))?)',
+    re.I,
+)
+_NEXTVAL = "regexp_extract(column_default, 'nextval\\(''([^'']+)''', 1)"
+
+
+def _owned_sequences(cursor: duckdb.DuckDBPyConnection, query: str) -> list[str]:
+    sequences: list[str] = []
+    for found in _DROP_TABLE.finditer(query):
+        name = found.group("table").replace('"', "").split(".")[-1].strip().lower()
+        try:
+            rows = cursor.execute(
+                f"select schema_name, {_NEXTVAL} from duckdb_columns() "
+                "where lower(table_name) = ? and column_default like 'nextval(%'",
+                [name],
+            ).fetchall()
+        except duckdb.Error:
+            continue
+        for schema, sequence in rows:
+            bare = sequence.split(".")[-1].lower()
+            if bare.startswith(f"{name}_") and bare.endswith("_seq"):
+                sequences.append(sequence if "." in sequence else f"{schema}.{sequence}")
+    return sequences
 
 
 T = TypeVar("T")
