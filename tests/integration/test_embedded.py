@@ -299,6 +299,32 @@ def test_serial_sequences_belong_to_their_table(embedded: Embedded) -> None:
         assert conn.execute("select nextval('shared_ids')").fetchone() == (3,)
 
 
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "YYYY-MM-DD",
+        "YYYY-MM-DD HH24:MI:SS",
+        "Mon DD, YYYY",
+        "FMMonth FMDD",
+        "HH12:MI AM",
+        "DD/MM/YY",
+        '"Q"YYYY',
+        'YYYY-"W"IW',
+        "Dy, DDD",
+        "HH24:MI:SS.MS",
+    ],
+)
+def test_to_char_of_a_date_writes_what_postgresql_writes(
+    embedded: Embedded, pg: Cluster, pattern: str
+) -> None:
+    query = "select to_char(timestamp '2024-03-05 14:07:09.123', %s)"
+    with psycopg.connect(pg.dsn(), autocommit=True) as real:
+        expected = real.execute(query, (pattern,)).fetchone()
+    with embedded.connect() as conn:
+        literal = "'" + pattern.replace("'", "''") + "'"
+        assert conn.execute(query.replace("%s", literal)).fetchone() == expected
+
+
 def test_alter_table_carries_the_indexes_along(embedded: Embedded) -> None:
     """What migrations do to indexed tables, which DuckDB refuses while an index depends on the
     table: the indexes are dropped and made again around the ALTER (renamed with a column or

@@ -161,7 +161,7 @@ _REG_CAST = re.compile(r"::\s*reg(?:type|class|proc|namespace)\b", re.I)  # an o
 _MAYBE = re.compile(
     r"pg_catalog|version|::\s*reg|serial|identity|index|deferrable|initially|unnest|'\{|"
     r"\bwith\s*\(|\bdrop\s|\btruncate\s|search_path|add\s+constraint|\bfor\s+(?:update|no|share|key)\b|"
-    r"unlogged|preserve|\d [+-]\d\d(?::?\d\d)?'|json|#>|from\s+current_|select\s+from\b",
+    r"unlogged|preserve|\d [+-]\d\d(?::?\d\d)?'|json|#>|from\s+current_|select\s+from\b|to_char",
     re.I,
 )
 
@@ -176,6 +176,8 @@ def rewrite(sql: str) -> str:
         sql = _LOCKING.sub("", sql)
     if _SPACED_OFFSET.search(sql):
         sql = _SPACED_OFFSET.sub(r"\1\2", sql)
+    if _TO_CHAR.search(sql):
+        sql = to_chars(sql)
     if _FROM_FUNCTION.search(sql):
         sql = _FROM_FUNCTION.sub(r"\1(select \2() as \2)", sql)
     if _EMPTY_SELECT.search(sql):
@@ -240,6 +242,95 @@ def _json_path(found: re.Match[str]) -> str:
                 key if re.fullmatch(r"[A-Za-z_]\w*", key) else '"' + key.replace('"', '\\"') + '"'
             )
     return f"->{found.group(1)} '{path.replace(chr(39), chr(39) * 2)}'"
+
+
+# to_char(timestamp, 'YYYY-MM-DD HH24:MI') with a literal format (reports and dashboards):
+# DuckDB's strftime with the same fields; a format with a field strftime has not (Q, number
+# formats such as '999.99') is left to DuckDB's error
+_TO_CHAR = re.compile(r"(?<![\w.$])to_char\s*\(", re.I)
+# (only what strftime writes as PostgreSQL does: 'Month' and 'Day' are blank-padded to 9
+# there, upper- and lower-case names cased so; those are left to DuckDB's error, but for
+# FMMonth and FMDay). Longest first; FM (no padding) is handled before.
+_DATE_FIELDS = [
+    ("HH24", "%H"),
+    ("HH12", "%I"),
+    ("HH", "%I"),
+    ("YYYY", "%Y"),
+    ("YY", "%y"),
+    ("Mon", "%b"),
+    ("MM", "%m"),
+    ("MI", "%M"),
+    ("SS", "%S"),
+    ("MS", "%g"),
+    ("US", "%f"),
+    ("DDD", "%j"),
+    ("DD", "%d"),
+    ("Dy", "%a"),
+    ("IW", "%V"),
+    ("AM", "%p"),
+    ("PM", "%p"),
+    ("TZ", "%Z"),
+]
+_UNPADDED_NAMES = [("Month", "%B"), ("Day", "%A")]  # (after FM only)
+_UNPADDED = {
+    "%m": "%-m",
+    "%d": "%-d",
+    "%H": "%-H",
+    "%I": "%-I",
+    "%M": "%-M",
+    "%S": "%-S",
+    "%j": "%-j",
+}
+
+
+def date_format(pattern: str) -> str | None:
+    """PostgreSQL's to_char pattern as strftime's, or None when it has a field strftime
+    has not (or is a number format)."""
+    out, i, unpadded = [], 0, False
+    while i < len(pattern):
+        if pattern.startswith("FM", i) or pattern.startswith("fm", i):
+            unpadded, i = True, i + 2
+            continue
+        if pattern[i] == '"':  # (quoted text is itself)
+            end = pattern.find('"', i + 1)
+            end = len(pattern) if end < 0 else end
+            out.append(pattern[i + 1 : end].replace("%", "%%"))
+            i = end + 1
+            continue
+        for name, code in (_UNPADDED_NAMES if unpadded else []) + _DATE_FIELDS:
+            if pattern.startswith(name, i):
+                out.append(_UNPADDED.get(code, code) if unpadded else code)
+                i += len(name)
+                break
+        else:
+            c = pattern[i]
+            if c.isalpha() or c in "9#0":  # (a field strftime lacks, or a number format)
+                return None
+            out.append("%%" if c == "%" else c)
+            i += 1
+        unpadded = False
+    return "".join(out)
+
+
+def to_chars(sql: str) -> str:
+    """``sql`` with each to_char of a literal date format as strftime."""
+    out, position = [], 0
+    for found in _TO_CHAR.finditer(sql):
+        if found.start() < position:
+            continue
+        arguments, end = _arguments(sql, found.end())
+        if arguments is None or len(arguments) != 2:
+            continue
+        literal = arguments[1].strip()
+        if not (len(literal) >= 2 and literal[0] == literal[-1] == "'"):
+            continue
+        converted = date_format(literal[1:-1].replace("''", "'"))
+        if converted is None:
+            continue
+        quoted = "'" + converted.replace("'", "''") + "'"
+        out.append(sql[position : found.start()] + f"strftime({arguments[0].strip()}, {quoted})")
+        position = end
+    return "".join(out) + sql[position:] if out else sql
 
 
 # SELECT … FOR UPDATE / FOR SHARE [OF t] [NOWAIT | SKIP LOCKED] (Django's select_for_update,
