@@ -280,16 +280,13 @@ def test_what_node_orms_send(embedded: Embedded) -> None:
 
 
 def test_serial_sequences_belong_to_their_table(embedded: Embedded) -> None:
-    """A serial column's sequence is the table's: pg_get_serial_sequence names it, and it is
-    dropped with the table (ORMs' test suites drop and make tables again and expect ids from
-    1); a sequence the user made stays."""
+    """A serial column's sequence is the table's: it is dropped with the table (ORMs' test
+    suites drop and make tables again and expect ids from 1); a sequence the user made
+    stays."""
     with embedded.connect() as conn:
         conn.execute("create sequence shared_ids")
         conn.execute(
             "create table counted (id serial primary key, own bigint default nextval('shared_ids'))"
-        )
-        assert conn.execute("select pg_get_serial_sequence('counted', 'id')").fetchone() == (
-            "main.counted_id_seq",
         )
         conn.execute("insert into counted default values")
         conn.execute("insert into counted default values")
@@ -323,6 +320,68 @@ def test_to_char_of_a_date_writes_what_postgresql_writes(
     with embedded.connect() as conn:
         literal = "'" + pattern.replace("'", "''") + "'"
         assert conn.execute(query.replace("%s", literal)).fetchone() == expected
+
+
+def test_advisory_locks_as_migration_tools_take_them(embedded: Embedded) -> None:
+    """pg_advisory_lock and its kin (Prisma, Rails, kysely's Migrator): a second session waits
+    for the key, a try fails at once, an xact lock ends with its transaction, a session's end
+    gives its locks back, a cancel ends a wait — and waiting takes no admission slot (MPL 2,
+    two waiters, the holder still runs)."""
+    holder, waiter, other = embedded.connect(), embedded.connect(), embedded.connect()
+    try:
+        cur = holder.execute("select pg_advisory_lock(72707369)")
+        assert cur.description is not None and cur.description[0].name == "pg_advisory_lock"
+        assert other.execute("select pg_try_advisory_lock(72707369) as ok").fetchone() == (False,)
+        got: list[object] = []
+        waiting = threading.Thread(
+            target=lambda: got.append(
+                waiter.execute("select pg_advisory_lock(72707369)").fetchone()
+            )
+        )
+        waiting.start()
+        also = threading.Thread(
+            target=lambda: got.append(
+                other.execute("select pg_advisory_lock_shared(72707369)").fetchone()
+            )
+        )
+        also.start()
+        time.sleep(0.3)
+        assert got == [] and holder.execute("select count(*) from items").fetchone() == (2,)
+        assert holder.execute("select pg_advisory_unlock(72707369)").fetchone() == (True,)
+        waiting.join(5)
+        assert got[:1] == [("",)]  # (void, as PostgreSQL prints it)
+        assert waiter.execute("select pg_advisory_unlock(%s)", (72707369,)).fetchone() == (True,)
+        also.join(5)
+        assert len(got) == 2
+        assert holder.execute("select pg_advisory_unlock(5)").fetchone() == (False,)  # warned
+        # a transaction-level lock ends with its transaction
+        holder.execute("begin")
+        holder.execute("select pg_advisory_xact_lock(1, 2)")
+        assert waiter.execute("select pg_try_advisory_lock(1, 2)").fetchone() == (False,)
+        holder.execute("commit")
+        assert waiter.execute("select pg_try_advisory_lock(1, 2)").fetchone() == (True,)
+        # a cancel ends a wait
+        cancelled: list[BaseException] = []
+
+        def wait_then_fail() -> None:
+            try:
+                holder.execute("select pg_advisory_lock(1, 2)")
+            except psycopg.errors.QueryCanceled as e:
+                cancelled.append(e)
+
+        blocked = threading.Thread(target=wait_then_fail)
+        blocked.start()
+        time.sleep(0.2)
+        holder.cancel_safe()  # (cancel() blocks the GIL the in-process server needs)
+        blocked.join(5)
+        assert len(cancelled) == 1
+        # a session's end gives its locks back
+        waiter.close()
+        assert holder.execute("select pg_try_advisory_lock(1, 2)").fetchone() == (True,)
+        holder.execute("select pg_advisory_unlock_all()")
+    finally:
+        for conn in (holder, waiter, other):
+            conn.close()
 
 
 def test_alter_table_carries_the_indexes_along(embedded: Embedded) -> None:

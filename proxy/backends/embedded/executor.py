@@ -33,6 +33,7 @@ import duckdb
 from admission.native import native
 from admission.units import size_bytes
 from proxy.backends.embedded import catalog, compat, lockdown
+from proxy.backends.embedded.advisory import AdvisoryLocks
 from proxy.backends.embedded.names import postgresql_names
 from proxy.backends.errors import sqlstate_for, sqlstate_for_message
 from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type, text_encoder
@@ -104,6 +105,7 @@ class DuckDBBackend:
         self.server_version = f"{SERVER_VERSION} (admission, DuckDB {self.version})"
         self._planner: duckdb.DuckDBPyConnection | None = None  # plan_cost's own cursor
         self.version_string = f"PostgreSQL {self.server_version}"
+        self.advisory = AdvisoryLocks()  # (every session's pg_advisory_lock keys)
         self.connection.execute(  # (compat.VERSION_CALL)
             f"create or replace macro {catalog.S}.version() as "
             f"{catalog.literal(self.version_string)}"

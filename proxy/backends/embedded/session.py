@@ -37,6 +37,7 @@ import duckdb
 import pglast
 
 from proxy.backends.embedded import catalog, compat, copy, lockdown
+from proxy.backends.embedded.advisory import AdvisoryCall, advisory_call
 from proxy.backends.embedded.executor import (
     CHUNK_ROWS,
     TEXT_OID,
@@ -55,7 +56,7 @@ from proxy.backends.embedded.executor import (
 )
 from proxy.backends.embedded.params import decode_param
 from proxy.backends.errors import sqlstate_for
-from proxy.backends.pgtypes import pg_type, text_encoder
+from proxy.backends.pgtypes import BOOL, PgType, pg_type, text_encoder
 from proxy.wire import protocol as pg
 from proxy.wire.frontend import Batch
 
@@ -301,6 +302,7 @@ def _split(text: str) -> list[str]:
         return []
 
 
+VOID = PgType("void", 2278, 4)  # (what pg_advisory_lock returns)
 COPY_BATCH = 50_000  # rows of a COPY FROM STDIN inserted at once
 # parameter types inferred for a statement's text (and the types its Parse gave): a client that
 # parses the same text again (pgbench -M extended, psycopg) reads no catalog; forgotten when
@@ -389,6 +391,7 @@ class DuckDBSession:
         "connection",
         "gone",
         "lease",
+        "lock_wait",
         "observers",
         "open",
         "out",
@@ -402,6 +405,7 @@ class DuckDBSession:
         "statements",
         "status",
         "user",
+        "xact_locks",
     )
 
     def __init__(
@@ -425,6 +429,8 @@ class DuckDBSession:
         self.samplers = samplers
         self.status = b"I"  # transaction status, as ReadyForQuery reports it
         self.schema_changed = False  # DDL in the open transaction block (see _INFERRED)
+        self.lock_wait = False  # waiting for an advisory lock (a cancel ends the wait)
+        self.xact_locks: list[tuple[tuple[int, ...], bool]] = []  # (key, shared) to its end
         self.settings: dict[str, str] = {}  # PostgreSQL-only parameters SET in this session
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
@@ -438,6 +444,8 @@ class DuckDBSession:
         interrupt that lands before its execution has begun (3 in 40 right after the call
         starts, measured), so while that same statement still runs it is interrupted again,
         every INTERRUPT_AGAIN seconds — never the next statement."""
+        if self.lock_wait:
+            self.lock_wait = False  # (its wait sees it and fails with 57014)
         if self.running and self.lease is not None:
             self.lease.cursor.interrupt()
             with contextlib.suppress(RuntimeError):  # (no loop: nobody to try again)
@@ -480,6 +488,9 @@ class DuckDBSession:
         and the connection goes back if nothing of the session's is left on it."""
         if self.status != b"I" or self.running:
             return
+        for key, shared in self.xact_locks:  # (its transaction has ended)
+            self.backend.advisory.give(self, key, shared)
+        self.xact_locks.clear()
         for portal in self.portals.values():
             if portal.result is not None and not portal.held:
                 portal.result.abandon()
@@ -493,6 +504,7 @@ class DuckDBSession:
         """The session ends: its connection goes back when clean; else the connection to close
         (in a worker thread, after ``release`` and a rollback), no longer counted as lent."""
         self.idle()
+        self.backend.advisory.give_all(self)
         lease, self.lease = self.lease, None
         if lease is None:
             return None
@@ -796,6 +808,53 @@ class DuckDBSession:
 
         return _PG_CURSORS.sub(replaced, query)
 
+    async def _advisory(
+        self, call: AdvisoryCall, params: Sequence[object], formats: Sequence[int] = ()
+    ) -> Result:
+        """An advisory-lock call, answered here (see ``advisory``)."""
+        if self.status == b"E":
+            raise QueryError(
+                "25P02",
+                "current transaction is aborted, commands ignored until end of transaction block",
+            )
+        locks = self.backend.advisory
+        function = call.function
+        if function == "pg_advisory_unlock_all":
+            locks.give_all(self)
+            self.xact_locks.clear()
+            value: object = ""
+        else:
+            try:
+                key = call.key(params)
+            except ValueError as e:
+                raise QueryError("22023", str(e)) from None
+            shared = function.endswith("_shared")
+            if "unlock" in function:
+                value = locks.give(self, key, shared)
+                if not value:
+                    kind = "ShareLock" if shared else "ExclusiveLock"
+                    self.out += pg.error_response(
+                        "01000",
+                        f"you don't own a lock of type {kind}",
+                        severity="WARNING",
+                        kind=b"N",
+                    )
+            elif "try_" in function:
+                value = locks.try_take(self, key, shared)
+            else:
+                self.lock_wait = True
+                try:
+                    await locks.take(self, key, shared, lambda: not self.lock_wait or self.gone)
+                except TimeoutError:
+                    raise QueryError("57014", "canceling statement due to user request") from None
+                finally:
+                    self.lock_wait = False
+                value = ""
+            if "xact" in function and value is not False:
+                self.xact_locks.append((key, shared))
+        column = (call.column, BOOL if call.returns_bool else VOID)
+        return answered(compat.LocalAnswer("SELECT 1", [column], [(value,)]), formats)
+
     async def _alter_around_indexes(self, query: str) -> Result | None:
         lease = await self._lend()
         self.running = True
@@ -989,6 +1048,10 @@ class DuckDBSession:
         if local is not None:
             await self._send_result(local)
             return
+        call = advisory_call(text)
+        if call is not None:  # (no admission: a wait must not hold the capacity)
+            await self._send_result(await self._advisory(call, ()))
+            return
         statements = self._statements(text)
         if not statements:
             self.out += pg.message(b"I")
@@ -1102,6 +1165,9 @@ class DuckDBSession:
         if driver is not None:
             kind = _DRIVER + driver  # answered at Execute
             types = [1028] if driver == "typeinfo" else []
+        elif advisory_call(query) is not None:
+            kind = "ADVISORY"  # answered at Execute, its keys bigint
+            types = [oid or 20 for oid in types]
         elif _LOCAL_HEAD.match(query) and self._local_parse(query):
             kind = "LOCAL"  # answered at Execute
         else:
@@ -1112,7 +1178,7 @@ class DuckDBSession:
                 )
             query, kind = statements[0] if statements else (query, "EMPTY")
         text = query
-        if kind not in ("LOCAL", "EMPTY") and driver is None:
+        if kind not in ("LOCAL", "EMPTY", "ADVISORY") and driver is None:
             _check_catalogs(query)
             query = self._with_cursors(query)
             query = compat.rewrite(catalog.translate(query) or query)
@@ -1201,6 +1267,10 @@ class DuckDBSession:
                 local = self._local(statement.query)
                 columns = local.columns if local is not None else []
                 self.out += row_description(columns) if columns else pg.message(b"n")
+            elif statement.kind == "ADVISORY":
+                call = advisory_call(statement.query)
+                assert call is not None
+                self.out += row_description([(call.column, BOOL if call.returns_bool else VOID)])
             elif statement.kind == "SELECT" or (
                 returning := compat.returning_select(statement.query, statement.kind)
             ):
@@ -1223,6 +1293,10 @@ class DuckDBSession:
             self.out += pg.message(b"n")
 
     async def _portal_result(self, portal: Portal) -> Result:
+        if portal.result is None and portal.statement.kind == "ADVISORY":
+            call = advisory_call(portal.statement.query)
+            assert call is not None  # (it was one at its Parse)
+            portal.result = await self._advisory(call, portal.params, portal.formats)
         if portal.result is None:
             statement = portal.statement
             await self.connection.admit(statement.query)
