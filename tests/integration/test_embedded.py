@@ -226,11 +226,20 @@ def test_what_node_orms_send(embedded: Embedded) -> None:
             'insert into "stamped" ("id", "at_time") values (%s, %s)',
             (1, "2024-01-02 03:04:05.000 +00:00"),
         )
-        conn.execute("insert into stamped values (2, '2024-01-02 03:04:05.000 +05:30')")
-        assert conn.execute("select id, at_time from stamped order by id").fetchall() == [
+        conn.execute(
+            "insert into stamped values (2, '2024-01-02 03:04:05.000 +05:30'::timestamptz)"
+        )
+        assert conn.execute(
+            "select id, at_time from stamped where at_time > '2000-01-01 00:00:00.000 +00:00' "
+            "order by id"
+        ).fetchall() == [
             (1, datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)),
             (2, datetime.datetime(2024, 1, 1, 21, 34, 5, tzinfo=datetime.UTC)),
         ]
+        # (the same text stored in a text column keeps its space)
+        conn.execute("create table notes (body varchar)")
+        conn.execute("insert into notes values ('2024-01-02 03:04:05 +05:30')")
+        assert conn.execute("select body from notes").fetchone() == ("2024-01-02 03:04:05 +05:30",)
         # node-postgres and postgres.js send an array for = ANY($1) as an untyped literal
         import pg8000.native
 

@@ -175,7 +175,9 @@ def rewrite(sql: str) -> str:
     if _LOCKING.search(sql):
         sql = _LOCKING.sub("", sql)
     if _SPACED_OFFSET.search(sql):
-        sql = _SPACED_OFFSET.sub(r"\1\2", sql)
+        sql = _SPACED_OFFSET.sub(
+            lambda m: (m.group(1) or m.group(3)) + (m.group(2) or m.group(4)), sql
+        )
     if _TO_CHAR.search(sql):
         sql = to_chars(sql)
     if _FROM_FUNCTION.search(sql):
@@ -196,8 +198,15 @@ def rewrite(sql: str) -> str:
 
 # a timestamp with a space before its UTC offset ('2024-01-02 03:04:05.000 +00:00', how
 # Sequelize writes every date): PostgreSQL reads it, DuckDB takes "+00:00" for a zone's name
+# (a literal is rewritten only where it is compared or cast to a timestamp — a string stored
+# in a text column keeps its space; Sequelize binds the values it stores, and the parameter's
+# inferred type says when it is a timestamp)
 _SPACED_OFFSET = re.compile(
-    r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:\.\d+)?)?) ([+-]\d\d(?::?\d\d)?)(?=')"
+    r"((?:[<>=]|\bbetween|\band|\b(?:timestamp|timestamptz)(?:\s+with\s+time\s+zone)?)\s*'"
+    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:\.\d+)?)?) ([+-]\d\d(?::?\d\d)?')"
+    r"|('\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:\.\d+)?)?) ([+-]\d\d(?::?\d\d)?')"
+    r"(?=\s*::\s*timestamp)",
+    re.I,
 )
 _SPACED_VALUE = re.compile(r"^(\s*\d{4}-\d\d-\d\d[ T][\d:.]+) ([+-]\d\d(?::?\d\d)?\s*)$")
 
