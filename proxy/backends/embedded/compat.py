@@ -83,6 +83,10 @@ _SET = re.compile(
 )
 _RESET = re.compile(r"\s*reset\s+([\w.]+|transaction\s+isolation\s+level)\s*;?\s*\Z", re.I)
 _SESSION_CHARACTERISTICS = re.compile(r"\s*set\s+session\s+characteristics\b", re.I)
+# an SQL identifier, quoted or not, and one that may be schema-qualified (the patterns the
+# embedded server's statement readers share)
+IDENTIFIER = r'(?:"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
+QUALIFIED = rf"{IDENTIFIER}(?:\s*\.\s*{IDENTIFIER})?"
 _NAME = r'(?:\w+|"(?:[^"]|"")+")'
 _SAVEPOINT = re.compile(rf"\s*savepoint\s+{_NAME}\s*;?\s*\Z", re.I)
 _RELEASE = re.compile(rf"\s*release\s+(?:savepoint\s+)?{_NAME}\s*;?\s*\Z", re.I)
@@ -491,7 +495,7 @@ def group_by_completed(
     for none); None when there is no such GROUP BY."""
     name = re.escape(column.replace('"', '""'))
     references = re.finditer(
-        r'(?P<q>"(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s*\.\s*(?:"' + name + r'"|' + name + r"\b)",
+        rf"(?P<q>{IDENTIFIER})\s*\.\s*(?:\"" + name + r'"|' + name + r"\b)",
         sql,
         re.I,
     )
@@ -550,7 +554,7 @@ def _table_of(sql: str, qualifier: str) -> str:
     """The table a qualifier names: an alias's table where the query gives it one (FROM
     "shop_category" T3), else the qualifier itself."""
     alias = re.search(
-        r'(?P<table>"(?:[^"]|"")+"|[A-Za-z_][\w$]*)\s+(?:as\s+)?(?:"'
+        rf"(?P<table>{IDENTIFIER})\s+(?:as\s+)?(?:\""
         + re.escape(qualifier)
         + r'"|'
         + re.escape(qualifier)
@@ -644,8 +648,8 @@ def ddl(sql: str) -> str:
 # PostgreSQL too): a constraint DuckDB can neither drop nor keep through a later ALTER of the
 # table, an index it can (DROP CONSTRAINT of that name drops it: executor.alter_around_indexes)
 _ADD_UNIQUE = re.compile(
-    r'\s*alter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?(?P<table>(?:"(?:[^"]|"")+"|[\w$]+)'
-    r'(?:\s*\.\s*(?:"(?:[^"]|"")+"|[\w$]+))?)\s+add\s+constraint\s+(?P<name>"(?:[^"]|"")+"|[\w$]+)'
+    rf"\s*alter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?(?P<table>{QUALIFIED})"
+    rf"\s+add\s+constraint\s+(?P<name>{IDENTIFIER})"
     r"\s+unique\s*\((?P<columns>[^()]+)\)\s*;?\s*$",
     re.I,
 )

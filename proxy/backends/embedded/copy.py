@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from proxy.backends.embedded.compat import split_list
+from proxy.backends.embedded.compat import IDENTIFIER, split_list
 
 __all__ = ["CopyOptions", "CopyStatement", "copy_statement", "read_rows", "write_lines"]
 
@@ -49,7 +49,7 @@ class CopyStatement:
     options: CopyOptions
 
 
-_NAME = r'(?:"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
+_NAME = IDENTIFIER
 _STATEMENT = re.compile(
     r"\s*copy\s+(?:(?P<table>" + _NAME + r"(?:\s*\.\s*" + _NAME + r")?)\s*"
     r"(?:\((?P<columns>[^()]*)\))?|\((?P<query>.+)\))\s+"

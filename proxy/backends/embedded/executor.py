@@ -500,8 +500,7 @@ def execute(
 # compat.serials names them (<table>_<column>_seq) — a sequence the user made and named
 # otherwise stays
 _DROP_TABLE = re.compile(
-    r'(?:^|;)\s*drop\s+table\s+(?:if\s+exists\s+)?(?P<table>(?:"(?:[^"]|"")+"|[\w$]+)'
-    r'(?:\s*\.\s*(?:"(?:[^"]|"")+"|[\w$]+))?)',
+    rf"(?:^|;)\s*drop\s+table\s+(?:if\s+exists\s+)?(?P<table>{compat.QUALIFIED})",
     re.I,
 )
 _NEXTVAL = "regexp_extract(column_default, 'nextval\\(''([^'']+)''', 1)"
@@ -901,7 +900,7 @@ def describe(
 # against the indexes as they were when its transaction began: a column's type and a dropped
 # column need that), and a failed ALTER makes the indexes again; inside one, a failure is
 # undone by the client's ROLLBACK, and a type change or a dropped column keeps DuckDB's error
-_IDENT = r'(?:"(?:[^"]|"")+"|[A-Za-z_][\w$]*)'
+_IDENT = compat.IDENTIFIER
 _ALTER_TABLE = re.compile(
     rf"\s*alter\s+table\s+(?:if\s+exists\s+)?(?:only\s+)?(?P<table>{_IDENT}(?:\s*\.\s*{_IDENT})?)"
     r"\s+(?P<action>.+?)\s*;?\s*$",

@@ -254,7 +254,7 @@ def _single_statement(text: str) -> tuple[str, str] | None:
 INTERRUPT_AGAIN = 0.05  # seconds before a statement still running is interrupted again
 _SESSION_HEAD = re.compile(r"\s*(declare|fetch|move|close|deallocate|discard)\s", re.I)
 _DISCARD = re.compile(r"\s*discard\s+(?P<what>all|plans|sequences|temp|temporary)\s*;?\s*$", re.I)
-_IDENTIFIER = r'"(?:[^"]|"")+"|[A-Za-z_][\w$]*'
+_IDENTIFIER = compat.IDENTIFIER
 _NAME = rf"(?P<name>{_IDENTIFIER})"
 _NAME_OR_ALL = rf"(?P<name>all|{_IDENTIFIER})"
 _DEALLOCATE = re.compile(r"\s*deallocate\s+(?:prepare\s+)?" + _NAME_OR_ALL + r"\s*;?\s*$", re.I)
@@ -785,7 +785,7 @@ class DuckDBSession:
     def _with_cursors(self, query: str) -> str:
         """``query`` with PostgreSQL's ``pg_cursors`` as this session's SQL cursors (psycopg
         looks a named cursor up there before it closes it)."""
-        if "pg_cursors" not in query.lower():
+        if not _PG_CURSORS.search(query):
             return query
         rows = [
             f"({catalog.literal(name)}, {catalog.literal(p.declared)}, {str(p.held).lower()}, "
@@ -1060,7 +1060,7 @@ class DuckDBSession:
         for query, kind in statements:
             await self._send_result(await self._run(query, (), kind))
 
-    def _rewritten_ddl(self, statement: str) -> str | None:
+    def _rewritten_kind(self, statement: str) -> str | None:
         """The kind of one statement that DuckDB's parser refuses (an identity column, an
         index's operator class, a DROP of several tables, a search_path list) but takes once
         rewritten as it runs; None if not that."""
@@ -1100,7 +1100,7 @@ class DuckDBSession:
                 return [(pieces[0], "LOCAL")]
             if pieces and compat.begin_statement(pieces[0]):
                 return [("BEGIN", "TRANSACTION")]
-            if pieces and (kind := self._rewritten_ddl(pieces[0])) is not None:
+            if pieces and (kind := self._rewritten_kind(pieces[0])) is not None:
                 return [(pieces[0], kind)]
             if pieces and drops_constraint(pieces[0]):  # (a unique one may be an index here)
                 return [(pieces[0], "ALTER")]
