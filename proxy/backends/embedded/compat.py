@@ -162,18 +162,46 @@ _VERSION = re.compile(r"(?<![\w.])version\s*\(\s*\)", re.I)
 # catalogs' schema (catalog.S), so that its column is named "version" as in PostgreSQL
 VERSION_CALL = "admission_pg.main.version()"
 _REG_CAST = re.compile(r"::\s*reg(?:type|class|proc|namespace)\b", re.I)  # an oid as itself
-_MAYBE = re.compile(
-    r"pg_catalog|version|::\s*reg|serial|identity|index|deferrable|initially|unnest|'\{|"
-    r"\bwith\s*\(|\bdrop\s|\btruncate\s|search_path|add\s+constraint|\bfor\s+(?:update|no|share|key)\b|"
-    r"unlogged|preserve|\d [+-]\d\d(?::?\d\d)?'|json|#>|from\s+current_|select\s+from\b|to_char",
-    re.I,
+# What a statement needs for ``rewrite`` to touch it, tested on its lowercased text: words found
+# by substring search, and the few that need a pattern by one regex whose every alternative
+# starts with a literal character (so that re skips the positions no alternative starts at). A
+# case-blind alternation of all of them took 60–100 µs on a TPC-H query, on every statement.
+_MAYBE_WORDS = (
+    "pg_catalog",
+    "version",
+    "serial",
+    "identity",
+    "index",
+    "deferrable",
+    "initially",
+    "unnest",
+    "'{",
+    "drop",
+    "truncate",
+    "search_path",
+    "constraint",
+    "unlogged",
+    "preserve",
+    "json",
+    "#>",
+    "current_",
+    "to_char",
 )
+_MAYBE = re.compile(
+    r"::\s*reg|with\s*\(|for\s+(?:update|no|share|key)\b|select\s+from\b|"
+    r" [+-]\d\d(?::?\d\d)?'"
+)
+
+
+def _maybe(sql: str) -> bool:
+    low = sql.lower()
+    return any(word in low for word in _MAYBE_WORDS) or _MAYBE.search(low) is not None
 
 
 def rewrite(sql: str) -> str:
     """Map PostgreSQL functions DuckDB lacks or names differently to DuckDB SQL, and its DDL
     to DuckDB's (see ``ddl``)."""
-    if not _MAYBE.search(sql):  # (one scan of every statement's text: the usual case)
+    if not _maybe(sql):  # (the usual case)
         return sql
     sql = ddl(sql)
     if _LOCKING.search(sql):

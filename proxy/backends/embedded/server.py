@@ -418,7 +418,7 @@ class EmbeddedConnection(asyncio.Protocol):
                 cursor.close()
 
         try:
-            await asyncio.get_running_loop().run_in_executor(self.server.backend.pool, end)
+            await self.server.backend.pool.run(end)
         except RuntimeError:  # the pool is shut down: the database is closing anyway
             end()
         self.session = None  # (it points back here: no cycle left for the garbage collector)

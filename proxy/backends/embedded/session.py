@@ -529,7 +529,7 @@ class DuckDBSession:
 
     async def _settle(self) -> None:
         if self.open is not None:
-            await asyncio.get_running_loop().run_in_executor(self.backend.pool, self._settle_now)
+            await self.backend.pool.run(self._settle_now)
 
     def release(self) -> None:
         """The session ends: a result still open gives DuckDB its resources back, unread."""
@@ -582,7 +582,6 @@ class DuckDBSession:
         elif kind == "TRANSACTION" and self.schema_changed:  # (a ROLLBACK undoes it)
             _INFERRED.clear()
             self.schema_changed = False
-        loop = asyncio.get_running_loop()
         backend = self.backend
         _check_catalogs(query)
         query = self._with_cursors(query)
@@ -612,8 +611,7 @@ class DuckDBSession:
         self.running = True
         self.started += 1  # (names this statement for a repeated interrupt)
         try:
-            result = await loop.run_in_executor(
-                backend.pool,
+            result = await backend.pool.run(
                 execute,
                 cursor,
                 query,
@@ -635,7 +633,7 @@ class DuckDBSession:
                 lease.profiling = None  # (whether the switch took is not known: again next time)
             ends = kind == "TRANSACTION" and _ENDS_TRANSACTION.match(query) is not None
             if self.status == b"I" or ends:
-                await loop.run_in_executor(backend.pool, _end_transaction, cursor)
+                await backend.pool.run(_end_transaction, cursor)
                 had = self.status
                 self.status = b"I"  # a failed COMMIT ends the transaction, as in PostgreSQL
                 if had != b"I" and _NO_TRANSACTION in str(e):
@@ -723,9 +721,8 @@ class DuckDBSession:
             cursor = Portal(Prepared(inner, [], kind), list(params), cursor=True, declared=query)
             if hold:
                 result = await self._portal_result(cursor)
-                loop = asyncio.get_running_loop()
                 while (more := result.more) is not None:
-                    chunk = await loop.run_in_executor(self.backend.pool, more)
+                    chunk = await self.backend.pool.run(more)
                     if not chunk:
                         self._abandon(result)
                         break
@@ -767,10 +764,9 @@ class DuckDBSession:
                 raise QueryError(
                     "0A000", "a cursor's rows are fetched in the format of its first FETCH"
                 )
-        loop = asyncio.get_running_loop()
         while result.more is not None and len(result.rows) - portal.sent < count:
             more = result.more
-            chunk = await loop.run_in_executor(self.backend.pool, more)
+            chunk = await self.backend.pool.run(more)
             if not chunk:
                 self._abandon(result)
                 break
@@ -785,7 +781,7 @@ class DuckDBSession:
     def _with_cursors(self, query: str) -> str:
         """``query`` with PostgreSQL's ``pg_cursors`` as this session's SQL cursors (psycopg
         looks a named cursor up there before it closes it)."""
-        if not _PG_CURSORS.search(query):
+        if "pg_cursors" not in query.lower() or not _PG_CURSORS.search(query):
             return query
         rows = [
             f"({catalog.literal(name)}, {catalog.literal(p.declared)}, {str(p.held).lower()}, "
@@ -860,8 +856,8 @@ class DuckDBSession:
         self.running = True
         self.started += 1
         try:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.backend.pool, alter_around_indexes, lease.cursor, query, self.status != b"I"
+            return await self.backend.pool.run(
+                alter_around_indexes, lease.cursor, query, self.status != b"I"
             )
         finally:
             self.running = False
@@ -876,15 +872,12 @@ class DuckDBSession:
         except copy.CopyError as e:
             raise QueryError(e.sqlstate, str(e)) from None
         lease = await self._lend()
-        loop = asyncio.get_running_loop()
         pool = self.backend.pool
         if statement.direction == "out":
             return await self._copy_out(statement, lease.cursor)
         assert statement.table is not None
         target = statement.table + (f" ({statement.columns})" if statement.columns else "")
-        width = await loop.run_in_executor(
-            pool, _copy_width, lease.cursor, statement.table, statement.columns
-        )
+        width = await pool.run(_copy_width, lease.cursor, statement.table, statement.columns)
         self.out += pg.message(b"G", struct.pack("!bh", 0, width) + b"\0\0" * width)
         own = self.status == b"I"  # (outside a transaction block: one of its own)
         failed: QueryError | None = None
@@ -894,7 +887,7 @@ class DuckDBSession:
         decoder = codecs.getincrementaldecoder("utf-8")()
         csv_text: list[str] = []
         if own:
-            await loop.run_in_executor(pool, lease.cursor.execute, "BEGIN")
+            await pool.run(lease.cursor.execute, "BEGIN")
         self.running = True  # (in service until it ends: a cancel or a lost client stops it)
         self.started += 1
         try:
@@ -914,9 +907,7 @@ class DuckDBSession:
                 first = False
                 if len(rows) >= COPY_BATCH:
                     try:
-                        count += await loop.run_in_executor(
-                            pool, _copy_insert, lease.cursor, target, width, rows
-                        )
+                        count += await pool.run(_copy_insert, lease.cursor, target, width, rows)
                     except QueryError as e:
                         failed = e
                     rows = []
@@ -929,15 +920,13 @@ class DuckDBSession:
             elif tail:
                 rows.extend(copy.read_rows([tail], statement.options, first))
             if rows:
-                count += await loop.run_in_executor(
-                    pool, _copy_insert, lease.cursor, target, width, rows
-                )
+                count += await pool.run(_copy_insert, lease.cursor, target, width, rows)
             if own:
-                await loop.run_in_executor(pool, lease.cursor.execute, "COMMIT")
+                await pool.run(lease.cursor.execute, "COMMIT")
         except (copy.CopyError, QueryError, duckdb.Error) as e:
             self.running = False  # (a CancelRequest must not interrupt the clean-up)
             if own:
-                await loop.run_in_executor(pool, _end_transaction, lease.cursor)
+                await pool.run(_end_transaction, lease.cursor)
             if isinstance(e, QueryError):
                 raise
             sqlstate = e.sqlstate if isinstance(e, copy.CopyError) else sqlstate_for(e)
@@ -949,7 +938,6 @@ class DuckDBSession:
     async def _copy_out(
         self, statement: copy.CopyStatement, cursor: duckdb.DuckDBPyConnection
     ) -> Result:
-        loop = asyncio.get_running_loop()
         pool = self.backend.pool
         if statement.query is not None:
             query = statement.query
@@ -958,7 +946,7 @@ class DuckDBSession:
             query = f"select {columns} from {statement.table}"
         _check_catalogs(query)
         query = compat.rewrite(catalog.translate(query) or query)
-        names, fetch = await loop.run_in_executor(pool, _copy_query, cursor, query)
+        names, fetch = await pool.run(_copy_query, cursor, query)
         options = statement.options
         self.out += pg.message(b"H", struct.pack("!bh", 0, len(names)) + b"\0\0" * len(names))
         if options.header:
@@ -966,7 +954,7 @@ class DuckDBSession:
                 b"d", copy.write_lines([[n.encode() for n in names]], options)[0]
             )
         count = 0
-        while rows := await loop.run_in_executor(pool, fetch):
+        while rows := await pool.run(fetch):
             count += len(rows)
             # (one CopyData per row, as PostgreSQL sends them: psycopg reads a row from each)
             self.out += b"".join(pg.message(b"d", line) for line in copy.write_lines(rows, options))
@@ -1021,9 +1009,7 @@ class DuckDBSession:
                 self.lease, self.pinned = None, False
                 self.backend.cursors.drop()
                 with contextlib.suppress(duckdb.Error):
-                    await asyncio.get_running_loop().run_in_executor(
-                        self.backend.pool, lease.cursor.close
-                    )
+                    await self.backend.pool.run(lease.cursor.close)
         elif what == "PLANS":
             self.statements.clear()
         elif what in ("TEMP", "TEMPORARY") and self.pinned:
@@ -1124,14 +1110,13 @@ class DuckDBSession:
         more = result.more
         assert more is not None
         count = len(result.rows)
-        loop = asyncio.get_running_loop()
         self.running = True  # a CancelRequest interrupts the fetching too
         try:
             while True:
                 if not await self.connection.drain():
                     break  # nobody reads the rest: stop fetching it
                 try:
-                    chunk = await loop.run_in_executor(self.backend.pool, more)
+                    chunk = await self.backend.pool.run(more)
                 except asyncio.CancelledError:
                     self.pinned = True  # (as in ``_run``)
                     raise
