@@ -7,8 +7,8 @@ tools that introspect a database read both, and their answers are compared:
 
 - psql's ``\\dt``, ``\\di``, ``\\dv``, ``\\dn``, ``\\df``, ``\\l``, ``\\du``, ``\\d TABLE`` and
   ``\\d+ TABLE``: the same headers, the same rows by name, the same sections (Indexes, Check
-  constraints, Foreign-key constraints, Referenced by) with the same lines in them. What
-  differs by design: the schema is DuckDB's ``main``, not ``public``; DuckDB's strings have no
+  constraints, Foreign-key constraints, Referenced by) with the same lines in them, the
+  schema PostgreSQL's ``public`` on both. What differs by design: DuckDB's strings have no
   length, so ``varchar(10)`` and ``char(25)`` read as ``text``; owners and databases are the
   server's own.
 - SQLAlchemy's ``Inspector`` (tables, views, columns, primary keys, foreign keys, unique and
@@ -20,7 +20,6 @@ tools that introspect a database read both, and their answers are compared:
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,7 +99,6 @@ def _shape(text: str) -> dict[str, object]:
         elif not line.strip():
             current = None
     title = lines[0].strip() if lines else ""
-    title = re.sub(r'"(?:public|main)\.', '"SCHEMA.', title)
     return {"title": title, "header": header, "names": names, "sections": sections}
 
 
@@ -121,8 +119,6 @@ def _shape(text: str) -> dict[str, object]:
 def test_psql_describes_like_postgresql(embedded: Embedded, reference: str, command: str) -> None:
     ours = _shape(_psql(f"host=127.0.0.1 port={embedded.port} user=app dbname=app", command))
     theirs = _shape(_psql(reference, command))
-    if command.startswith("\\d") and command[2:3] in ("t", "i", "v"):
-        theirs["names"] = [n.replace("public", "main") for n in theirs["names"]]  # type: ignore[attr-defined]
     assert ours == theirs, command
 
 
@@ -130,8 +126,8 @@ def test_psql_describes_like_postgresql(embedded: Embedded, reference: str, comm
 def test_psql_lists_schemas_databases_and_roles(
     embedded: Embedded, reference: str, command: str
 ) -> None:
-    # the same columns; the rows are the server's own: schema main, the DuckDB database, the
-    # session's user
+    # the same columns; the rows are the server's own: schema public (DuckDB's main, empty,
+    # is not listed), the DuckDB database, the session's user
     ours = _shape(_psql(f"host=127.0.0.1 port={embedded.port} user=app dbname=app", command))
     theirs = _shape(_psql(reference, command))
     assert ours["title"] == theirs["title"] and ours["header"] == theirs["header"]
@@ -139,7 +135,7 @@ def test_psql_lists_schemas_databases_and_roles(
     if command == "\\du":
         assert ours["names"] == ["app"]
     if command == "\\dn":
-        assert ours["names"] == ["main"]
+        assert ours["names"] == theirs["names"] == ["public"]
 
 
 def _url(dsn: str) -> str:
@@ -316,7 +312,7 @@ def test_tools_catalog_queries_answer_as_postgresql_does(
     embedded: Embedded, reference: str, query: dict[str, object]
 ) -> None:
     count, rows = _run_tool_query(
-        f"host=127.0.0.1 port={embedded.port} user=app dbname=app", "main", query
+        f"host=127.0.0.1 port={embedded.port} user=app dbname=app", "public", query
     )
     theirs_count, theirs = _run_tool_query(reference, "public", query)
     if any("attnum" in row for row in theirs):
@@ -329,12 +325,8 @@ def test_tools_catalog_queries_answer_as_postgresql_does(
         # PostgreSQL's cluster has databases of its own (postgres, …); DuckDB has one
         assert count == 1 and theirs_count >= 1
         return
-    # PostgreSQL's pg_toast has no DuckDB counterpart; its public is DuckDB's main
-    kept = [
-        {k: "main" if v == "public" else v for k, v in row.items()}
-        for row in theirs
-        if row.get("nspname") != "pg_toast"
-    ]
+    # PostgreSQL's pg_toast has no DuckDB counterpart
+    kept = [row for row in theirs if row.get("nspname") != "pg_toast"]
     theirs_count -= len(theirs) - len(kept)
     theirs = kept
     assert count == theirs_count, query["what"]

@@ -217,7 +217,7 @@ def test_what_node_orms_send(embedded: Embedded) -> None:
         assert conn.execute("select count(*) from pg_catalog.pg_range").fetchone() == (0,)
         assert conn.execute("select count(*) from pg_policies").fetchone() == (0,)
         # TypeORM
-        assert conn.execute("SELECT * FROM current_schema()").fetchone() == ("main",)
+        assert conn.execute("SELECT * FROM current_schema()").fetchone() == ("public",)
         # drizzle-kit: an empty select list
         assert conn.execute("select exists (select from items) as e").fetchone() == (True,)
         # Sequelize writes every timestamp with a space before its offset, bound or literal
@@ -423,7 +423,7 @@ def test_alter_table_carries_the_indexes_along(embedded: Embedded) -> None:
             ).fetchall()
 
         assert indexes() == [
-            ("dev_name", 'CREATE UNIQUE INDEX dev_name ON device((lower("name")), Tag);')
+            ("dev_name", 'CREATE UNIQUE INDEX dev_name ON public.device((lower("name")), Tag);')
         ]
         with pytest.raises(psycopg.errors.UniqueViolation):  # (still enforced)
             conn.execute("""insert into device (id, name, "Tag") values (2, 'A', 1)""")
@@ -474,7 +474,7 @@ def test_inferred_parameter_types_follow_the_schema(embedded: Embedded) -> None:
 
 def test_reset_and_search_path_as_clients_send_them(embedded: Embedded) -> None:
     """RESET of a PostgreSQL parameter and RESET ALL; search_path set to PostgreSQL's public
-    (DuckDB's main) or a list of schemas, as ORMs and migration tools set it."""
+    (the default schema) or a list of schemas, as ORMs and migration tools set it, and reset."""
     with embedded.connect() as conn:
         conn.execute("set application_name = 'mine'")
         assert conn.execute("reset application_name").statusmessage == "RESET"
@@ -484,16 +484,29 @@ def test_reset_and_search_path_as_clients_send_them(embedded: Embedded) -> None:
         assert conn.execute("show statement_timeout").fetchone() == ("0",)
         conn.execute("create schema side")
         assert conn.execute('set search_path to side, "$user", public').statusmessage == "SET"
-        assert conn.execute("show search_path").fetchone() == ("side,main",)
+        assert conn.execute("show search_path").fetchone() == ("side, public",)
         conn.execute("create table lands_in_side (a int)")
         assert conn.execute(
             "select table_schema from information_schema.tables where table_name = 'lands_in_side'"
         ).fetchone() == ("side",)
-        assert conn.execute("select count(*) from items").fetchone() == (2,)  # (main, found)
+        assert conn.execute("select count(*) from items").fetchone() == (2,)  # (public, found)
+        conn.execute("set search_path = side")
+        with pytest.raises(psycopg.errors.UndefinedTable):  # (public is off the path)
+            conn.execute("select count(*) from items")
         conn.execute("set search_path = public")
-        assert conn.execute("show search_path").fetchone() == ("main",)
+        assert conn.execute("show search_path").fetchone() == ('"$user", public',)
+        conn.execute("create table lands_in_public (a int)")
+        conn.execute("set search_path = side")
+        conn.execute("reset search_path")
+        assert conn.execute("show search_path").fetchone() == ('"$user", public',)
+        assert conn.execute(
+            "select table_schema from information_schema.tables "
+            "where table_name = 'lands_in_public'"
+        ).fetchone() == ("public",)
+        conn.execute("set search_path to side")
         conn.execute("set search_path to default")
-        assert conn.execute("show search_path").fetchone() == ("main",)
+        assert conn.execute("select count(*) from public.items").fetchone() == (2,)
+        assert conn.execute("select count(*) from items").fetchone() == (2,)
 
 
 def test_write_conflicts_are_serialization_failures(embedded: Embedded) -> None:
@@ -951,7 +964,7 @@ def test_what_drivers_send_on_connect(embedded: Embedded) -> None:
         assert conn.execute("show extra_float_digits").fetchone() == ("3",)
         version = conn.execute("select pg_catalog.version()").fetchone()
         assert version is not None and version[0].startswith("PostgreSQL 15.0 (admission, DuckDB")
-        assert conn.execute("select current_schema()").fetchone() == ("main",)
+        assert conn.execute("select current_schema()").fetchone() == ("public",)
         assert psycopg.types.TypeInfo.fetch(conn, "hstore") is None  # psycopg type discovery
         assert conn.execute("begin; savepoint a; release a; commit").rowcount in (-1, 0)
     engine = sa.create_engine(f"postgresql+psycopg://app@127.0.0.1:{embedded.port}/app")

@@ -56,7 +56,7 @@ def _same(ours: Rows, direct: Rows) -> bool:
 
 
 def _direct(server: Embedded, sql: str) -> Rows:
-    return server.backend.connection.cursor().execute(sql).fetchall()
+    return server.backend.plain_cursor().execute(sql).fetchall()
 
 
 def test_all_22_queries_through_psycopg(server: Embedded) -> None:

@@ -304,7 +304,7 @@ class EmbeddedFront(Front):
         self.call(remember)
 
     def rows(self) -> list[tuple[int, str]]:
-        cursor = self.harness.backend.connection.cursor()  # a connection of its own
+        cursor = self.harness.backend.plain_cursor()  # a connection of its own
         try:
             return [
                 (int(i), str(n))

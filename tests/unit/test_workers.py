@@ -140,7 +140,11 @@ def test_a_loop_closed_before_the_answer_does_not_kill_the_thread() -> None:
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(asyncio.sleep(0))
-        task = loop.create_task(workers.run(gate.wait))
+
+        async def waiting() -> bool:
+            return await workers.run(gate.wait)
+
+        task = loop.create_task(waiting())
         loop.run_until_complete(asyncio.sleep(0.02))
         task.cancel()
         loop.run_until_complete(asyncio.gather(task, return_exceptions=True))

@@ -22,8 +22,8 @@ user schema, and the catalogs tools read beside (``pg_roles``, ``pg_policy``, ``
 
 Names follow PostgreSQL: a primary key is ``TABLE_pkey`` and has an index of that name, a
 unique constraint ``TABLE_COLUMNS_key``, a foreign key ``TABLE_COLUMNS_fkey``; attribute
-numbers count from 1. DuckDB's schema ``main`` stays ``main`` (PostgreSQL's would be
-``public``).
+numbers count from 1. Unqualified names go to PostgreSQL's schema ``public``
+(``executor.default_schema``); DuckDB's ``main``, empty then, is not listed in ``pg_namespace``.
 """
 
 from __future__ import annotations
@@ -450,7 +450,16 @@ create or replace view {S}.pg_namespace as
 select oid, schema_name as nspname, {ROLE_OID}::bigint as nspowner,
   cast(null as varchar[]) as nspacl
 from duckdb_schemas()
-where database_name = current_database()
+where (database_name = current_database() and not (
+        -- DuckDB's main, empty beside PostgreSQL's public: a schema PostgreSQL has not
+        schema_name = 'main'
+        and exists (select 1 from duckdb_schemas() p
+                    where p.database_name = current_database() and p.schema_name = 'public')
+        and not exists (select 1 from duckdb_tables() t
+                        where t.database_name = current_database() and t.schema_name = 'main')
+        and not exists (select 1 from duckdb_views() v
+                        where v.database_name = current_database() and v.schema_name = 'main'
+                          and not v.internal)))
    or (database_name = 'system' and schema_name in ('pg_catalog', 'information_schema'))
 """
 

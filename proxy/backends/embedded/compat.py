@@ -198,9 +198,9 @@ def _maybe(sql: str) -> bool:
     return any(word in low for word in _MAYBE_WORDS) or _MAYBE.search(low) is not None
 
 
-def rewrite(sql: str) -> str:
+def rewrite(sql: str, schema: str = "public") -> str:
     """Map PostgreSQL functions DuckDB lacks or names differently to DuckDB SQL, and its DDL
-    to DuckDB's (see ``ddl``)."""
+    to DuckDB's (see ``ddl``); ``schema``: the database's default schema (``search_path``)."""
     if not _maybe(sql):  # (the usual case)
         return sql
     sql = ddl(sql)
@@ -219,7 +219,7 @@ def rewrite(sql: str) -> str:
     if "json" in sql.lower() or "#>" in sql:
         sql = _JSON_PATH.sub(_json_path, _JSON_FUNCTION.sub(_json_function, sql))
     if "search_path" in sql[:40].lower():
-        sql = search_path(sql)
+        sql = search_path(sql, schema)
     if _UNNEST.search(sql):
         sql = unnests(sql)
     if "'{" in sql:
@@ -595,38 +595,62 @@ def _table_of(sql: str, qualifier: str) -> str:
     return qualifier
 
 
-# search_path: what clients set it to (SET search_path = public, TO "$user", public) names
-# PostgreSQL's default schema "public", which is DuckDB's "main"; "$user" and the system schemas
-# have no DuckDB schema to name (DuckDB searches its catalog schemas itself). SHOW search_path
-# names the schemas as the catalogs do (main)
+# search_path: what clients set it to (SET search_path = public, TO "$user", public). The
+# default schema is PostgreSQL's "public" (``executor.default_schema``); DuckDB's "main" stays
+# on the path after the client's schemas (what a database file made elsewhere holds). "$user"
+# and the system schemas have no DuckDB schema to name (DuckDB searches its catalog schemas
+# itself). On a database whose default schema is "main" (a file whose tables are there),
+# "public" names "main". SHOW search_path shows the default as PostgreSQL does.
 _SET_SEARCH_PATH = re.compile(
     r"\s*set\s+(?P<scope>session\s+|local\s+)?search_path\s*(?:=|\bto\b)\s*(?P<value>.+?)\s*;?\s*$",
     re.I | re.S,
 )
 _SHOW_SEARCH_PATH = re.compile(r"\s*show\s+search_path\s*;?\s*$", re.I)
+_RESET_SEARCH_PATH = re.compile(r"\s*reset\s+search_path\s*;?\s*$", re.I)
 _NOT_DUCKDB_SCHEMAS = {"$user", "pg_catalog", "information_schema", "pg_temp"}
 
 
-def search_path(sql: str) -> str:
-    """``SET search_path`` and ``SHOW search_path`` in DuckDB's terms (``sql`` itself when
-    it is neither)."""
+def default_search_path(schema: str) -> str:
+    """DuckDB's search_path for a session that set none, ``schema`` being the default one."""
+    return "main" if schema == "main" else f"{schema},main"
+
+
+def search_path(sql: str, schema: str = "public") -> str:
+    """``SET``, ``RESET`` and ``SHOW search_path`` in DuckDB's terms (``sql`` itself when it
+    is none of them); ``schema``: the database's default schema."""
+    default = default_search_path(schema)
     if _SHOW_SEARCH_PATH.match(sql):
-        return "select coalesce(nullif(current_setting('search_path'), ''), 'main') as search_path"
+        if schema == "main":
+            return (
+                "select coalesce(nullif(current_setting('search_path'), ''), 'main') as search_path"
+            )
+        return (
+            f"select case current_setting('search_path') when '{default}' then "
+            """'"$user", public' else replace(regexp_replace(current_setting('search_path'), """
+            "',main$', ''), ',', ', ') end as search_path"
+        )
+    if _RESET_SEARCH_PATH.match(sql):
+        return f"set search_path = '{default}'"
     found = _SET_SEARCH_PATH.match(sql)
     if found is None:
         return sql
     value = found.group("value")
     if value.lower() == "default":
-        return "reset search_path"
-    schemas = []
+        return f"set search_path = '{default}'"
+    schemas: list[str] = []
     for item in split_list(value):
         name = item.strip()
         name = name[1:-1].replace('""', '"') if name.startswith('"') else name
         name = name[1:-1].replace("''", "'") if name.startswith("'") else name.lower()
         if name in _NOT_DUCKDB_SCHEMAS:
             continue
-        schemas.append("main" if name == "public" else name)
-    listed = ",".join(schemas) or "main"
+        if name == "public" and schema == "main":
+            name = "main"
+        if name not in schemas:
+            schemas.append(name)
+    if "main" not in schemas:
+        schemas.append("main")
+    listed = ",".join(schemas)
     return f"set search_path = '{listed.replace(chr(39), chr(39) * 2)}'"
 
 

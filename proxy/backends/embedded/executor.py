@@ -94,6 +94,10 @@ class DuckDBBackend:
         # PostgreSQL's binary JSON, which ORMs declare JSON columns as (Django, SQLAlchemy's
         # JSONB), is DuckDB's JSON
         self.connection.execute("create type if not exists jsonb as json")
+        # PostgreSQL's default schema, where unqualified names go and what the catalogs show
+        self.schema = default_schema(self.connection)
+        self.search_path = compat.default_search_path(self.schema)
+        self.connection.execute(f"set search_path = {catalog.literal(self.search_path)}")
         self.pool = Workers(workers)  # (named duckdb_N: training.proc counts them as DuckDB's)
         # DuckDB connections shared between sessions' transactions; idle ones kept, at most
         self.cursors = Cursors(self, keep=max(8, 2 * workers))
@@ -137,7 +141,15 @@ class DuckDBBackend:
         for macro in compat.session_macros(user):
             cursor.execute(macro)
         cursor.execute(catalog.session_setup(user))
+        cursor.execute(f"set search_path = {catalog.literal(self.search_path)}")
         return cursor  # its profiler is off until someone observes (``set_profiling``)
+
+    def plain_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection to the database that finds names as a session does (its search_path;
+        none of a session's macros): DuckDB's ``cursor()`` starts on the schema ``main``."""
+        cursor = self.connection.cursor()
+        cursor.execute(f"set search_path = {catalog.literal(self.search_path)}")
+        return cursor
 
     @property
     def utility(self) -> duckdb.DuckDBPyConnection:
@@ -155,7 +167,7 @@ class DuckDBBackend:
         if not _PLANNABLE_HEAD.match(sql) or _PARAM.search(sql):
             return None
         if self._planner is None:
-            self._planner = self.connection.cursor()
+            self._planner = self.plain_cursor()
         return await self.pool.run(plan_cost, self._planner, sql)
 
     def lock(self, rules: lockdown.Lockdown) -> None:
@@ -172,6 +184,33 @@ class DuckDBBackend:
         self.pool.shutdown(wait=True, cancel_futures=True)
         with contextlib.suppress(duckdb.Error):
             self.connection.close()
+
+
+def default_schema(connection: duckdb.DuckDBPyConnection) -> str:
+    """The schema unqualified names go to: PostgreSQL's ``public``, made in the database if it
+    is not there; DuckDB's ``main`` for a database file whose tables are already there and that
+    has no ``public`` (its tables stay where they are, and clients find them) or that is
+    read-only."""
+    schemas = {
+        name
+        for (name,) in connection.execute(
+            "select schema_name from duckdb_schemas() where database_name = current_database()"
+        ).fetchall()
+    }
+    if "public" in schemas:
+        return "public"
+    held = connection.execute(
+        "select (select count(*) from duckdb_tables() where database_name = current_database()) "
+        "+ (select count(*) from duckdb_views() where database_name = current_database() "
+        "and not internal)"
+    ).fetchone()
+    if held is not None and held[0]:
+        return "main"
+    try:
+        connection.execute("create schema if not exists public")
+    except duckdb.Error:  # (a read-only file)
+        return "main"
+    return "public"
 
 
 @dataclass(slots=True, eq=False)

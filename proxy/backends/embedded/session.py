@@ -585,7 +585,7 @@ class DuckDBSession:
         backend = self.backend
         _check_catalogs(query)
         query = self._with_cursors(query)
-        query = compat.rewrite(catalog.translate(query) or query)
+        query = compat.rewrite(catalog.translate(query) or query, self.backend.schema)
         await self._settle()
         if kind == "ALTER":  # (an indexed table: its indexes carried along, see the function)
             altered = await self._alter_around_indexes(query)
@@ -945,7 +945,7 @@ class DuckDBSession:
             columns = statement.columns or "*"
             query = f"select {columns} from {statement.table}"
         _check_catalogs(query)
-        query = compat.rewrite(catalog.translate(query) or query)
+        query = compat.rewrite(catalog.translate(query) or query, self.backend.schema)
         names, fetch = await pool.run(_copy_query, cursor, query)
         options = statement.options
         self.out += pg.message(b"H", struct.pack("!bh", 0, len(names)) + b"\0\0" * len(names))
@@ -1050,7 +1050,7 @@ class DuckDBSession:
         """The kind of one statement that DuckDB's parser refuses (an identity column, an
         index's operator class, a DROP of several tables, a search_path list) but takes once
         rewritten as it runs; None if not that."""
-        rewritten = compat.rewrite(statement)
+        rewritten = compat.rewrite(statement, self.backend.schema)
         if rewritten == statement:
             return None
         try:
@@ -1166,7 +1166,7 @@ class DuckDBSession:
         if kind not in ("LOCAL", "EMPTY", "ADVISORY") and driver is None:
             _check_catalogs(query)
             query = self._with_cursors(query)
-            query = compat.rewrite(catalog.translate(query) or query)
+            query = compat.rewrite(catalog.translate(query) or query, self.backend.schema)
         if 0 in types:
             key = (query, tuple(types))
             known = _INFERRED.get(key)

@@ -65,15 +65,17 @@ class Workers(concurrent.futures.Executor):
     def size(self) -> int:
         return len(self._threads)
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker thread, awaited."""
+    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """``fn(*args)`` in a worker thread: the future to await. (A future, not a coroutine:
+        no frame of its own holds the future, whose exception's traceback would hold that
+        frame — a cycle keeping the awaiting session for the garbage collector.)"""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         with self._lock:
             if self._closed:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._queue.put((fn, args, future, loop))
-        return await future
+        return future
 
     def submit(
         self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
@@ -122,7 +124,8 @@ class Workers(concurrent.futures.Executor):
             call = get()
             if call is None:
                 return
-            one(call)  # (in a call of its own: nothing of it is kept while the thread idles)
+            one(call)  # (in a call of its own, and let go of here: nothing of it — a session,
+            del call  # a cursor in its arguments — is kept alive while the thread idles)
 
     @staticmethod
     def _one(call: _Call) -> None:
@@ -133,13 +136,16 @@ class Workers(concurrent.futures.Executor):
                     future.set_result(fn(*args))
                 except BaseException as e:
                     future.set_exception(e)
-            return
-        if future.cancelled():  # (no lock: a cancel just after this is a running call's)
-            return
-        result = error = None
-        try:
-            result = fn(*args)
-        except BaseException as e:
-            error = e
-        with contextlib.suppress(RuntimeError):  # its loop is closed: nobody awaits the answer
-            loop.call_soon_threadsafe(_answer, future, result, error)
+        elif not future.cancelled():  # (no lock: a cancel just after this is a running call's)
+            result = error = None
+            try:
+                result = fn(*args)
+            except BaseException as e:
+                error = e
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody awaits it
+                loop.call_soon_threadsafe(_answer, future, result, error)
+            del result, error
+        # an exception's traceback holds this frame, and the future holds the exception: the
+        # frame must not hold the future (nor the call with it), or the caller's frames — a
+        # session's — wait in that cycle for the garbage collector
+        del call, fn, args, future, loop
