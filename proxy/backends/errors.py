@@ -43,6 +43,10 @@ def sqlstate_for(error: BaseException) -> str:
         return "23505"  # unique_violation
     if isinstance(error, duckdb.ConstraintException) and "NOT NULL" in message:
         return "23502"
+    if isinstance(error, duckdb.ConstraintException) and "foreign key" in message:
+        return "23503"  # foreign_key_violation (ORMs tell it from a duplicate key by it)
+    if isinstance(error, duckdb.ConstraintException) and "CHECK constraint" in message:
+        return "23514"  # check_violation
     if isinstance(error, duckdb.BinderException) and "column" not in message.lower():
         return "42804"  # datatype_mismatch and other binding errors
     for cls, state in _BY_CLASS:

@@ -240,6 +240,47 @@ def test_what_node_orms_send(embedded: Embedded) -> None:
         conn.execute("create table notes (body varchar)")
         conn.execute("insert into notes values ('2024-01-02 03:04:05 +05:30')")
         assert conn.execute("select body from notes").fetchone() == ("2024-01-02 03:04:05 +05:30",)
+        # Sequelize's bulkCreate: the literals inline, several rows, in a transaction too
+        conn.execute('create table "Logged" (id int, "createdAt" timestamptz, note varchar)')
+        with conn.transaction():
+            conn.execute(
+                'INSERT INTO "Logged" ("id","createdAt","note") VALUES '
+                "(3,'2024-01-02 03:04:05.000 +00:00','2024-01-02 03:04:05.000 +01:30'),"
+                "(4,'2024-01-02 03:04:05.000 +01:00','x')"
+            )
+        assert conn.execute(
+            'select id, "createdAt", note from "Logged" order by id'
+        ).fetchall() == [
+            (
+                3,
+                datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+                "2024-01-02 03:04:05.000 +01:30",
+            ),
+            (4, datetime.datetime(2024, 1, 2, 2, 4, 5, tzinfo=datetime.UTC), "x"),
+        ]
+        # Sequelize's CREATE TABLE: ON DELETE SET NULL ON UPDATE CASCADE, which DuckDB refuses —
+        # dropped with a warning, the key kept and enforced
+        conn.execute("create table sq_parent (id int primary key)")
+        notices: list[str] = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        conn.execute(
+            'create table sq_child (id int, "ParentId" int references "sq_parent" ("id") '
+            "on delete set null on update cascade)"
+        )
+        assert any("referential action" in n for n in notices), notices
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute("insert into sq_child values (1, 9)")
+        # Sequelize's showIndex: array_agg(attname) is name[] (its driver leaves it as text)
+        cur = conn.execute(
+            "select i.relname as name, array_agg(a.attname) as column_names "
+            "from pg_class t, pg_class i, pg_index ix, pg_attribute a "
+            "where t.oid = ix.indrelid and i.oid = ix.indexrelid and a.attrelid = t.oid "
+            "and a.attnum = any(ix.indkey) and t.relname = 'sq_parent' group by i.relname"
+        )
+        assert cur.description is not None and cur.description[1].type_code == 1003
+        assert cur.fetchall() == [("sq_parent_pkey", ["id"])]
+        conn.execute("drop table sq_child")
+        conn.execute("drop table sq_parent")
         # node-postgres and postgres.js send an array for = ANY($1) as an untyped literal
         import pg8000.native
 

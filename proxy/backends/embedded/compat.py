@@ -75,6 +75,27 @@ FOREIGN_KEY_WARNING = (
     "foreign key not added: DuckDB cannot add a foreign key to an existing table "
     "(declare it in CREATE TABLE to have it enforced)"
 )
+# DuckDB's foreign keys take no referential action (ON DELETE CASCADE, SET NULL, SET DEFAULT —
+# Sequelize's and Rails' defaults): the key is kept and enforced without it, so that deleting
+# or changing a referenced row fails (as with NO ACTION) rather than doing what it would
+# on PostgreSQL; the statement warns
+_FOREIGN_KEY_ACTION = re.compile(
+    r"\s+on\s+(?:delete|update)\s+(?:cascade|set\s+(?:null|default)(?:\s*\([^)]*\))?)", re.I
+)
+FOREIGN_KEY_ACTION_WARNING = (
+    "ON DELETE/ON UPDATE CASCADE, SET NULL and SET DEFAULT dropped: DuckDB's foreign keys take "
+    "no referential action (deleting or changing a referenced row fails instead)"
+)
+
+
+def without_foreign_key_actions(sql: str) -> str | None:
+    """A CREATE TABLE's text without its foreign keys' referential actions; None if it has
+    none."""
+    if "on" not in sql.lower() or not _FOREIGN_KEY_ACTION.search(sql):
+        return None
+    return _FOREIGN_KEY_ACTION.sub("", sql)
+
+
 _SHOW = re.compile(r"\s*show\s+(.+?)\s*;?\s*\Z", re.I | re.S)
 _SET = re.compile(
     r"\s*set\s+(?:session\s+|local\s+)?([\w.]+|transaction\s+isolation\s+level)\s*(?:=|\bto\b)?"
@@ -186,6 +207,9 @@ _MAYBE_WORDS = (
     "#>",
     "current_",
     "to_char",
+    "cascade",
+    "set null",
+    "set default",
 )
 _MAYBE = re.compile(
     r"::\s*reg|with\s*\(|for\s+(?:update|no|share|key)\b|select\s+from\b|"
@@ -204,6 +228,8 @@ def rewrite(sql: str, schema: str = "public") -> str:
     if not _maybe(sql):  # (the usual case)
         return sql
     sql = ddl(sql)
+    if (plain := without_foreign_key_actions(sql)) is not None:
+        sql = plain
     if _LOCKING.search(sql):
         sql = _LOCKING.sub("", sql)
     if _SPACED_OFFSET.search(sql):
@@ -246,6 +272,56 @@ _SPACED_VALUE = re.compile(r"^(\s*\d{4}-\d\d-\d\d[ T][\d:.]+) ([+-]\d\d(?::?\d\d
 def spaced_offset(text: str) -> str:
     """A timestamp's text with no space before its offset (``text`` itself otherwise)."""
     return _SPACED_VALUE.sub(r"\1\2", text) if " +" in text or " -" in text else text
+
+
+# INSERT … VALUES storing a timestamp with a spaced offset (Sequelize's bulkCreate writes its
+# dates inline): which literals go into a timestamp column is known only from the table, so
+# the executor asks (``assigned_timestamps``); only such statements pay the parse
+SPACED_LITERAL = re.compile(
+    r"'\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:\.\d+)?)? [+-]\d\d(?::?\d\d)?'"
+)
+_TIME_TYPES = ("TIMESTAMP", "DATE", "TIME")
+
+
+def assigned_timestamps(
+    sql: str, columns_of: Callable[[str | None, str], list[tuple[str, str]] | None]
+) -> str:
+    """``sql`` with the spaced-offset literals an INSERT … VALUES stores into timestamp, date
+    or time columns closed up (``spaced_offset``); the same text stored into another column
+    as well keeps its space everywhere. ``columns_of(schema, table)``: the table's columns
+    (name, DuckDB type) in order, None when there is no such table."""
+    import pglast  # (here: most servers never see such a statement)
+    from pglast import ast
+
+    try:
+        statements = pglast.parse_sql(sql)
+    except Exception:  # (not PostgreSQL's syntax: DuckDB says what it makes of it)
+        return sql
+    if len(statements) != 1 or not isinstance(insert := statements[0].stmt, ast.InsertStmt):
+        return sql
+    values = insert.selectStmt
+    if not isinstance(values, ast.SelectStmt) or not values.valuesLists:
+        return sql
+    relation = insert.relation
+    if relation is None or not relation.relname:
+        return sql
+    table = columns_of(relation.schemaname, relation.relname)
+    if not table:
+        return sql
+    types = {name.lower(): kind for name, kind in table}
+    names = [c.name for c in insert.cols] if insert.cols else [name for name, _ in table]
+    stamped: set[str] = set()
+    other: set[str] = set()
+    for row in values.valuesLists:
+        for name, item in zip(names, row, strict=False):
+            if isinstance(item, ast.A_Const) and isinstance(item.val, ast.String):
+                text = item.val.sval
+                if text and _SPACED_VALUE.match(text):
+                    timed = types.get(name.lower(), "").startswith(_TIME_TYPES)
+                    (stamped if timed else other).add(text)
+    for text in stamped - other:
+        sql = sql.replace("'" + text.replace("'", "''") + "'", "'" + spaced_offset(text) + "'")
+    return sql
 
 
 # SELECT * FROM current_schema() (TypeORM): a function in FROM, which DuckDB has as a scalar

@@ -32,10 +32,17 @@ from admission.native import native
 from admission.units import size_bytes
 from proxy.backends.embedded import catalog, compat, lockdown
 from proxy.backends.embedded.advisory import AdvisoryLocks
-from proxy.backends.embedded.names import postgresql_names
+from proxy.backends.embedded.names import name_arrays, postgresql_names
 from proxy.backends.embedded.workers import Workers
 from proxy.backends.errors import sqlstate_for, sqlstate_for_message
-from proxy.backends.pgtypes import PgType, encode_binary, encode_text, pg_type, text_encoder
+from proxy.backends.pgtypes import (
+    NAME,
+    PgType,
+    encode_binary,
+    encode_text,
+    pg_type,
+    text_encoder,
+)
 from proxy.planner import PARAM as _PARAM
 from proxy.planner import PLANNABLE_HEAD as _PLANNABLE_HEAD
 from proxy.wire import protocol as pg
@@ -519,6 +526,10 @@ def execute(
     that groups by a primary key and selects the key's table's other columns runs with them
     added to its GROUP BY (see ``compat.group_by_completed``)."""
     owned = _owned_sequences(cursor, query) if kind == "DROP" else []
+    if kind == "INSERT" and compat.SPACED_LITERAL.search(query):
+        query = compat.assigned_timestamps(
+            query, lambda schema, table: _columns(cursor, schema, table)
+        )
     result = _completing_group_by(
         cursor,
         query,
@@ -586,6 +597,19 @@ def _completing_group_by(
             if len(_COMPLETED) >= _KEEP:
                 _COMPLETED.clear()
             _COMPLETED[original] = query = completed
+
+
+def _columns(
+    cursor: duckdb.DuckDBPyConnection, schema: str | None, table: str
+) -> list[tuple[str, str]] | None:
+    """A table's columns (name, DuckDB type) in order, found as a statement finds it (the
+    search path); None when there is none."""
+    name = ".".join('"' + part.replace('"', '""') + '"' for part in (schema, table) if part)
+    try:
+        description = cursor.execute(f"select * from {name} limit 0").description
+    except duckdb.Error:
+        return None
+    return [(str(d[0]), str(d[1])) for d in description or ()]
 
 
 def _primary_key(cursor: duckdb.DuckDBPyConnection) -> Callable[[str], list[str]]:
@@ -658,6 +682,9 @@ def _execute(
     if is_count or _status_only(kind, description):
         return Result([], [], tag, [], latency, cpu_time, memory=memory, spilled=spilled)
     columns = _postgresql_named(text, columns)
+    for i in name_arrays(text):  # (array columns take this path)
+        if i < len(columns) and columns[i][1].oid == TEXT_ARRAY.oid:
+            columns[i] = (columns[i][0], NAME_ARRAY)
     formats = column_formats(format_codes, len(columns))
     types = [t for _, t in columns]
     encoded = data_rows(rows, types, formats)
@@ -1053,6 +1080,10 @@ def alter_around_indexes(
                 f"{first_line(e)} ({sql})",
             ) from None
     return Result([], [], "ALTER TABLE", [])
+
+
+NAME_ARRAY = PgType("name[]", 1003, -1, element=NAME)
+TEXT_ARRAY = pg_type("VARCHAR[]")
 
 
 def _postgresql_named(query: str, columns: list[tuple[str, PgType]]) -> list[tuple[str, PgType]]:

@@ -124,3 +124,62 @@ def _figure(node: Any) -> tuple[str | None, int]:
         word = node.op.name.lower().removeprefix("svfop_").removesuffix("_n")
         return word, 2
     return None, 0
+
+
+# PostgreSQL's catalog columns of type name: an array of them (``array_agg(a.attname)``) is
+# name[], which drivers leave as its text where they parse text[] into a list (node-postgres),
+# and ORMs split that text themselves (Sequelize's showIndex, behind its sync())
+_CATALOG_NAMES = frozenset(
+    {
+        "attname",
+        "relname",
+        "nspname",
+        "typname",
+        "proname",
+        "conname",
+        "rolname",
+        "datname",
+        "usename",
+        "collname",
+        "amname",
+        "opcname",
+        "tgname",
+        "extname",
+        "lanname",
+    }
+)
+_ARRAYS: dict[str, list[int]] = {}
+
+
+def name_arrays(query: str) -> list[int]:
+    """The positions of ``query``'s result columns that are ``array_agg`` of a catalog column
+    of type name (a statement that reads the catalogs; [] for any other)."""
+    low = query.lower()
+    if "array_agg" not in low or "pg_" not in low:
+        return []
+    if query in _ARRAYS:
+        return _ARRAYS[query]
+    found: list[int] = []
+    try:
+        statements = pglast.parse_sql(query)
+    except Exception:
+        statements = ()
+    select = statements[0].stmt if len(statements) == 1 else None
+    if isinstance(select, ast.SelectStmt) and select.targetList:
+        for i, target in enumerate(select.targetList):
+            value = target.val
+            if (
+                isinstance(value, ast.FuncCall)
+                and value.funcname
+                and getattr(value.funcname[-1], "sval", "") == "array_agg"
+                and value.args
+                and len(value.args) == 1
+                and isinstance(arg := value.args[0], ast.ColumnRef)
+                and arg.fields
+                and getattr(arg.fields[-1], "sval", "") in _CATALOG_NAMES
+            ):
+                found.append(i)
+    if len(_ARRAYS) >= _KEEP:
+        _ARRAYS.clear()
+    _ARRAYS[query] = found
+    return found

@@ -576,6 +576,10 @@ class DuckDBSession:
         local = self._local(query) or self._transaction_warning(query, kind)
         if local is not None:
             return local
+        if kind == "CREATE" and compat.without_foreign_key_actions(query) is not None:
+            self.out += pg.error_response(  # (``rewrite`` drops them)
+                "01000", compat.FOREIGN_KEY_ACTION_WARNING, severity="WARNING", kind=b"N"
+            )
         if kind in _SCHEMA_KINDS:
             _INFERRED.clear()
             self.schema_changed = self.status != b"I"
