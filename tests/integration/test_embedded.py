@@ -545,6 +545,12 @@ def test_reset_and_search_path_as_clients_send_them(embedded: Embedded) -> None:
             "where table_name = 'lands_in_public'"
         ).fetchone() == ("public",)
         conn.execute("set search_path to side")
+        conn.execute("set search_path to not_made_yet, side")  # (skipped, as PostgreSQL does)
+        conn.execute("create table lands_in_side_too (a int)")
+        assert conn.execute(
+            "select table_schema from information_schema.tables "
+            "where table_name = 'lands_in_side_too'"
+        ).fetchone() == ("side",)
         conn.execute("set search_path to default")
         assert conn.execute("select count(*) from public.items").fetchone() == (2,)
         assert conn.execute("select count(*) from items").fetchone() == (2,)

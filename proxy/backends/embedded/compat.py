@@ -686,6 +686,10 @@ _RESET_SEARCH_PATH = re.compile(r"\s*reset\s+search_path\s*;?\s*$", re.I)
 _NOT_DUCKDB_SCHEMAS = {"$user", "pg_catalog", "information_schema", "pg_temp"}
 
 
+# what ``search_path`` makes of a SET: the executor keeps the schemas on it that exist
+SEARCH_PATH_SET = re.compile(r"set search_path = '((?:[^']|'')*)'")
+
+
 def default_search_path(schema: str) -> str:
     """DuckDB's search_path for a session that set none, ``schema`` being the default one."""
     return "main" if schema == "main" else f"{schema},main"

@@ -526,6 +526,8 @@ def execute(
     that groups by a primary key and selects the key's table's other columns runs with them
     added to its GROUP BY (see ``compat.group_by_completed``)."""
     owned = _owned_sequences(cursor, query) if kind == "DROP" else []
+    if kind == "SET" and (listed := compat.SEARCH_PATH_SET.fullmatch(query)) is not None:
+        query = _existing_on_path(cursor, listed.group(1).replace("''", "'"))
     if kind == "INSERT" and compat.SPACED_LITERAL.search(query):
         query = compat.assigned_timestamps(
             query, lambda schema, table: _columns(cursor, schema, table)
@@ -597,6 +599,21 @@ def _completing_group_by(
             if len(_COMPLETED) >= _KEEP:
                 _COMPLETED.clear()
             _COMPLETED[original] = query = completed
+
+
+def _existing_on_path(cursor: duckdb.DuckDBPyConnection, listed: str) -> str:
+    """``SET search_path`` to the schemas of ``listed`` that exist: PostgreSQL skips one that
+    does not (a migration tool sets the path before it makes its schema), DuckDB refuses the
+    whole SET."""
+    try:
+        rows = cursor.execute(
+            "select schema_name from duckdb_schemas() where database_name = current_database()"
+        ).fetchall()
+    except duckdb.Error:
+        rows = []
+    schemas = {name for (name,) in rows}
+    kept = [name for name in listed.split(",") if name in schemas or "." in name] or ["main"]
+    return "set search_path = " + catalog.literal(",".join(kept))
 
 
 def _columns(
