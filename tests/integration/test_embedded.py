@@ -513,6 +513,44 @@ def test_inferred_parameter_types_follow_the_schema(embedded: Embedded) -> None:
         other.close()
 
 
+def test_the_database_a_client_connected_to_is_current_database(embedded: Embedded) -> None:
+    """current_database(), information_schema's *_catalog columns and pg_database name the
+    database the client connected to (tools filter the catalogs by it), not DuckDB's."""
+    with psycopg.connect(
+        f"host=127.0.0.1 port={embedded.port} user=app dbname=shop", autocommit=True
+    ) as conn:
+        assert conn.execute("select current_database()").fetchone() == ("shop",)
+        assert conn.execute("select * from current_database()").fetchone() == ("shop",)
+        conn.execute("create table if not exists shop_parent (id int primary key)")
+        conn.execute(
+            "create table if not exists shop_child (id int, parent int references shop_parent (id))"
+        )
+        rows = conn.execute(
+            "select tc.constraint_name, ccu.table_name "
+            "from information_schema.table_constraints tc "
+            "join information_schema.constraint_column_usage ccu "
+            "on ccu.constraint_name = tc.constraint_name "
+            "where tc.constraint_type = 'FOREIGN KEY' and tc.table_name = 'shop_child' "
+            "and tc.table_catalog = 'shop'"
+        ).fetchall()  # (Sequelize's foreign key query, in short)
+        assert [table for _, table in rows] == ["shop_parent"]
+        assert conn.execute(
+            "select count(*) from information_schema.tables "
+            "where table_catalog = current_database() and table_name like 'shop_%'"
+        ).fetchone() == (2,)
+        assert conn.execute(
+            "select datname from pg_database where datname = current_database()"
+        ).fetchone() == ("shop",)
+    with embedded.connect() as conn:  # (dbname app: the same tables, its own name)
+        assert conn.execute("select current_database()").fetchone() == ("app",)
+        assert conn.execute(
+            "select distinct table_catalog from information_schema.tables "
+            "where table_name like 'shop_%'"
+        ).fetchall() == [("app",)]
+        conn.execute("drop table shop_child")
+        conn.execute("drop table shop_parent")
+
+
 def test_reset_and_search_path_as_clients_send_them(embedded: Embedded) -> None:
     """RESET of a PostgreSQL parameter and RESET ALL; search_path set to PostgreSQL's public
     (the default schema) or a list of schemas, as ORMs and migration tools set it, and reset."""

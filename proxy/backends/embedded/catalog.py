@@ -186,8 +186,29 @@ _VIEWS = frozenset(
         "pg_statio_all_tables",
     }
 )
+# The database a client connected to (its startup's dbname) is what it reads as PostgreSQL's
+# current_database() and the catalogs' database names — tools filter by it (Sequelize's foreign
+# key query: table_catalog = 'its database'); DuckDB's own database is "memory" or the file's
+CLIENT_DATABASE = "coalesce(getvariable('admission_database'), current_database())"
+
+
+def _as_client(column: str) -> str:
+    return f"case when {column} = current_database() then {CLIENT_DATABASE} else {column} end"
+
+
+# information_schema's views whose database names (*_catalog columns) are the client's
+_CATALOG_COLUMNS = {
+    "tables": ("table_catalog",),
+    "schemata": ("catalog_name",),
+    "table_constraints": ("constraint_catalog", "table_catalog"),
+    "key_column_usage": ("constraint_catalog", "table_catalog"),
+    "referential_constraints": ("constraint_catalog", "unique_constraint_catalog"),
+    "views": ("table_catalog",),
+    "check_constraints": ("constraint_catalog",),
+    "constraint_table_usage": ("table_catalog", "constraint_catalog"),
+}
 # information_schema views made here (information_schema.columns: information_schema_columns)
-_INFORMATION_SCHEMA = frozenset({"columns", "constraint_column_usage"})
+_INFORMATION_SCHEMA = frozenset({"columns", "constraint_column_usage", *_CATALOG_COLUMNS})
 # … and the functions
 _FUNCTIONS = frozenset(
     {
@@ -374,6 +395,7 @@ select c.* replace (
        limit 1),
       lower(c.data_type)) end as udt_name,
     'pg_catalog' as udt_schema,
+    {_as_client("c.table_catalog")} as table_catalog,
     -- PostgreSQL's words for the type (ORMs compare their models' columns by them)
     case
       when c.data_type like '%[]' then 'ARRAY'
@@ -403,20 +425,30 @@ from information_schema.columns c
 where c.table_catalog <> '{DATABASE}'
 """
 
-# information_schema.constraint_column_usage with PostgreSQL's seven columns: DuckDB's adds
-# constraint_type and constraint_text, which make the usual join with table_constraints
-# ambiguous (Sequelize's and drizzle-kit's foreign key queries)
+# information_schema.constraint_column_usage with PostgreSQL's seven columns (DuckDB's two more,
+# constraint_type and constraint_text, make the usual join with table_constraints ambiguous:
+# Sequelize's and drizzle-kit's foreign key queries) and PostgreSQL's rows: a foreign key uses
+# the columns it references (DuckDB lists its own)
 _CONSTRAINT_COLUMN_USAGE = f"""
 create or replace view {S}.information_schema_constraint_column_usage as
-select table_catalog, table_schema, table_name, column_name, constraint_catalog,
-  constraint_schema, constraint_name
-from information_schema.constraint_column_usage
-where table_catalog <> '{DATABASE}'
+select {_as_client("database_name")} as table_catalog, schema_name as table_schema,
+  case when constraint_type = 'FOREIGN KEY' then referenced_table else table_name end
+    as table_name,
+  column_name, {_as_client("database_name")} as constraint_catalog,
+  schema_name as constraint_schema, constraint_name
+from (
+  select dc.*, unnest(case when dc.constraint_type = 'FOREIGN KEY'
+                      then dc.referenced_column_names else dc.constraint_column_names end)
+    as column_name
+  from duckdb_constraints() dc
+  where dc.constraint_type <> 'NOT NULL' and dc.database_name <> '{DATABASE}'
+)
 """
 
 _DATABASE = f"""
 create or replace view {S}.pg_database as
-select d.database_oid as oid, d.database_name as datname, {ROLE_OID}::bigint as datdba,
+select d.database_oid as oid, {_as_client("d.database_name")} as datname,
+  {ROLE_OID}::bigint as datdba,
   6 as encoding, 'c' as datlocprovider, false as datistemplate, true as datallowconn,
   -1 as datconnlimit, 0::bigint as datfrozenxid, 0::bigint as datminmxid,
   0::bigint as dattablespace, 'C' as datcollate, 'C' as datctype,
@@ -734,15 +766,35 @@ def install(connection: Any) -> None:
         _VIEWS_VIEW,
         _COLUMNS,
         _CONSTRAINT_COLUMN_USAGE,
+        *_information_schema_views(),
+        f"create or replace macro {S}.client_database() as {CLIENT_DATABASE}",
         *(_empty(name, columns) for name, columns in _EMPTY.items()),
     ]
     for sql in statements:
         connection.execute(sql.replace("{S}", S))
 
 
-def session_setup(user: str) -> str:
-    """The statement that tells a session's connection who its user is (``pg_roles``)."""
-    return f"set variable admission_user = {literal(user)}"
+def _information_schema_views() -> list[str]:
+    """information_schema's views with the client's database name for DuckDB's (and without
+    the rows of this module's database)."""
+    views = []
+    for name, columns in _CATALOG_COLUMNS.items():
+        replaced = ", ".join(f"{_as_client(column)} as {column}" for column in columns)
+        views.append(
+            f"create or replace view {S}.information_schema_{name} as "
+            f"select * replace ({replaced}) from information_schema.{name} "
+            f"where {columns[0]} <> '{DATABASE}'"
+        )
+    return views
+
+
+def session_setup(user: str, database: str = "") -> str:
+    """The statements that tell a session's connection who its user is (``pg_roles``) and
+    which database it connected to (``current_database()``, the catalogs' database names)."""
+    setup = f"set variable admission_user = {literal(user)}"
+    if database:
+        setup += f"; set variable admission_database = {literal(database)}"
+    return setup
 
 
 # what marks a statement as one that reads PostgreSQL's catalogs (or uses its casts on them)
@@ -773,7 +825,7 @@ _CATALOG_WORDS = sorted(
 )
 _GATE = re.compile(
     r"\b(?:" + "|".join(_CATALOG_WORDS) + r")\b|\breg(?:class|type|proc|namespace|role)\b"
-    r"|\bcollate\b|\boperator\s*\(",
+    r"|\bcollate\b|\boperator\s*\(|\bcurrent_database\s*\(",
     re.I,
 )
 
@@ -831,6 +883,8 @@ class _Translate(Visitor):
             names = names[1:]
         if len(names) == 1 and names[0].sval in _FUNCTIONS:
             names = _ours(names[0].sval)
+        elif len(names) == 1 and names[0].sval == "current_database":
+            names = _ours("client_database")
         node.funcname = names
 
     def visit_ColumnRef(self, ancestors: Any, node: Any) -> Any:
@@ -993,7 +1047,7 @@ def _is_string(node: Any) -> bool:
 # take a microsecond where the regular expression's alternation takes half a millisecond on a
 # long statement (every statement passes here)
 _MARKS: tuple[str, ...] = ("pg_", "information_schema", "regclass", "regtype", "regproc")
-_MARKS += ("regnamespace", "regrole", "collate", "operator")
+_MARKS += ("regnamespace", "regrole", "collate", "operator", "current_database")
 
 
 def translate(sql: str) -> str | None:

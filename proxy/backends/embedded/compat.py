@@ -206,6 +206,7 @@ _MAYBE_WORDS = (
     "json",
     "#>",
     "current_",
+    "client_database",
     "to_char",
     "cascade",
     "set null",
@@ -239,7 +240,7 @@ def rewrite(sql: str, schema: str = "public") -> str:
     if _TO_CHAR.search(sql):
         sql = to_chars(sql)
     if _FROM_FUNCTION.search(sql):
-        sql = _FROM_FUNCTION.sub(r"\1(select \2() as \2)", sql)
+        sql = _FROM_FUNCTION.sub(_from_function, sql)
     if _EMPTY_SELECT.search(sql):
         sql = _EMPTY_SELECT.sub(r"\1 null\2", sql)
     if "json" in sql.lower() or "#>" in sql:
@@ -325,7 +326,19 @@ def assigned_timestamps(
 
 
 # SELECT * FROM current_schema() (TypeORM): a function in FROM, which DuckDB has as a scalar
-_FROM_FUNCTION = re.compile(r"(\bfrom\s+)(current_schema|current_database)\s*\(\s*\)", re.I)
+_FROM_FUNCTION = re.compile(
+    r"(\bfrom\s+)(current_schema|current_database|admission_pg\.main\.client_database)"
+    r"\s*\(\s*\)",
+    re.I,
+)
+
+
+def _from_function(match: re.Match[str]) -> str:
+    name = match.group(2)
+    column = "current_database" if name.endswith("client_database") else name
+    return f"{match.group(1)}(select {name}() as {column})"
+
+
 # SELECT FROM t, an empty select list (EXISTS (SELECT FROM …): drizzle-kit): one NULL column
 _EMPTY_SELECT = re.compile(r"((?:^|\()\s*select)(\s+from\b)", re.I)
 # PostgreSQL's JSON functions by DuckDB's names; #> and #>> paths ('{a,0,b}') as JSONPath

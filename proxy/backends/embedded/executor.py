@@ -143,11 +143,11 @@ class DuckDBBackend:
             cursor.close()
         return int(row[0] or 0) if row else 0
 
-    def cursor(self, user: str = "duckdb") -> duckdb.DuckDBPyConnection:
+    def cursor(self, user: str = "duckdb", database: str = "") -> duckdb.DuckDBPyConnection:
         cursor = self.connection.cursor()
         for macro in compat.session_macros(user):
             cursor.execute(macro)
-        cursor.execute(catalog.session_setup(user))
+        cursor.execute(catalog.session_setup(user, database))
         cursor.execute(f"set search_path = {catalog.literal(self.search_path)}")
         return cursor  # its profiler is off until someone observes (``set_profiling``)
 
@@ -226,6 +226,7 @@ class Lease:
 
     cursor: duckdb.DuckDBPyConnection
     user: str
+    database: str = ""  # the database its sessions connected to (``catalog.session_setup``)
     # DuckDB's profiler is on for this cursor (None: not known — a switch failed)
     profiling: bool | None = False
 
@@ -238,10 +239,11 @@ class Cursors:
     ReadyForQuery that leaves nothing on it — no transaction open, no result half read, no
     state of the session's own in DuckDB (a SET, a variable, a temporary object, a prepared
     statement, random()'s seed: such a session keeps its connection to its end, and the
-    connection is closed then, never lent again). Connections are per user (each carries its
-    user's macros and ``admission_user``); at most ``keep`` idle ones are kept, the one idle
-    longest closed for a newcomer. How many are lent at once is bounded by what runs and what
-    is inside a transaction, not here: the admission gate bounds what runs.
+    connection is closed then, never lent again). Connections are per user and database
+    (each carries its user's macros, ``admission_user`` and ``admission_database``); at most
+    ``keep`` idle ones are kept, the one idle longest closed for a newcomer. How many are lent
+    at once is bounded by what runs and what is inside a transaction, not here: the admission
+    gate bounds what runs.
 
     Used from the event loop's thread only."""
 
@@ -259,25 +261,28 @@ class Cursors:
     def __init__(self, backend: DuckDBBackend, keep: int) -> None:
         self.backend = backend
         self.keep = keep
-        self.idle: dict[str, list[Lease]] = {}  # by user, the most recently given back last
+        self.idle: dict[tuple[str, str], list[Lease]] = {}  # by (user, database), the most
+        # recently given back last
         self.oldest: dict[Lease, None] = {}  # every idle one, in the order they were given back
         self.lent = 0
         self.opened = 0
         self.reused = 0
         self.closed = 0
 
-    async def lend(self, user: str) -> Lease:
-        """A connection of ``user``'s: an idle one, or a new one opened in a worker thread."""
-        idle = self.idle.get(user)
+    async def lend(self, user: str, database: str = "") -> Lease:
+        """A connection of ``user``'s on ``database``: an idle one, or a new one opened in a
+        worker thread."""
+        key = (user, database)
+        idle = self.idle.get(key)
         if idle:
             lease = idle.pop()
             if not idle:
-                del self.idle[user]
+                del self.idle[key]
             del self.oldest[lease]
             self.reused += 1
         else:
-            cursor = await self.backend.pool.run(self.backend.cursor, user)
-            lease = Lease(cursor, user)
+            cursor = await self.backend.pool.run(self.backend.cursor, user, database)
+            lease = Lease(cursor, user, database)
             self.opened += 1
         self.lent += 1
         return lease
@@ -289,14 +294,14 @@ class Cursors:
         if len(self.oldest) >= self.keep:
             stale = next(iter(self.oldest))
             del self.oldest[stale]
-            others = self.idle[stale.user]
+            others = self.idle[stale.user, stale.database]
             others.remove(stale)
             if not others:
-                del self.idle[stale.user]
+                del self.idle[stale.user, stale.database]
             self.closed += 1
             with contextlib.suppress(duckdb.Error):
                 stale.cursor.close()
-        self.idle.setdefault(lease.user, []).append(lease)
+        self.idle.setdefault((lease.user, lease.database), []).append(lease)
         self.oldest[lease] = None
 
     def drop(self) -> None:

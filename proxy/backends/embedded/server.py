@@ -348,6 +348,8 @@ class EmbeddedConnection(asyncio.Protocol):
             self.out,
             self.server.observers,
             self.server.samplers,
+            # (PostgreSQL's default database is the user's name)
+            database=params.get("database") or params.get("user", "duckdb"),
         )
         self.session.settings["application_name"] = params.get("application_name", "")
         out = bytearray(auth or pg.message(b"R", _INT32.pack(0)))

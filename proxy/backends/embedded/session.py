@@ -389,6 +389,7 @@ class DuckDBSession:
         "__weakref__",  # (tests see a session freed without the garbage collector)
         "backend",
         "connection",
+        "database",
         "gone",
         "lease",
         "lock_wait",
@@ -416,10 +417,12 @@ class DuckDBSession:
         out: bytearray,
         observers: list[Callable[[Measurement], None]],
         samplers: Sequence[tuple[Callable[[str], bool], Callable[[Measurement], None]]] = (),
+        database: str = "",
     ) -> None:
         self.connection = connection
         self.backend = backend
         self.user = user
+        self.database = database  # the one it connected to (what current_database() says)
         self.lease: Lease | None = None  # the DuckDB connection lent to it now
         self.pinned = False  # it keeps its connection to its end (state of its own there)
         self.out = out  # replies not yet written (the connection's buffer)
@@ -479,7 +482,7 @@ class DuckDBSession:
     async def _lend(self) -> Lease:
         """The session's DuckDB connection, lent now if it holds none."""
         if self.lease is None:
-            self.lease = await self.backend.cursors.lend(self.user)
+            self.lease = await self.backend.cursors.lend(self.user, self.database)
         return self.lease
 
     def idle(self) -> None:
