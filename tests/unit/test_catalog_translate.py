@@ -165,3 +165,20 @@ def test_format_quotes_identifiers_and_literals_as_postgresql(
     sql = catalog.translate(f"select pg_catalog.{call}")
     assert sql is not None
     assert con.execute(sql).fetchone() == (postgresql,)
+
+
+def test_quote_ident_and_current_database(con: duckdb.DuckDBPyConnection) -> None:
+    """TypeORM lists views as quote_ident(schemaname) || '.' || quote_ident(viewname);
+    current_database() is the client's database (the session's variable), DuckDB's without."""
+    sql = catalog.translate(
+        "select quote_ident('user'), quote_ident('Mixed'), quote_ident('plain_1'), "
+        "quote_ident('a\"b'), quote_ident(relname) from pg_class where relname = 'child'"
+    )
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [('"user"', '"Mixed"', "plain_1", '"a""b"', "child")]
+    sql = catalog.translate("select current_database()")
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [("memory",)]  # (no database set for the session)
+    other = con.cursor()
+    other.execute(catalog.session_setup("bob", "shop"))
+    assert other.execute(sql).fetchall() == [("shop",)]

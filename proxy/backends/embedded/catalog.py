@@ -214,6 +214,7 @@ _FUNCTIONS = frozenset(
     {
         "regclass_oid",
         "btrim",
+        "quote_ident",
         "format",
         "vector",
         "_pg_expandarray",
@@ -608,6 +609,93 @@ _FORMAT_ARG = (
     "else chr(39) || replace(val_::varchar, chr(39), chr(39) || chr(39)) || chr(39) end "
     "else coalesce(val_::varchar, '') end"
 )
+# PostgreSQL's reserved key words, which quote_ident quotes
+_RESERVED = (
+    "["
+    + ", ".join(
+        f"'{w}'"
+        for w in (
+            "all",
+            "analyse",
+            "analyze",
+            "and",
+            "any",
+            "array",
+            "as",
+            "asc",
+            "asymmetric",
+            "both",
+            "case",
+            "cast",
+            "check",
+            "collate",
+            "column",
+            "constraint",
+            "create",
+            "current_catalog",
+            "current_date",
+            "current_role",
+            "current_time",
+            "current_timestamp",
+            "current_user",
+            "default",
+            "deferrable",
+            "desc",
+            "distinct",
+            "do",
+            "else",
+            "end",
+            "except",
+            "false",
+            "fetch",
+            "for",
+            "foreign",
+            "from",
+            "grant",
+            "group",
+            "having",
+            "in",
+            "initially",
+            "intersect",
+            "into",
+            "lateral",
+            "leading",
+            "limit",
+            "localtime",
+            "localtimestamp",
+            "not",
+            "null",
+            "offset",
+            "on",
+            "only",
+            "or",
+            "order",
+            "placing",
+            "primary",
+            "references",
+            "returning",
+            "select",
+            "session_user",
+            "some",
+            "symmetric",
+            "table",
+            "then",
+            "to",
+            "trailing",
+            "true",
+            "union",
+            "unique",
+            "user",
+            "using",
+            "variadic",
+            "when",
+            "where",
+            "window",
+            "with",
+        )
+    )
+    + "]"
+)
 _FORMATS = [
     "(f, {args}) as printf(regexp_replace(f, '%[IL]', '%s', 'g'), {quoted})".format(
         args=", ".join(f"a{i}" for i in range(n)),
@@ -730,6 +818,11 @@ def _macros() -> list[str]:
         f"create or replace macro {S}.btrim(t) as trim(t), (t, c) as trim(t, c)",
         # PostgreSQL's format (%s, %I, %L), not DuckDB's ({})
         f"create or replace macro {S}.format_arg{_FORMAT_ARG}",
+        # (as format's %I quotes; PostgreSQL also quotes its reserved words)
+        f"create or replace macro {S}.quote_ident(t) as case "
+        "when regexp_full_match(t::varchar, '[a-z_][a-z0-9_$]*') "
+        f"and not list_contains({_RESERVED}, t::varchar) then t::varchar "
+        "else '\"' || replace(t::varchar, '\"', '\"\"') || '\"' end",
         f"create or replace macro {S}.format(f) as f, " + ", ".join(_FORMATS),
         f"create or replace macro {S}.array_upper(a, d) as case when len(a) > 0 then len(a) end",
         f"create or replace macro {S}.array_lower(a, d) as case when len(a) > 0 then 1 end",
@@ -825,7 +918,7 @@ _CATALOG_WORDS = sorted(
 )
 _GATE = re.compile(
     r"\b(?:" + "|".join(_CATALOG_WORDS) + r")\b|\breg(?:class|type|proc|namespace|role)\b"
-    r"|\bcollate\b|\boperator\s*\(|\bcurrent_database\s*\(",
+    r"|\bcollate\b|\boperator\s*\(|\b(?:current_database|quote_ident)\s*\(",
     re.I,
 )
 
@@ -1047,7 +1140,7 @@ def _is_string(node: Any) -> bool:
 # take a microsecond where the regular expression's alternation takes half a millisecond on a
 # long statement (every statement passes here)
 _MARKS: tuple[str, ...] = ("pg_", "information_schema", "regclass", "regtype", "regproc")
-_MARKS += ("regnamespace", "regrole", "collate", "operator", "current_database")
+_MARKS += ("regnamespace", "regrole", "collate", "operator", "current_database", "quote_ident")
 
 
 def translate(sql: str) -> str | None:
