@@ -182,3 +182,19 @@ def test_quote_ident_and_current_database(con: duckdb.DuckDBPyConnection) -> Non
     other = con.cursor()
     other.execute(catalog.session_setup("bob", "shop"))
     assert other.execute(sql).fetchall() == [("shop",)]
+
+
+def test_pg_type_has_postgresql_array_types(con: duckdb.DuckDBPyConnection) -> None:
+    """postgres.js reads the array types on connect (typelem of typcategory 'A'); without them
+    it sends an array parameter as "1,2"."""
+    sql = catalog.translate(
+        "select b.oid, b.typarray from pg_catalog.pg_type a "
+        "left join pg_catalog.pg_type b on b.oid = a.typelem "
+        "where a.typcategory = 'A' group by b.oid, b.typarray order by b.oid"
+    )
+    assert sql is not None
+    pairs = dict(con.execute(sql).fetchall())
+    assert pairs[23] == 1007 and pairs[25] == 1009 and pairs[1043] == 1015 and pairs[16] == 1000
+    sql = catalog.translate("select typname, typelem from pg_type where oid = 1007")
+    assert sql is not None
+    assert con.execute(sql).fetchall() == [("_int4", 23)]

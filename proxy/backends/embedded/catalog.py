@@ -38,6 +38,9 @@ from pglast.stream import RawStream
 from pglast.visitors import Visitor
 
 from proxy.backends.embedded import compat
+from proxy.backends.pgtypes import ARRAY_ELEMENT
+
+ARRAY_ELEMENT_OF = {element: array for array, element in ARRAY_ELEMENT.items()}
 
 __all__ = ["DATABASE", "install", "session_setup", "translate"]
 
@@ -139,6 +142,7 @@ from duckdb_indexes() i,
 # the catalogs made here (a statement's reference to one, bare or in pg_catalog, is to ours)
 _VIEWS = frozenset(
     {
+        "pg_type",
         "pg_class",
         "pg_namespace",
         "pg_attribute",
@@ -360,6 +364,30 @@ select schema_name as schemaname, table_name as tablename, {_USER} as tableowner
   (index_count > 0 or has_primary_key) as hasindexes, false as hasrules,
   false as hastriggers, false as rowsecurity
 from duckdb_tables() where database_name <> '{DATABASE}'
+"""
+
+# pg_type with PostgreSQL's array types (_int4, _text, …: DuckDB's has none) and each base
+# type's typarray: drivers learn from them which parameters to send as arrays (postgres.js
+# reads typelem of typcategory 'A' on connect, and sends [1, 2] as "1,2" without)
+_ARRAYS = ", ".join(f"({element}, {array})" for element, array in ARRAY_ELEMENT_OF.items())
+_TYPE = f"""
+create or replace view {S}.pg_type as
+with arrays(element, array_oid) as (values {_ARRAYS}),
+-- DuckDB's, and text (the type result columns of VARCHAR are described as), which it has not
+base as (
+  select * from pg_catalog.pg_type
+  union all by name
+  select t.* replace (25 as oid, 'text' as typname)
+  from pg_catalog.pg_type t
+  where t.oid = 1043 and not exists (select 1 from pg_catalog.pg_type where oid = 25)
+)
+select t.* replace (coalesce(t.typarray, a.array_oid) as typarray, ',' as typdelim)
+from base t left join arrays a on a.element = t.oid
+union all by name
+select t.* replace (
+    a.array_oid as oid, '_' || t.typname as typname, -1 as typlen, 'b' as typtype,
+    'A' as typcategory, t.oid as typelem, 0 as typarray, ',' as typdelim)
+from base t join arrays a on a.element = t.oid
 """
 
 _VIEWS_VIEW = f"""
@@ -857,6 +885,7 @@ def install(connection: Any) -> None:
         _STAT_TABLES,
         _TABLES,
         _VIEWS_VIEW,
+        _TYPE,
         _COLUMNS,
         _CONSTRAINT_COLUMN_USAGE,
         *_information_schema_views(),
