@@ -91,7 +91,7 @@ FOREIGN_KEY_ACTION_WARNING = (
 def without_foreign_key_actions(sql: str) -> str | None:
     """A CREATE TABLE's text without its foreign keys' referential actions; None if it has
     none."""
-    if "on" not in sql.lower() or not _FOREIGN_KEY_ACTION.search(sql):
+    if not _FOREIGN_KEY_ACTION.search(sql):
         return None
     return _FOREIGN_KEY_ACTION.sub("", sql)
 

@@ -144,11 +144,10 @@ class DuckDBBackend:
         return int(row[0] or 0) if row else 0
 
     def cursor(self, user: str = "duckdb", database: str = "") -> duckdb.DuckDBPyConnection:
-        cursor = self.connection.cursor()
+        cursor = self.plain_cursor()
         for macro in compat.session_macros(user):
             cursor.execute(macro)
         cursor.execute(catalog.session_setup(user, database))
-        cursor.execute(f"set search_path = {catalog.literal(self.search_path)}")
         return cursor  # its profiler is off until someone observes (``set_profiling``)
 
     def plain_cursor(self) -> duckdb.DuckDBPyConnection:
@@ -704,9 +703,10 @@ def _execute(
     if is_count or _status_only(kind, description):
         return Result([], [], tag, [], latency, cpu_time, memory=memory, spilled=spilled)
     columns = _postgresql_named(text, columns)
-    for i in name_arrays(text):  # (array columns take this path)
-        if i < len(columns) and columns[i][1].oid == TEXT_ARRAY.oid:
-            columns[i] = (columns[i][0], NAME_ARRAY)
+    if any(t.oid == TEXT_ARRAY.oid for _, t in columns):  # (array columns take this path)
+        for i in name_arrays(text):
+            if i < len(columns) and columns[i][1].oid == TEXT_ARRAY.oid:
+                columns[i] = (columns[i][0], NAME_ARRAY)
     formats = column_formats(format_codes, len(columns))
     types = [t for _, t in columns]
     encoded = data_rows(rows, types, formats)
