@@ -19,7 +19,7 @@ import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Context, Decimal
 
 __all__ = [
     "ARRAY_ELEMENT",
@@ -141,6 +141,15 @@ _SCALARS: dict[str, PgType] = {
     "JSON": JSONB,
 }
 _DECIMAL = re.compile(r"DECIMAL\((\d+),\s*(\d+)\)")
+SCALAR_NAMES = tuple(_SCALARS)  # the DuckDB type names with a PostgreSQL type of their own
+
+
+def unbounded_decimal(precision: int, scale: int) -> bool:
+    """Whether a DuckDB DECIMAL is PostgreSQL's numeric without a typmod: the embedded
+    server's DECIMAL(38,9) for it (``compat.UNBOUNDED_NUMERIC``) and what products of such
+    values are (scale 18, 27, 36). Its values are written without the fixed scale's trailing
+    zeros, as the numbers they are (the C encoder of ``_rows`` decides the same)."""
+    return precision == 38 and scale > 0 and scale % 9 == 0
 
 
 def pg_type(duckdb_type: str) -> PgType:
@@ -153,6 +162,8 @@ def pg_type(duckdb_type: str) -> PgType:
     decimal = _DECIMAL.fullmatch(name)
     if decimal:
         precision, scale = int(decimal.group(1)), int(decimal.group(2))
+        if unbounded_decimal(precision, scale):
+            return NUMERIC
         return PgType("numeric", NUMERIC.oid, -1, ((precision << 16) | scale) + 4)
     return _SCALARS.get(name, TEXT)
 
@@ -172,6 +183,26 @@ def _numeric(v: object) -> str:
             return "Infinity" if v > 0 else "-Infinity"
         return format(v, "f")
     return str(v)
+
+
+def _trimmed(d: Decimal) -> Decimal:
+    """``d`` without trailing zeros after its point (100.000 is 100, not 1E+2)."""
+    exponent = d.as_tuple().exponent
+    if not isinstance(exponent, int) or exponent >= 0:
+        return d
+    trimmed = d.normalize(_EXACT)  # (the default context rounds to 28 digits)
+    if trimmed.as_tuple().exponent > 0:  # type: ignore[operator]
+        trimmed = trimmed.quantize(_ONE, context=_EXACT)
+    return trimmed if trimmed or not trimmed.is_signed() else trimmed.copy_abs()
+
+
+_ONE = Decimal(1)
+_EXACT = Context(prec=100)  # (more digits than a DECIMAL has)
+
+
+def _numeric_unbounded(v: object) -> str:
+    """An unconstrained numeric's text (see ``unbounded_decimal``)."""
+    return _numeric(_trimmed(v) if isinstance(v, Decimal) else v)
 
 
 def _special(x: float) -> str | None:
@@ -313,7 +344,7 @@ def _array(values: object, element: PgType) -> str:
 
 
 def _scalar(value: object, t: PgType) -> str:
-    encoder = _ENCODERS.get(t.oid)
+    encoder = _numeric_unbounded if t == NUMERIC else _ENCODERS.get(t.oid)
     if encoder is not None:
         return encoder(value)
     if isinstance(value, uuid.UUID):
@@ -327,7 +358,7 @@ def text_encoder(t: PgType) -> Callable[[object], bytes]:
     if t.element is not None:
         element = t.element
         return lambda v: _array(v, element).encode()
-    scalar = _ENCODERS.get(t.oid, str)
+    scalar = _numeric_unbounded if t == NUMERIC else _ENCODERS.get(t.oid, str)
     return lambda v: scalar(v).encode()
 
 
@@ -453,6 +484,8 @@ def encode_binary(value: object, t: PgType) -> bytes | None:
         return None
     if t.element is not None:
         return _b_array(value, t.element)
+    if t == NUMERIC and isinstance(value, Decimal):
+        value = _trimmed(value)
     encoder = _BINARY.get(t.oid)
     if encoder is not None:
         return encoder(value)

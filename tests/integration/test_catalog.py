@@ -138,6 +138,51 @@ def test_psql_lists_schemas_databases_and_roles(
         assert ours["names"] == theirs["names"] == ["public"]
 
 
+# a table made by a client (through the server's rewrites), with the types tools meet most
+TYPED = (
+    "create table typed (a text, b numeric, c numeric(6,2), d integer[], e text[], "
+    "f boolean, g date, h timestamp, i bigint, j double precision, k bytea, l timestamptz)"
+)
+TYPES_QUERY = (
+    "select a.attname, t.typname, n.nspname, format_type(a.atttypid, a.atttypmod) "
+    "from pg_catalog.pg_attribute a join pg_catalog.pg_type t on t.oid = a.atttypid "
+    "join pg_catalog.pg_namespace n on n.oid = t.typnamespace "
+    "where a.attrelid = 'typed'::regclass and a.attnum > 0 order by a.attnum"
+)
+
+
+def test_a_tables_column_types_read_as_postgresql_s(embedded: Embedded, reference: str) -> None:
+    # what JDBC's getColumns and psql's \d read: every column joins pg_type (a list's and a
+    # text column's type did not: the column was missing), named as PostgreSQL names it
+    ours_dsn = f"host=127.0.0.1 port={embedded.port} user=app dbname=app"
+    answers = []
+    for dsn in (ours_dsn, reference):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("drop table if exists typed")
+            conn.execute(TYPED)
+            answers.append(conn.execute(TYPES_QUERY).fetchall())
+            conn.execute("drop table typed")  # (after psql's look, below)
+    assert answers[0] == answers[1]
+    assert len(answers[0]) == 12
+
+
+def test_every_type_is_in_a_listed_schema(embedded: Embedded, reference: str) -> None:
+    # JDBC's getTypeInfo: pg_type joined with pg_namespace (DuckDB's built-in types were in a
+    # schema pg_namespace does not list, and the join was empty)
+    query = (
+        "select t.typname from pg_catalog.pg_type t join pg_catalog.pg_namespace n "
+        "on t.typnamespace = n.oid where n.nspname != 'pg_toast' and (t.typrelid = 0 or "
+        "(select c.relkind = 'c' from pg_catalog.pg_class c where c.oid = t.typrelid))"
+    )
+    dsn = f"host=127.0.0.1 port={embedded.port} user=app dbname=app"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ours = {row[0] for row in conn.execute(query)}
+    with psycopg.connect(reference, autocommit=True) as conn:
+        theirs = {row[0] for row in conn.execute(query)}
+    common = {"int4", "int8", "text", "numeric", "bool", "date", "timestamp", "_int4", "_text"}
+    assert common <= ours and common <= theirs
+
+
 def _url(dsn: str) -> str:
     """A libpq keyword DSN as SQLAlchemy's URL."""
     parts = dict(item.split("=", 1) for item in dsn.split())

@@ -27,6 +27,16 @@ CASES = [
         "170141183460469231731687303715884105727::numeric",
         "numeric",
     ),
+    # numeric without a precision (the embedded server's DECIMAL(38,9), and its products)
+    ("37.774929::decimal(38,9)", "37.774929::numeric", "numeric"),
+    ("100::decimal(38,9)", "100::numeric", "numeric"),
+    ("-0.5::decimal(38,18)", "-0.5::numeric", "numeric"),
+    ("0::decimal(38,9)", "0::numeric", "numeric"),
+    (
+        "'-12345678901234567890.000000001'::decimal(38,9)",
+        "-12345678901234567890.000000001::numeric",
+        "numeric",
+    ),
     ("3::double", "3::float8", "float8"),
     ("1e15::double", "1e15::float8", "float8"),
     ("1e14::double", "1e14::float8", "float8"),

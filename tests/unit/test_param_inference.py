@@ -3,9 +3,12 @@ whose Parse leaves a parameter untyped (pg8000 leaves every one so), as PostgreS
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from proxy.backends.embedded.compat import infer_parameter_types
+from proxy.backends.embedded.params import decode_param
 
 COLUMNS = {"items": [("id", "INTEGER"), ("name", "VARCHAR"), ("price", "DECIMAL(10,2)")]}
 
@@ -69,3 +72,18 @@ def test_what_has_no_serial_column_is_left_alone(sql: str) -> None:
     from proxy.backends.embedded.compat import serials
 
     assert serials(sql) == sql
+
+
+@pytest.mark.parametrize(
+    "text", ["2020-01-31", "2020-01-31 +00", "2020-01-31 00:00:00+05:30", "2020-01-31T10:00:00Z"]
+)
+def test_a_date_parameter_reads_as_postgresql_s_date_input(text: str) -> None:
+    # (pgjdbc sends setDate's value as '2020-01-31 +00'; PostgreSQL reads the date and drops
+    # the rest)
+    assert decode_param(text.encode(), 1082, False) == datetime.date(2020, 1, 31)
+
+
+def test_a_date_parameter_that_is_not_one_is_refused() -> None:
+    for text in ("2020-01-31 junk", "31/01/2020", "2020-13-01"):
+        with pytest.raises(ValueError):
+            decode_param(text.encode(), 1082, False)

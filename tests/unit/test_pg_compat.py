@@ -4,6 +4,8 @@ answer compared with what PostgreSQL answers."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import duckdb
 import pytest
 
@@ -181,3 +183,50 @@ def test_rewrite_leaves_ordinary_statements_untouched() -> None:
         "create table t (id int primary key, body varchar)",
     ):
         assert rewrite(sql) == sql
+
+
+# -- numeric without a precision ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("select 1.23456::numeric", "select 1.23456::DECIMAL(38,9)"),
+        ("select cast(x as decimal), cast(y as numeric[])", None),
+        ("select x::numeric(10, 2), cast(y as numeric(5))", "same"),
+        (
+            'create table t (a numeric, b numeric(6,2), "numeric" numeric not null, c decimal[])',
+            'create table t (a DECIMAL(38,9), b numeric(6,2), "numeric" DECIMAL(38,9) not null, '
+            "c DECIMAL(38,9)[])",
+        ),
+        (
+            "alter table t alter column a type numeric",
+            "alter table t alter column a type DECIMAL(38,9)",
+        ),
+        ("alter table t add column q decimal", "alter table t add column q DECIMAL(38,9)"),
+        # names, strings and words that are not types stay
+        ("create table t (numeric int, x text default 'a numeric')", "same"),
+        ("select numeric_precision, x as numeric from information_schema.columns", "same"),
+        ("insert into t values ('12 numeric')", "same"),
+    ],
+)
+def test_numeric_without_a_precision_is_a_wide_decimal(sql: str, expected: str | None) -> None:
+    out = rewrite(sql)
+    if expected == "same":
+        assert out == sql
+    elif expected is None:
+        assert out.count("DECIMAL(38,9)") == 2 and "numeric" not in out.lower()
+    else:
+        assert out == expected
+
+
+def test_a_wide_decimal_keeps_what_duckdb_s_numeric_rounds(con: duckdb.DuckDBPyConnection) -> None:
+    assert con.execute("select '37.774929'::numeric").fetchone() != (Decimal("37.774929"),)
+    con.execute(rewrite("create table t (a numeric)"))
+    con.execute("insert into t values (37.774929), (12345678901234567890.5)")
+    con.execute(rewrite("insert into t select '0.000000001'::numeric * 3"))
+    assert con.execute("select a from t").fetchall() == [
+        (Decimal("37.774929000"),),
+        (Decimal("12345678901234567890.500000000"),),
+        (Decimal("3E-9"),),
+    ]

@@ -121,6 +121,8 @@ COLUMNAR = {
     "HUGEINT": st.integers(-(2**127) + 1, 2**127 - 1),
     "DECIMAL(4,2)": st.decimals(places=2, min_value=-99, max_value=99),
     "DECIMAL(38,10)": st.decimals(places=10, min_value=-(10**27), max_value=10**27),
+    # (numeric without a precision: written without the trailing zeros)
+    "DECIMAL(38,9)": st.decimals(places=9, min_value=-(10**28), max_value=10**28),
     "TIMESTAMP WITH TIME ZONE": st.datetimes(timezones=st.just(datetime.UTC)),
     "VARCHAR": st.text(st.characters(codec="utf-8")),
 }

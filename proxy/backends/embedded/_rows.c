@@ -302,7 +302,9 @@ column_kind(const struct ArrowSchema *s, int *scale)
             return -1;
         if ((f[2 + used] == '\0' || f[2 + used] == ',') && precision <= 38 && sc >= 0 &&
             sc <= precision && (bits == 32 || bits == 64 || bits == 128)) {
-            *scale = sc;
+            /* PostgreSQL's unconstrained numeric (pgtypes.unbounded_decimal): written
+             * without the fixed scale's trailing zeros, told by a negative scale */
+            *scale = precision == 38 && sc > 0 && sc % 9 == 0 ? -sc : sc;
             return bits == 32 ? K_DEC32 : bits == 64 ? K_DEC64 : K_DEC;
         }
     }
@@ -489,6 +491,9 @@ put_timestamp(Buffer *b, int64_t micros, int tz)
 static int
 put_decimal(Buffer *b, __int128 v, int scale)
 {
+    int trim = scale < 0;
+    if (trim)
+        scale = -scale;
     int negative = v < 0;
     unsigned __int128 u = negative ? (unsigned __int128)0 - (unsigned __int128)v : (unsigned __int128)v;
     char digits[64];
@@ -514,6 +519,14 @@ put_decimal(Buffer *b, __int128 v, int scale)
         text[n++] = '.';
         memcpy(text + n, p + whole, (size_t)scale);
         n += scale;
+        if (trim) { /* 1.500000000 is 1.5, 2.000000000 is 2 */
+            while (text[n - 1] == '0')
+                n--;
+            if (text[n - 1] == '.')
+                n--;
+            if (n == 2 && text[0] == '-' && text[1] == '0')
+                text[0] = '0', n = 1; /* (-0.000000000 is 0) */
+        }
     }
     return put_text(b, text, n);
 }

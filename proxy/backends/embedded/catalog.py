@@ -38,7 +38,7 @@ from pglast.stream import RawStream
 from pglast.visitors import Visitor
 
 from proxy.backends.embedded import compat
-from proxy.backends.pgtypes import ARRAY_ELEMENT
+from proxy.backends.pgtypes import ARRAY_ELEMENT, SCALAR_NAMES, pg_type
 
 ARRAY_ELEMENT_OF = {element: array for array, element in ARRAY_ELEMENT.items()}
 
@@ -329,15 +329,34 @@ left join (select distinct function_oid, internal from duckdb_functions()) f
   on f.function_oid = p.oid
 """
 
-# PostgreSQL's storage and statistics settings per column, as a table's columns there have them
-_ATTRIBUTE = """
-create or replace view {S}.pg_attribute as
+# the PostgreSQL type of each DuckDB type a column can have, as its results are described
+# (VARCHAR is text, JSON jsonb, a list the array of its element; DECIMAL keeps DuckDB's numeric)
+_COLUMN_TYPES = ", ".join(
+    f"('{name}', {pg_type(name).oid})"
+    for scalar in SCALAR_NAMES
+    for name in (scalar, scalar + "[]")
+)
+# PostgreSQL's storage and statistics settings per column, as a table's columns there have them;
+# atttypid the type its values travel as (DuckDB's: varchar for text, an OID of its own for a
+# list, which pg_type has not — JDBC's getColumns joins the two and lost the column)
+_ATTRIBUTE = f"""
+create or replace view {{S}}.pg_attribute as
+with types(duckdb_type, oid) as (values {_COLUMN_TYPES})
 select a.* replace (
     -1 as attstattarget,
     case when a.atttypid in (16, 20, 21, 23, 700, 701, 1082, 1083, 1114, 1184, 1186, 2950)
       then 'p' else 'x' end as attstorage,
+    coalesce(
+      t.oid,
+      case when d.data_type like 'DECIMAL(%)[]' then 1231 end,
+      a.atttypid) as atttypid,
+    -- (the embedded server's DECIMAL for numeric without a precision: compat)
+    case when d.data_type = '{compat.UNBOUNDED_NUMERIC}' then -1 else a.atttypmod end
+      as atttypmod,
     '' as attcompression)
 from pg_catalog.pg_attribute a
+left join duckdb_columns() d on d.table_oid = a.attrelid and d.column_index = a.attnum
+left join types t on t.duckdb_type = d.data_type
 """
 
 _AM = """
@@ -372,6 +391,14 @@ from duckdb_tables() where database_name <> '{DATABASE}'
 _ARRAYS = ", ".join(f"({element}, {array})" for element, array in ARRAY_ELEMENT_OF.items())
 _TYPE = f"""
 create or replace view {S}.pg_type as
+select t.* replace (
+  -- DuckDB's built-in types are in a schema pg_namespace has not: pg_catalog's, as there
+  -- (JDBC's getTypeInfo joins the two), and no type is a table's row type
+  case when t.typnamespace in (select oid from {S}.pg_namespace) then t.typnamespace
+    else (select n.oid from {S}.pg_namespace n where n.nspname = 'pg_catalog') end
+    as typnamespace,
+  coalesce(t.typrelid, 0) as typrelid)
+from (
 with arrays(element, array_oid) as (values {_ARRAYS}),
 -- DuckDB's, and text (the type result columns of VARCHAR are described as), which it has not
 base as (
@@ -380,6 +407,10 @@ base as (
   select t.* replace (25 as oid, 'text' as typname)
   from pg_catalog.pg_type t
   where t.oid = 1043 and not exists (select 1 from pg_catalog.pg_type where oid = 25)
+  union all by name  -- and json and jsonb (a JSON column's values travel as jsonb)
+  select t.* replace (j.oid as oid, j.typname as typname, 'U' as typcategory)
+  from pg_catalog.pg_type t, (values (114, 'json'), (3802, 'jsonb')) j(oid, typname)
+  where t.oid = 1043 and not exists (select 1 from pg_catalog.pg_type where oid = j.oid)
 )
 select t.* replace (coalesce(t.typarray, a.array_oid) as typarray, ',' as typdelim)
 from base t left join arrays a on a.element = t.oid
@@ -388,6 +419,7 @@ select t.* replace (
     a.array_oid as oid, '_' || t.typname as typname, -1 as typlen, 'b' as typtype,
     'A' as typcategory, t.oid as typelem, 0 as typarray, ',' as typdelim)
 from base t join arrays a on a.element = t.oid
+) t
 """
 
 _VIEWS_VIEW = f"""
@@ -788,10 +820,19 @@ def _macros() -> list[str]:
         "(x, k, pretty) as case when k = 0 "
         "then {S}.pick((select admission_lookup from {S}.lookup_index_defs), x) "
         "else {S}.pick((select admission_lookup from {S}.lookup_index_elements), x)[k] end",
-        # DuckDB's names of the types PostgreSQL spells out (SQLAlchemy maps them by name)
-        f"create or replace macro {S}.format_type(t, m) as (select case f "
+        # DuckDB's names of the types PostgreSQL spells out (SQLAlchemy maps them by name),
+        # and the types pg_type has beyond DuckDB's (text, json, jsonb, the arrays)
+        f"create or replace macro {S}.format_scalar_type(t, m) as (select case "
+        "when t = 25 then 'text' when t = 114 then 'json' when t = 3802 then 'jsonb' "
+        "else case f "
         + " ".join(f"when '{duck}' then '{pg}'" for duck, pg in _TYPE_NAMES.items())
-        + " else f end from (select pg_catalog.format_type(t, m) as f))",
+        + " else f end end from (select pg_catalog.format_type(t, m) as f))",
+        f"create or replace macro {S}.format_type(t, m) as case t "
+        + " ".join(
+            f"when {array} then {S}.format_scalar_type({element}, m) || '[]'"
+            for array, element in ARRAY_ELEMENT.items()
+        )
+        + f" else {S}.format_scalar_type(t, m) end",
         # settings PostgreSQL has and DuckDB does not (DuckDB's current_setting fails on
         # those as it binds, even in a branch not taken)
         f"create or replace macro {S}.current_setting(n) as case lower(n) "

@@ -211,6 +211,8 @@ _MAYBE_WORDS = (
     "cascade",
     "set null",
     "set default",
+    "numeric",
+    "decimal",
 )
 _MAYBE = re.compile(
     r"::\s*reg|with\s*\(|for\s+(?:update|no|share|key)\b|select\s+from\b|"
@@ -251,8 +253,46 @@ def rewrite(sql: str, schema: str = "public") -> str:
         sql = unnests(sql)
     if "'{" in sql:
         sql = array_literals(sql)
+    if "numeric" in (low := sql.lower()) or "decimal" in low:
+        sql = unbounded_numerics(sql)
     sql = _REG_CAST.sub("", _FUNCTIONS.sub("", sql))
     return _VERSION.sub(VERSION_CALL, sql)
+
+
+# PostgreSQL's numeric without a precision holds any value exactly; DuckDB's NUMERIC is
+# DECIMAL(18,3), which stores 37.774929 as 37.775 without a word. Where a statement names the
+# type without one — a column's type in CREATE or ALTER TABLE, a cast — it is DECIMAL(38,9)
+# (as pg_lake maps PostgreSQL's unbounded numeric for DuckDB): 29 digits before the point, 9
+# after, products of three such values still in range. Its values travel as PostgreSQL's
+# unconstrained numeric, without the trailing zeros of the fixed scale (pgtypes: a DECIMAL(38,
+# 9·k) is described and written as numeric without a typmod).
+UNBOUNDED_NUMERIC = "DECIMAL(38,9)"
+_NUMERIC_CAST = re.compile(r"(::\s*)(?:numeric|decimal)\b(?!\s*\()", re.I)
+_NUMERIC_CAST_AS = re.compile(r"(\bas\s+)(?:numeric|decimal)\b(?=\s*(?:\[\s*\]\s*)?\))", re.I)
+_NUMERIC_COLUMN = re.compile(r"([\w$\"]\s+)(?:numeric|decimal)\b(?!\s*\()", re.I)
+_NUMERIC_AFTER_NAME = re.compile(r"^(\s*)(?:numeric|decimal)\b(?!\s*\()", re.I)
+_TABLE_DDL = re.compile(
+    r"\s*(?:create\s+(?:(?:global\s+|local\s+)?temp(?:orary)?\s+|unlogged\s+)?table"
+    r"|alter\s+table)\b",
+    re.I,
+)
+_QUOTED = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")")
+
+
+def unbounded_numerics(sql: str) -> str:
+    """``sql`` with ``numeric`` and ``decimal`` without a precision, where they name a type
+    (outside strings and quoted names), as ``UNBOUNDED_NUMERIC``."""
+    table_ddl = _TABLE_DDL.match(sql) is not None
+    parts = _QUOTED.split(sql)
+    for i in range(0, len(parts), 2):  # (the odd ones are quoted)
+        part = _NUMERIC_CAST.sub(rf"\g<1>{UNBOUNDED_NUMERIC}", parts[i])
+        part = _NUMERIC_CAST_AS.sub(rf"\g<1>{UNBOUNDED_NUMERIC}", part)
+        if table_ddl:
+            part = _NUMERIC_COLUMN.sub(rf"\g<1>{UNBOUNDED_NUMERIC}", part)
+            if i and parts[i - 1].endswith('"'):  # (a quoted column name before it)
+                part = _NUMERIC_AFTER_NAME.sub(rf"\g<1>{UNBOUNDED_NUMERIC}", part)
+        parts[i] = part
+    return "".join(parts)
 
 
 # a timestamp with a space before its UTC offset ('2024-01-02 03:04:05.000 +00:00', how

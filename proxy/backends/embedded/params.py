@@ -11,6 +11,7 @@ not read here ``QueryError`` 0A000.
 from __future__ import annotations
 
 import datetime
+import re
 import struct
 import uuid
 from collections.abc import Callable
@@ -50,12 +51,31 @@ def decode_param(raw: bytes | None, oid: int, binary: bool) -> object:
     if oid == 16:
         return text.lower() in ("t", "true", "1", "on", "yes", "y")
     if oid == 1082:
-        return datetime.date.fromisoformat(text)
+        return _date_param(text)
     if oid == 17 and text.startswith("\\x"):
         return bytes.fromhex(text[2:])
     if oid in (1114, 1184):  # ('… 03:04:05.000 +00:00', Sequelize's: DuckDB wants no space)
         return compat.spaced_offset(text)
     return text
+
+
+# a date followed by what PostgreSQL's date input reads and drops: a time, a zone or both
+# (pgjdbc sends setDate's value as '2020-01-31 +00', untyped)
+_DATE_AND_MORE = re.compile(
+    r"(\d{4,}-\d\d?-\d\d?)(?:[ T]\d\d?:\d\d(?::\d\d(?:\.\d+)?)?)?"
+    r"(?:\s*(?:[+-]\d\d?(?::?\d\d){0,2}|Z|UTC|GMT))?"
+)
+
+
+def _date_param(text: str) -> datetime.date:
+    try:
+        return datetime.date.fromisoformat(text)
+    except ValueError:
+        found = _DATE_AND_MORE.fullmatch(text.strip())
+        if found is None:
+            raise
+        year, month, day = (int(part) for part in found.group(1).split("-"))
+        return datetime.date(year, month, day)
 
 
 def _jsonb_param(raw: bytes) -> str:
