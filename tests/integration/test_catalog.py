@@ -183,6 +183,48 @@ def test_every_type_is_in_a_listed_schema(embedded: Embedded, reference: str) ->
     assert common <= ours and common <= theirs
 
 
+# peewee 4.5's PostgresqlDatabase.get_indexes (playhouse's migrations and pwiz read it)
+PEEWEE_INDEXES = """
+    SELECT
+        i.relname, idxs.indexdef, idx.indisunique,
+        ARRAY(
+            SELECT pg_get_indexdef(idx.indexrelid, k + 1, TRUE)
+            FROM generate_subscripts(idx.indkey, 1) AS k
+            ORDER BY k)
+    FROM pg_catalog.pg_class AS t
+    INNER JOIN pg_catalog.pg_namespace AS n ON t.relnamespace = n.oid
+    INNER JOIN pg_catalog.pg_index AS idx ON t.oid = idx.indrelid
+    INNER JOIN pg_catalog.pg_class AS i ON idx.indexrelid = i.oid
+    INNER JOIN pg_catalog.pg_indexes AS idxs ON (
+        idxs.tablename = t.relname
+        AND idxs.indexname = i.relname
+        AND idxs.schemaname = n.nspname)
+    WHERE t.relname = %s AND t.relkind = %s
+        AND n.nspname = COALESCE(%s, current_schema())
+    ORDER BY idx.indisunique DESC, i.relname;"""
+
+
+def test_index_columns_by_subscript_as_postgresql_s(embedded: Embedded, reference: str) -> None:
+    # generate_subscripts in FROM (from 0 over an int2vector), a vector's [0], pg_indexes
+    # with the indexes behind primary keys and unique constraints
+    answers = []
+    for dsn in (f"host=127.0.0.1 port={embedded.port} user=app dbname=app", reference):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            rows = conn.execute(PEEWEE_INDEXES, ["child", "r", None]).fetchall()
+            answers.append([(name, unique, columns) for name, _, unique, columns in rows])
+            first = conn.execute(
+                "select i.indkey[0], (select array_agg(k) from generate_subscripts(i.indkey, 1) "
+                "k) from pg_catalog.pg_index i where i.indexrelid = 'child_pid'::regclass"
+            ).fetchone()
+            assert first == (2, [0])
+    assert answers[0] == answers[1]
+    assert answers[0] == [
+        ("child_k1_k2_key", True, ["k1", "k2"]),
+        ("child_pkey", True, ["cid"]),
+        ("child_pid", False, ["pid"]),
+    ]
+
+
 def _url(dsn: str) -> str:
     """A libpq keyword DSN as SQLAlchemy's URL."""
     parts = dict(item.split("=", 1) for item in dsn.split())

@@ -136,7 +136,25 @@ select
   x.elements,
   null
 from duckdb_indexes() i,
-  lateral (select string_split(trim(i.expressions::varchar, '[]'), ', ') as elements) x
+  -- (DuckDB writes the list as text; a quoted column's name is quoted in it)
+  lateral (select list_transform(cast(i.expressions as varchar[]), lambda e:
+    case when regexp_full_match(e, '"(?:[^"]|"")*"')
+      then replace(e[2:length(e) - 1], '""', '"') else e end) as elements) x
+"""
+
+# an index's definition, as pg_get_indexdef and pg_indexes give it
+_INDEX_DEF = (
+    "'CREATE ' || case when indisunique then 'UNIQUE ' else '' end || 'INDEX ' || relname "
+    "|| ' ON ' || schema_name || '.' || table_name || ' USING btree (' "
+    "|| array_to_string(elements, ', ') || ')'"
+)
+# every index (DuckDB's pg_indexes has those of CREATE INDEX only: peewee's index query joins
+# it and lost the primary key's and unique constraints')
+_PG_INDEXES = f"""
+create or replace view {S}.pg_indexes as
+select schema_name as schemaname, table_name as tablename, relname as indexname,
+  cast(null as varchar) as tablespace, {_INDEX_DEF} as indexdef
+from {S}.admission_indexes
 """
 
 # the catalogs made here (a statement's reference to one, bare or in pg_catalog, is to ours)
@@ -144,6 +162,7 @@ _VIEWS = frozenset(
     {
         "pg_type",
         "pg_class",
+        "pg_indexes",
         "pg_namespace",
         "pg_attribute",
         "pg_am",
@@ -773,10 +792,7 @@ _LOOKUPS = {
     "join {S}.pg_namespace n on n.oid = c.relnamespace",
     "lookup_class_names": "select oid as k, relname as v from {S}.pg_class",
     "lookup_constraint_defs": "select oid as k, condef as v from {S}.admission_constraints",
-    "lookup_index_defs": "select oid as k, 'CREATE ' || case when indisunique then 'UNIQUE ' "
-    "else '' end || 'INDEX ' || relname || ' ON ' || schema_name || '.' || table_name "
-    "|| ' USING btree (' || array_to_string(elements, ', ') || ')' as v "
-    "from {S}.admission_indexes",
+    "lookup_index_defs": f"select oid as k, {_INDEX_DEF} as v from {{S}}.admission_indexes",
     "lookup_index_elements": "select oid as k, elements as v from {S}.admission_indexes",
     "lookup_function_results": "select function_oid as k, "
     "lower(coalesce(return_type, 'unknown')) as v from duckdb_functions()",
@@ -862,6 +878,12 @@ def _macros() -> list[str]:
         f"create or replace macro {S}.pg_stat_get_tuples_fetched(x) as 0::bigint",
         # a table is its only ancestor (DuckDB has no partitions); psql calls it in FROM too
         f"create or replace macro {S}.pg_partition_ancestors(x) as {S}.regclass_oid(x)",
+        # generate_subscripts in FROM (DuckDB's is a scalar): PostgreSQL's from 1, and from 0
+        # for its vectors (catalog.translate chooses)
+        f"create or replace macro {S}.subscripts(a, d) as table "
+        "select unnest(range(1, len(a) + 1)) as generate_subscripts",
+        f"create or replace macro {S}.subscripts_from_0(a, d) as table "
+        "select unnest(range(0, len(a))) as generate_subscripts",
         f"create or replace macro {S}.pg_partition_ancestors_rows(x) as table "
         "select {S}.regclass_oid(x) as relid, 1 as depth",
         # the name a regclass prints as (an oid of no relation prints as itself)
@@ -911,6 +933,7 @@ def install(connection: Any) -> None:
         *_lookups(),
         *_macros(),
         _INDEX,
+        _PG_INDEXES,
         _CONSTRAINT,
         _ATTRIBUTE,
         _AM,
@@ -1073,6 +1096,38 @@ class _Translate(Visitor):
             if names and names[-1].sval == "pg_partition_ancestors":  # in FROM: the rows
                 call.funcname = _ours("pg_partition_ancestors_rows")
                 node.ordinality = False  # (its depth is the ordinal WITH ORDINALITY adds)
+            elif names and names[-1].sval == "generate_subscripts" and call.args:
+                # an array's subscripts: from 0 for a vector column, as PostgreSQL's
+                # int2vector and oidvector count (peewee's index query reads
+                # pg_get_indexdef(indexrelid, k + 1) over generate_subscripts(indkey, 1))
+                first: Any = call.args[0]
+                vector = _is(first, ast.ColumnRef) and _field(first) in _VECTORS
+                call.funcname = _ours("subscripts_from_0" if vector else "subscripts")
+                # (``AS k``: k is the subscript itself, as PostgreSQL names a function's
+                # single column by its alias)
+                alias = node.alias or ast.Alias(aliasname="generate_subscripts")
+                if not alias.colnames:
+                    alias.colnames = (ast.String(alias.aliasname),)
+                node.alias = alias
+
+    def visit_A_Indirection(self, ancestors: Any, node: Any) -> None:
+        # a vector column's element by PostgreSQL's subscript (from 0: indkey[0] is the first
+        # column) as DuckDB's (from 1); once, on the column as the statement has it
+        indices: Any = node.indirection or ()
+        if (
+            _is(node.arg, ast.ColumnRef)
+            and _field(node.arg) in _VECTORS
+            and len(indices) == 1
+            and _is(indices[0], ast.A_Indices)
+            and not indices[0].is_slice
+            and indices[0].uidx is not None
+        ):
+            indices[0].uidx = ast.A_Expr(
+                kind=A_Expr_Kind.AEXPR_OP,
+                name=(ast.String("+"),),
+                lexpr=indices[0].uidx,
+                rexpr=ast.A_Const(val=ast.Integer(1)),
+            )
 
     def visit_A_Expr(self, ancestors: Any, node: Any) -> Any:
         if _is_catalog(node.name):
@@ -1176,6 +1231,12 @@ def _grouped(ancestors: Any) -> bool:
         and isinstance(up.node, ast.SelectStmt)
         and up.member == "groupClause"
     )
+
+
+def _field(column: Any) -> str | None:
+    """A column reference's last name."""
+    fields = column.fields or ()
+    return getattr(fields[-1], "sval", None) if fields else None
 
 
 def _in_vector(ancestors: Any) -> bool:
