@@ -230,3 +230,40 @@ def test_a_wide_decimal_keeps_what_duckdb_s_numeric_rounds(con: duckdb.DuckDBPyC
         (Decimal("12345678901234567890.500000000"),),
         (Decimal("3E-9"),),
     ]
+
+
+# -- words DuckDB keeps for itself ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        (
+            "create table ev (id int, at timestamp, show boolean, pivot text)",
+            'create table ev (id int, "at" timestamp, "show" boolean, "pivot" text)',
+        ),
+        (
+            "select at, e.show from ev e where at at time zone 'UTC' > now() and show",
+            'select "at", e."show" from ev e where "at" at time zone \'UTC\' > now() and "show"',
+        ),
+        ("select 'at', \"at\", é from t", "same"),
+        # DuckDB's own SQL (PostgreSQL's parser refuses it) and DuckDB's joins stay
+        ("select * from t qualify row_number() over () = 1", "same"),
+        ("pivot cities on year using sum(population)", "same"),
+        ("select * from t at (version => 3)", "same"),
+        ("select * from a asof join b on a.t >= b.t", "same"),
+        ("select * from a semi join b on a.id = b.id", "same"),
+    ],
+)
+def test_duckdb_s_keywords_used_as_names_are_quoted(sql: str, expected: str) -> None:
+    assert rewrite(sql) == (sql if expected == "same" else expected)
+
+
+def test_a_column_named_at_or_show_works(con: duckdb.DuckDBPyConnection) -> None:
+    with pytest.raises(duckdb.ParserException):
+        con.execute("create table ev (id int, at timestamp, show boolean)")
+    con.execute(rewrite("create table ev (id int, at timestamp, show boolean)"))
+    con.execute(rewrite("insert into ev (id, at, show) values (1, timestamp '2024-01-02', true)"))
+    assert con.execute(rewrite("select id, show from ev where at < now()")).fetchall() == [
+        (1, True)
+    ]

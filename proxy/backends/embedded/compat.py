@@ -222,7 +222,11 @@ _MAYBE = re.compile(
 
 def _maybe(sql: str) -> bool:
     low = sql.lower()
-    return any(word in low for word in _MAYBE_WORDS) or _MAYBE.search(low) is not None
+    return (
+        any(word in low for word in _MAYBE_WORDS)
+        or _MAYBE.search(low) is not None
+        or _duckdb_word(low)
+    )
 
 
 def rewrite(sql: str, schema: str = "public") -> str:
@@ -255,6 +259,8 @@ def rewrite(sql: str, schema: str = "public") -> str:
         sql = array_literals(sql)
     if "numeric" in (low := sql.lower()) or "decimal" in low:
         sql = unbounded_numerics(sql)
+    if _duckdb_word(low):
+        sql = duckdb_words_quoted(sql)
     sql = _REG_CAST.sub("", _FUNCTIONS.sub("", sql))
     return _VERSION.sub(VERSION_CALL, sql)
 
@@ -293,6 +299,70 @@ def unbounded_numerics(sql: str) -> str:
                 part = _NUMERIC_AFTER_NAME.sub(rf"\g<1>{UNBOUNDED_NUMERIC}", part)
         parts[i] = part
     return "".join(parts)
+
+
+# words DuckDB's grammar keeps for itself (reserved, or never a column's name) where
+# PostgreSQL's takes them as names: a column named "at" or "show" failed DuckDB's parser
+_DUCKDB_WORDS = frozenset(
+    {
+        *("at", "show", "describe", "summarize", "pivot", "unpivot", "pivot_longer"),
+        *("pivot_wider", "qualify", "lambda", "anti", "semi", "asof", "positional", "glob"),
+        "unpack",
+    }
+)
+# each word, where it ends a word (the regex led by its letters: a scan of a statement without
+# it costs next to nothing; the character before is looked at for each match)
+_DUCKDB_WORD_ENDS = tuple(
+    (word, re.compile(re.escape(word) + r"(?![\w$\"])")) for word in sorted(_DUCKDB_WORDS)
+)
+
+
+def _duckdb_word(low: str) -> bool:
+    """Whether the lowercased statement has one of ``_DUCKDB_WORDS`` as a word of its own."""
+    for word, ends in _DUCKDB_WORD_ENDS:
+        if word in low:
+            for found in ends.finditer(low):
+                start = found.start()
+                if start == 0 or not (low[start - 1].isalnum() or low[start - 1] in '_$"'):
+                    return True
+    return False
+
+
+_JOINS = frozenset({"anti", "semi", "asof", "positional"})  # (… JOIN: DuckDB's own joins)
+
+
+def duckdb_words_quoted(sql: str) -> str:
+    """``sql`` with those of ``_DUCKDB_WORDS`` that PostgreSQL reads as names quoted. Only in a
+    statement PostgreSQL's parser takes (DuckDB's own SQL — QUALIFY, PIVOT, a lambda, an ASOF
+    join, FROM t AT (VERSION => 3) — is none, and stays as it is), and not where the word is
+    PostgreSQL's keyword too (AT TIME ZONE, AT LOCAL) or names DuckDB's joins (SEMI JOIN)."""
+    from pglast import parse_sql  # (here: statements with such a word are few)
+    from pglast.parser import ParseError, scan
+
+    try:
+        parse_sql(sql)
+        tokens = scan(sql)
+    except ParseError:
+        return sql
+    out: list[str] = []  # (the tokens' offsets count characters)
+    last = 0
+    for i, token in enumerate(tokens):
+        word = sql[token.start : token.end + 1].lower()
+        if word not in _DUCKDB_WORDS:
+            continue
+        following = [t.name for t in tokens[i + 1 : i + 3]]
+        if word == "at" and (following == ["TIME", "ZONE"] or following[:1] == ["LOCAL"]):
+            continue
+        if word in _JOINS and following[:1] == ["JOIN"]:
+            continue
+        if word == "show" and (i == 0 or tokens[i - 1].name == "ASCII_59"):  # (SHOW x;)
+            continue
+        out += [sql[last : token.start], f'"{word}"']
+        last = token.end + 1
+    if not out:
+        return sql
+    out.append(sql[last:])
+    return "".join(out)
 
 
 # a timestamp with a space before its UTC offset ('2024-01-02 03:04:05.000 +00:00', how

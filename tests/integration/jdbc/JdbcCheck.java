@@ -27,10 +27,10 @@ public class JdbcCheck {
       Statement st = c.createStatement();
       step("ddl", () -> {
         st.execute("DROP TABLE IF EXISTS jt");
-        st.execute("CREATE TABLE jt (id serial PRIMARY KEY, name text NOT NULL, amount numeric(12,2), born date, ts timestamp, flag boolean, data bytea, tags text[])");
+        st.execute("CREATE TABLE jt (id serial PRIMARY KEY, name text NOT NULL, amount numeric(12,2), born date, at timestamp, flag boolean, data bytea, tags text[])");
       });
       step("prepared insert x10 (server-prepared after 5)", () -> {
-        PreparedStatement ps = c.prepareStatement("INSERT INTO jt (name, amount, born, ts, flag, data) VALUES (?, ?, ?, ?, ?, ?)");
+        PreparedStatement ps = c.prepareStatement("INSERT INTO jt (name, amount, born, at, flag, data) VALUES (?, ?, ?, ?, ?, ?)");
         for (int i = 0; i < 10; i++) {
           ps.setString(1, "n" + i); ps.setBigDecimal(2, new BigDecimal("12.5").add(BigDecimal.valueOf(i)));
           ps.setDate(3, java.sql.Date.valueOf("2020-01-0" + (i % 9 + 1)));
@@ -52,7 +52,7 @@ public class JdbcCheck {
         check("generated id", rs.getInt("id"), 61);
       });
       step("select typed x8", () -> {
-        PreparedStatement ps = c.prepareStatement("SELECT id, name, amount, born, ts, flag, data FROM jt WHERE id = ?");
+        PreparedStatement ps = c.prepareStatement("SELECT id, name, amount, born, at, flag, data FROM jt WHERE id = ?");
         for (int i = 1; i <= 8; i++) {
           ps.setInt(1, i);
           ResultSet rs = ps.executeQuery(); rs.next();
@@ -93,7 +93,7 @@ public class JdbcCheck {
       step("metadata getColumns", () -> {
         ResultSet rs = c.getMetaData().getColumns(null, "public", "jt", null);
         List<String> cols = new ArrayList<>(); while (rs.next()) cols.add(rs.getString("COLUMN_NAME") + ":" + rs.getString("TYPE_NAME"));
-        check("columns", cols, "[id:serial, name:text, amount:numeric, born:date, ts:timestamp, flag:bool, data:bytea, tags:_text]");
+        check("columns", cols, "[id:serial, name:text, amount:numeric, born:date, at:timestamp, flag:bool, data:bytea, tags:_text]");
       });
       step("metadata getPrimaryKeys", () -> {
         ResultSet rs = c.getMetaData().getPrimaryKeys(null, "public", "jt");
