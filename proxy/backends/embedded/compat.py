@@ -13,6 +13,7 @@ leaving the transaction failed, so nothing half-undone can be committed.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -221,12 +222,25 @@ _MAYBE = re.compile(
 
 
 def _maybe(sql: str) -> bool:
+    """Whether ``rewrite`` may change ``sql`` (False for most statements). Remembered for the
+    texts seen last — an application sends the same few again and again — unless long (a bulk
+    INSERT's text is not kept)."""
+    return _maybe_seen(sql) if len(sql) <= _REMEMBERED else _scan(sql)
+
+
+_REMEMBERED = 4096  # (characters: at most this × the cache's size held)
+
+
+def _scan(sql: str) -> bool:
     low = sql.lower()
     return (
         any(word in low for word in _MAYBE_WORDS)
         or _MAYBE.search(low) is not None
         or _duckdb_word(low)
     )
+
+
+_maybe_seen = functools.lru_cache(maxsize=1024)(_scan)
 
 
 def rewrite(sql: str, schema: str = "public") -> str:
