@@ -22,6 +22,15 @@ thread budget: f ≤ N_fcr − n_fcr. In faithful mode (the thesis) a picked job
 blocks the queue until capacity frees (head-of-line). With ``backfill`` the best-scoring class
 whose head fits is admitted instead; an aged or due job still blocks, or it would starve.
 
+Beside the MPL. Two options let a statement run while the MPL is full, at most MPL of them at
+once, counted apart (``released_in_service``) and still within the thread and memory budgets:
+``release_after`` gives the slot of a statement in service that long to the queue, and the
+*short lane* (``short_lane``) admits a queued statement whose class's D_r is at most
+1/short_lane of the least expected remaining time of those holding the MPL (D_r minus time in
+service). The MPL cannot preempt a long statement for a short one; the lane gets most of what
+preemption would (shortest remaining first), for about the short statement's own D_r of delay
+to those in service.
+
 Overload (adaptive LIFO). With ``lifo_after`` set, once the queue has not been empty for that
 long the scheduler is *overloaded*: the policy still chooses the class, but within a class, and
 between classes of equal score, the newest statement goes first, and aging and due jobs wait.
@@ -63,14 +72,16 @@ from typing import Any
 
 import numpy as np
 
-from admission.model import EtaModel
+from admission.model import ClassProfile, EtaModel
 from admission.policies import Policy, policy_by_name
+from admission.policies.latency import SHORT_LANE
 from admission.workloads import DEFAULT_WORKLOAD, IdlePredictor, Tier, Workload, WorkloadConfig
 
 __all__ = [
     "DUE_FACTOR",
     "MAX_CLASSES",
     "OTHER",
+    "SHORT_LANE",
     "Event",
     "Job",
     "JobState",
@@ -123,6 +134,11 @@ class Limits:
     # a statement in service this long (s) gives its MPL slot to the queue and runs on beside
     # it, at most MPL of them at once (None: never; see ``Scheduler._release_overrun``)
     release_after: float | None = None
+    # short lane: with the MPL full, a queued statement whose class is expected to take at most
+    # 1/short_lane of the least expected remaining time of those in service is admitted beside
+    # the MPL, at most MPL of them at once (see ``Scheduler._admit_short``); None: the policy's
+    # own (``Policy.short_lane``: the latency policy's SHORT_LANE, no other has one); 0: never
+    short_lane: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("mpl", "threads", "memory"):
@@ -139,6 +155,12 @@ class Limits:
             raise ValueError(
                 f"release_after must be a positive number of seconds, not {self.release_after}"
             )
+        lane = self.short_lane
+        if lane is not None and lane != 0 and not 1 <= lane < math.inf:
+            raise ValueError(
+                "short_lane is how many times shorter than the remaining time of those in "
+                f"service a statement must be to pass the MPL: at least 1 (0: no lane), not {lane}"
+            )
 
 
 class _ClassState:
@@ -147,9 +169,11 @@ class _ClassState:
     __slots__ = (
         "arrived",
         "cost",
+        "demand",
         "fingerprint",
         "fork",
         "index",
+        "known",
         "live",
         "memory",
         "name",
@@ -157,11 +181,22 @@ class _ClassState:
     )
 
     def __init__(
-        self, fingerprint: str, name: str, index: int, fork: int, memory: int = 0, cost: float = 1.0
+        self,
+        fingerprint: str,
+        name: str,
+        index: int,
+        fork: int,
+        memory: int = 0,
+        demand: float = 1.0,
+        known: bool = True,
     ) -> None:
         self.fingerprint, self.name, self.index, self.fork = fingerprint, name, index, fork
         self.memory = memory  # bytes a job of the class reserves (M_r; 0: not measured)
-        self.cost = cost  # expected service (D_r, s): what a tenant's DRR deficit is charged
+        self.demand = demand  # D_r (s), as the model has it
+        self.cost = _cost(demand)  # expected service: what a tenant's DRR deficit is charged
+        # whether cost is a measured D_r (the model's own classes, trained or measured live)
+        # rather than the prior of a class first seen live: only such may take the short lane
+        self.known = known
         self.live = 0  # queued jobs not cancelled or timed out, in every lane
         self.tasks = 0  # N_c
         self.arrived = 0  # jobs submitted to be admitted or refused (not bypass), ever
@@ -261,7 +296,7 @@ class Job:
     bypass: bool = False
     aged: bool = False
     due: bool = False  # picked as due by the latency policy's aging
-    released: bool = False  # in service past release_after: no longer counted in the MPL
+    released: bool = False  # beside the MPL: past release_after, or by the short lane
     lane: Any = None  # the _Lane it queues in (its tenant and tier)
     cost: float = 0.0  # the expected service charged to its tenant's DRR deficit
 
@@ -299,6 +334,7 @@ class SchedulerStats:
     shed: int = 0  # oldest queued job shed by make_room
     over_cap: int = 0  # jobs of a new shape put in OTHER: the class cap was reached
     released: int = 0  # jobs that gave their MPL slot back after release_after in service
+    short: int = 0  # jobs admitted beside a full MPL by the short lane
 
 
 class _Mode(Enum):
@@ -349,6 +385,7 @@ class Scheduler:
         # how many of them gave their MPL slot back (``_release_overrun``)
         self._in_service: dict[Hashable, Job] = {}
         self._released = 0
+        self._lane_factor = _lane_factor(self.limits, self.policy)  # (None: no short lane)
         self._seq = 0
         self._now = _NEVER
         self.running = 0  # jobs in service (read-only outside, like queued)
@@ -673,6 +710,7 @@ class Scheduler:
             or limits.queue_timeout is not None
             or (self._due_scale is not None and limits.due_factor is not None)
             or (limits.release_after is not None and limits.mpl is not None)
+            or (self._lane_factor is not None and limits.mpl is not None)
         )
 
     def next_deadline(self) -> float | None:
@@ -698,6 +736,9 @@ class Scheduler:
         release = self._release_at()
         if release is not None:
             times.append(release)
+        lane_at = self._lane_at()
+        if lane_at is not None:
+            times.append(lane_at)
         if not self._multi:
             if self.limits.max_wait is not None:
                 # Once due, aging acts at the next capacity change: no tick can do more.
@@ -739,6 +780,38 @@ class Scheduler:
                 return at if at > self._now else None
         return None
 
+    def _lane_at(self) -> float | None:
+        """When the short lane opens by time alone: a statement in service of a class not
+        measured yet counts as having as long to go as it has run, so it lets more through
+        the longer it runs (one of a measured class only fewer). None when no time will: the
+        lane is off, has no room, the MPL is not full, nothing queued is of a measured class,
+        or a statement of a measured class in service already has too little left."""
+        factor, mpl = self._lane_factor, self.limits.mpl
+        if factor is None or mpl is None or self._multi or self._released >= mpl:
+            return None
+        if self.running - self._bg_running - self._released < mpl:
+            return None
+        classes = self._classes
+        shortest = min(
+            (classes[i].demand for i in self._lane0.nonempty if classes[i].known), default=None
+        )
+        if shortest is None:
+            return None
+        need = factor * shortest
+        now = self._now
+        at = now
+        for job in self._in_service.values():
+            if job.released or job.admitted_at is None:
+                continue
+            st = job.klass
+            if st.known:
+                if st.demand - (now - job.admitted_at) < need:
+                    return None
+            elif job.admitted_at + need > at:
+                at = job.admitted_at + need
+        # (a nanosecond after: at that tick what it ran is past the need, rounding included)
+        return at + 1e-9 if at > now else None
+
     def overloaded(self, now: float) -> bool:
         """Whether adaptive LIFO is on: ``lifo_after`` set and the queue not empty since at
         least that long before ``now`` (see the module docstring)."""
@@ -772,13 +845,38 @@ class Scheduler:
         out, self.timed_out = self.timed_out, []
         return out
 
+    @property
+    def short_lane(self) -> float | None:
+        """The short lane's factor in force (``Limits.short_lane``, else the policy's), or
+        None when there is none."""
+        return self._lane_factor
+
     def set_limits(self, limits: Limits, now: float) -> list[Job]:
         self._advance(now)
-        before = self.limits.release_after
+        before = self._beside_mpl()
         self.limits = limits
-        if limits.release_after is None:
+        self._lane_factor = _lane_factor(limits, self.policy)
+        self._track_service(before)
+        return self._dispatch(now)
+
+    def set_policy(self, policy: str | Policy, now: float) -> list[Job]:
+        self._advance(now)
+        before = self._beside_mpl()
+        self.policy = policy if isinstance(policy, Policy) else policy_by_name(policy)
+        self._lane_factor = _lane_factor(self.limits, self.policy)
+        self._track_service(before)
+        self._compile()
+        return self._dispatch(now)
+
+    def _beside_mpl(self) -> bool:
+        """Whether statements may run beside the MPL (``release_after`` or a short lane): the
+        jobs in service are then kept in the order admitted (``_in_service``)."""
+        return self.limits.release_after is not None or self._lane_factor is not None
+
+    def _track_service(self, before: bool) -> None:
+        if not self._beside_mpl():
             self._in_service.clear()  # (a job released already stays out of the MPL)
-        elif before is None:  # switched on: the statements already in service count too
+        elif not before:  # switched on: the statements already in service count too
             running = [
                 job
                 for job in self._jobs.values()
@@ -786,13 +884,6 @@ class Scheduler:
             ]
             running.sort(key=lambda job: (job.admitted_at, job.seq))
             self._in_service = {job.id: job for job in running}
-        return self._dispatch(now)
-
-    def set_policy(self, policy: str | Policy, now: float) -> list[Job]:
-        self._advance(now)
-        self.policy = policy if isinstance(policy, Policy) else policy_by_name(policy)
-        self._compile()
-        return self._dispatch(now)
 
     def set_workloads(self, config: WorkloadConfig, now: float) -> list[Job]:
         """Serve a new workload config (a reload): tenants take their new weights, tiers of
@@ -858,7 +949,9 @@ class Scheduler:
         self._classes = []
         for i, c in enumerate(model.classes):
             st = by_fp.get(c.fingerprint) or _ClassState(c.fingerprint, c.name, i, c.f)
-            st.index, st.fork, st.memory, st.cost = i, c.f, _memory(c.M), _cost(c.D)
+            st.index, st.fork, st.memory, st.demand = i, c.f, _memory(c.M), c.D
+            st.cost = _cost(c.D)
+            st.known = c.fingerprint in self._base or _measured(c)
             self._classes.append(st)
         self._by_fp = {st.fingerprint: st for st in self._classes}
         self._tasks = [st.tasks for st in self._classes]
@@ -891,7 +984,7 @@ class Scheduler:
     def _add_class_state(
         self, fingerprint: str, name: str, fork: int, memory: int = 0, demand: float = 1.0
     ) -> _ClassState:
-        st = _ClassState(fingerprint, name, len(self._classes), fork, memory, _cost(demand))
+        st = _ClassState(fingerprint, name, len(self._classes), fork, memory, demand)
         self._classes.append(st)
         self._by_fp[fingerprint] = st
         self._tasks.append(0)
@@ -910,6 +1003,7 @@ class Scheduler:
         self._learned += 1
         new = self.model.classes[-1]
         st = self._add_class_state(fingerprint, name or fingerprint, new.f, _memory(new.M), new.D)
+        st.known = False  # (the default profile's D_r, a prior)
         self._compile()
         return st
 
@@ -1291,7 +1385,7 @@ class Scheduler:
             job.memory_held = min(job.memory, memory)
             self._memory_held += job.memory_held
         self.running += 1
-        if self.limits.release_after is not None and not (
+        if (self.limits.release_after is not None or self._lane_factor is not None) and not (
             self._multi and job.lane.tier == _BACKGROUND  # (beside the MPL already)
         ):
             self._in_service[job.id] = job
@@ -1317,7 +1411,17 @@ class Scheduler:
         if not job.bypass:
             self.stats.admitted += 1
         if self._on_event is not None:
-            detail = "bypass" if job.bypass else "aged" if job.aged else "due" if job.due else ""
+            detail = (
+                "bypass"
+                if job.bypass
+                else "aged"
+                if job.aged
+                else "due"
+                if job.due
+                else "short"
+                if job.released
+                else ""
+            )
             self._emit("grant", job, detail)
         if self._on_grant is not None:
             self._on_grant(job, self._tasks)
@@ -1563,35 +1667,92 @@ class Scheduler:
                 deadline = self.next_deadline()
                 self._blocked_until = _FOREVER if deadline is None else deadline
                 break
-            st, lane = job.klass, job.lane
-            i = st.index
-            queue = lane.queues[i]
-            lane.lives[i] -= 1
-            lane.live -= 1
-            st.live -= 1
-            self.queued -= 1
-            if queue[0] is not job:  # the newest, picked under overload
-                queue.pop()
-                self._admit(job, now)
-                granted.append(job)
-                continue
-            queue.popleft()
-            if queue and queue[0].state is _QUEUED:
-                lane.head_seq[i] = queue[0].seq
-            else:
-                self._settle(lane, i)
+            self._take(job)
             self._admit(job, now)
             granted.append(job)
             if not self.queued:
                 break
         if newest:
             self.stats.newest_first += len(granted)
+        if self._lane_factor is not None and mpl is not None and self.queued:
+            self._admit_short(now, mpl, self._lane_factor, granted)
         return granted
+
+    def _take(self, job: Job) -> None:
+        """Take a picked job out of its queue (its class's head, or under overload its newest)."""
+        st, lane = job.klass, job.lane
+        i = st.index
+        queue = lane.queues[i]
+        lane.lives[i] -= 1
+        lane.live -= 1
+        st.live -= 1
+        self.queued -= 1
+        if queue[0] is not job:  # the newest, picked under overload
+            queue.pop()
+            return
+        queue.popleft()
+        if queue and queue[0].state is _QUEUED:
+            lane.head_seq[i] = queue[0].seq
+        else:
+            self._settle(lane, i)
+
+    def _admit_short(self, now: float, mpl: int, factor: float, granted: list[Job]) -> None:
+        """The short lane: with the MPL full, admit beside it the oldest statement of the
+        shortest class whose D_r is at most 1/``factor`` of the least expected remaining time
+        of the statements holding the MPL (their class's D_r minus their time in service; for
+        a class whose D_r is still a prior, their time in service) — while
+        fewer than MPL statements run beside it. Shortest remaining first is what minimizes the
+        mean response time (SRPT); the MPL cannot preempt, so a statement that would wait for a
+        slot much longer than it runs is let in to share the cores instead, and what it costs
+        the statements in service is about its own D_r. Only classes with a measured D_r (not
+        a prior), within the thread and memory budgets, and without tenants (a tenant's MPL
+        and DRR share decide there). O(in service + K) per admission."""
+        if self._multi or self.running - self._bg_running - self._released < mpl:
+            return  # (not the MPL that holds the queue back)
+        remaining = _FOREVER
+        for job in self._in_service.values():
+            if not job.released and job.admitted_at is not None:
+                ran = now - job.admitted_at
+                # what it has left: its class's D_r less what it ran; for a class not measured
+                # yet (its D_r a prior), as long as it has run — the only evidence there is
+                left = job.klass.demand - ran if job.klass.known else ran
+                if left < remaining:
+                    remaining = left
+        limit = remaining / factor
+        lane = self._lane0
+        while self._released < mpl and self.queued and limit > 0:
+            best: Job | None = None
+            for i in lane.nonempty:
+                head = lane.queues[i][0]
+                st = head.klass
+                if not st.known or st.demand > limit:
+                    continue
+                if best is None or (st.demand, head.seq) < (best.klass.demand, best.seq):
+                    best = head
+            if best is None or not self._fits(best):
+                return
+            self._take(best)
+            best.released = True
+            self._released += 1
+            self.stats.short += 1
+            self._admit(best, now)
+            granted.append(best)
 
 
 def _cost(demand: float | None) -> float:
     """A class's expected service for DRR (s): its D_r, at least a millisecond."""
     return max(1e-3, float(demand or 0.0))
+
+
+def _lane_factor(limits: Limits, policy: Policy) -> float | None:
+    """The short lane's factor: the limits' (0: none), else the policy's own."""
+    factor = policy.short_lane if limits.short_lane is None else limits.short_lane
+    return factor or None
+
+
+def _measured(c: ClassProfile) -> bool:
+    """Whether a class's D_r was measured, in training or live (not a prior)."""
+    return c.live > 0 or c.D_trained is not None or c.D_runs > 0 or c.count > 0
 
 
 def _memory(m: float | None) -> int:

@@ -181,6 +181,7 @@ def limits(
     lifo_after: float | None = None,
     memory: int | None = None,
     release_after: float | None = None,
+    short_lane: float | None = None,
 ) -> Limits:
     """The admission limits the options of serve and bench describe (0 means unlimited; a
     due factor of 0 turns the latency policy's aging off, None keeps its default)."""
@@ -194,6 +195,7 @@ def limits(
         due_factor=DUE_FACTOR if due_factor is None else (due_factor or None),
         lifo_after=resolve_lifo_after(lifo_after, queue_timeout),
         release_after=release_after or None,
+        short_lane=short_lane,
     )
 
 
@@ -436,6 +438,20 @@ ReleaseAfterOption = Annotated[
         "once: a few long statements cannot hold every slot while short ones wait behind "
         "them. In service there are then at most 2 × MPL statements. Default: never (0).",
         envvar=env("release_after"),
+        min=0,
+    ),
+]
+ShortLaneOption = Annotated[
+    float | None,
+    typer.Option(
+        help="The short lane: with the MPL full, a statement whose class's D_r is at most "
+        "1/FACTOR of the least expected remaining time of the statements in service (their "
+        "D_r minus the time they have run) is admitted beside the MPL, at most MPL of them at "
+        "once — a statement of a millisecond does not wait for a slot that frees in a second. "
+        "Only classes whose D_r was measured (trained, or learned live) take it. "
+        "Default: the policy's own — 8 for latency (the default with --model), none for the "
+        "others; 0: none.",
+        envvar=env("short_lane"),
         min=0,
     ),
 ]

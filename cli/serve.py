@@ -8,6 +8,7 @@ workload.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
@@ -32,6 +33,7 @@ from cli.options import (
     MemoryOption,
     QueueTimeoutOption,
     ReleaseAfterOption,
+    ShortLaneOption,
     ThreadsOption,
     env,
     fail,
@@ -95,8 +97,9 @@ def serve(
         str | None,
         typer.Option(
             help=f"Admission policy: {', '.join(POLICIES)}. Default: {RECOMMENDED_POLICY} with "
-            "--model (shortest expected first, aged in units of expected time: what the "
-            "benchmarks with open arrivals recommend), fcfs without.",
+            "--model (shortest expected first, aged in units of expected time, far shorter "
+            "statements beside a full MPL: what the benchmarks with open arrivals recommend), "
+            "fcfs without.",
             envvar=env("policy"),
         ),
     ] = None,
@@ -201,6 +204,7 @@ def serve(
     due_factor: DueFactorOption = None,
     lifo_after: LifoAfterOption = None,
     release_after: ReleaseAfterOption = None,
+    short_lane: ShortLaneOption = None,
     max_queue: Annotated[
         int,
         typer.Option(
@@ -474,29 +478,38 @@ def serve(
             lifo_after,
             memory_budget,
             release_after,
+            short_lane,
         )
-        if admission_limits.release_after is not None:
+        for flag, value in (
+            ("--release-after", admission_limits.release_after),
+            ("--short-lane", admission_limits.short_lane),
+        ):
+            if not value:
+                continue
             if grant is not None:
                 raise ValueError(
-                    "--release-after with --grant-work-mem is not supported: each statement's "
-                    "work_mem is the grant over the MPL, and released statements keep theirs"
+                    f"{flag} with --grant-work-mem is not supported: each statement's "
+                    "work_mem is the grant over the MPL, and statements beside it have none"
                 )
             if coordinator is not None:
                 raise ValueError(
-                    "--release-after with --coordinator is not supported: a released statement "
-                    "would still hold its unit of the global budget"
+                    f"{flag} with --coordinator is not supported: a statement beside the MPL "
+                    "would run outside the global budget"
                 )
             if pool_mode == "transaction":
                 raise ValueError(
-                    "--release-after with --pool-mode transaction is not supported: a released "
-                    "statement keeps its server connection, so the statement admitted in its "
-                    "place would wait for one outside the admission queue"
+                    f"{flag} with --pool-mode transaction is not supported: a statement beside "
+                    "the MPL needs a server connection the pool (the MPL) does not have"
                 )
             if admission_limits.mpl is None:
                 raise ValueError(
-                    "--release-after gives a statement's MPL slot to the queue: it needs an "
-                    "MPL (--mpl N, or a model's)"
+                    f"{flag} lets statements run beside the MPL: it needs an MPL (--mpl N, or "
+                    "a model's)"
                 )
+        if admission_limits.short_lane is None and (
+            grant is not None or coordinator is not None or pool_mode == "transaction"
+        ):  # (the latency policy's own lane: not where nothing can run beside the MPL)
+            admission_limits = dataclasses.replace(admission_limits, short_lane=0)
         prepare, dataset = _tpch(tpch)
         pool = _pool(
             pool_mode,

@@ -31,6 +31,7 @@ from cli.options import (
     OutputFormat,
     QueueTimeoutOption,
     ReleaseAfterOption,
+    ShortLaneOption,
     env,
     err,
     fail,
@@ -157,6 +158,7 @@ def simulate(
     due_factor: DueFactorOption = None,
     lifo_after: LifoAfterOption = None,
     release_after: ReleaseAfterOption = None,
+    short_lane: ShortLaneOption = None,
     model: Annotated[
         Path | None,
         typer.Option(
@@ -252,6 +254,7 @@ def simulate(
             due_factor=DUE_FACTOR if due_factor is None else (due_factor or None),
             lifo_after=resolve_lifo_after(lifo_after, queue_timeout),
             release_after=release_after or None,
+            short_lane=short_lane,
             completions=completions,
             warmup=warmup,
             **_tenants(workload_classes, tenants, len(shares)),

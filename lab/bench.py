@@ -52,7 +52,7 @@ import psycopg
 from admission.classify import classify_sql
 from admission.model import EtaModel
 from admission.policies import POLICIES
-from admission.scheduler import Limits
+from admission.scheduler import SHORT_LANE, Limits
 from admission.sim.study import Estimate, PolicySummary, ccdf
 from lab.target import open_target
 from lab.train import train
@@ -111,6 +111,11 @@ AUTO = "auto"  # POLICY@auto: the MPL tuned while it runs
 # two due factors are compared side by side in one interleaved bench
 DUE = "+due="
 _DUE_SUFFIX = re.compile(r"\+due=([0-9]+(?:\.[0-9]*)?)$")
+# … admit statements far shorter than those in service beside a full MPL (``+lane``: by
+# SHORT_LANE; ``+lane=8``: 8 times shorter than the least expected remaining time in service;
+# ``+lane=0``: no lane, also for the latency policy, whose own it is)
+LANE = "+lane"
+_LANE_SUFFIX = re.compile(r"\+lane(?:=([0-9]+(?:\.[0-9]*)?))?$")
 
 
 def _suffixes(spec: str) -> tuple[str, set[str]]:
@@ -123,6 +128,11 @@ def _suffixes(spec: str) -> tuple[str, set[str]]:
         if due is not None and not any(f.startswith(DUE) for f in found):
             found.add(due.group(0))
             spec = spec[: due.start()].rstrip()
+            continue
+        lane = _LANE_SUFFIX.search(spec)
+        if lane is not None and not any(f.startswith(LANE) for f in found):
+            found.add(lane.group(0))
+            spec = spec[: lane.start()].rstrip()
             continue
         for suffix in (LEARN, MEMORY, GRANT, RELEASE, AGAIN):
             if spec.endswith(suffix) and suffix not in found:
@@ -141,6 +151,16 @@ def due_factor(spec: str) -> float | None:
     for suffix in _suffixes(spec)[1]:
         if suffix.startswith(DUE):
             return float(suffix[len(DUE) :])
+    return None
+
+
+def short_lane(spec: str) -> float | None:
+    """The short lane ``spec`` sets (``latency@2+lane`` → SHORT_LANE; ``+lane=8`` → 8.0;
+    ``+lane=0`` → 0.0, none), or None when it sets none (the policy's own applies)."""
+    for suffix in _suffixes(spec)[1]:
+        if suffix.startswith(LANE):
+            value = suffix[len(LANE) + 1 :]
+            return float(value) if value else SHORT_LANE
     return None
 
 
@@ -186,6 +206,7 @@ def baseline(spec: str) -> bool:
         parse_policy(spec)[0] in BASELINES
         and not budgeted(spec)
         and not releases(spec)
+        and short_lane(spec) is None
         and not control(spec)
     )
 
@@ -204,14 +225,18 @@ def tunes_mpl(spec: str) -> bool:
 def parse_policy(spec: str) -> tuple[str, int | None]:
     """``POLICY`` or ``POLICY@MPL`` (``fcfs@2``: FCFS at MPL 2; ``fcfs@auto``: tuned, see
     ``tunes_mpl``, the MPL returned is None); "none" takes no MPL. The suffixes ``+learn``
-    (see ``learns``), ``+mem`` (``memory_aware``), ``+grant`` (``grants``) and ``+release``
-    (``releases``) are allowed on any but none; ``+again`` (``control``) on any;
+    (see ``learns``), ``+mem`` (``memory_aware``), ``+grant`` (``grants``), ``+release``
+    (``releases``) and ``+lane`` (``short_lane``) are allowed on any but none; ``+again``
+    (``control``) on any;
     ``+due=X`` (``due_factor``) on latency."""
     spec, suffixes = _suffixes(spec)
     if suffixes - {AGAIN} and spec.partition("@")[0] == "none":
         raise ValueError("none is no admission control: it has no model to learn or budget")
     if any(s.startswith(DUE) for s in suffixes) and spec.partition("@")[0] != "latency":
         raise ValueError(f"{spec!r}: +due= sets the latency policy's aging; no other policy has it")
+    for s in suffixes:
+        if s.startswith(LANE + "=") and 0 < float(s[len(LANE) + 1 :]) < 1:
+            raise ValueError(f"{spec!r}: +lane=X takes a factor of at least 1 (+lane=4; 0: none)")
     name, at, mpl = spec.partition("@")
     if name != "none" and name not in POLICIES:
         choices = ", ".join(("none", *POLICIES))
@@ -284,6 +309,8 @@ class BenchConfig:
                 raise ValueError(f"{spec}: +grant needs --grant-work-mem SIZE")
             if releases(spec) and (self.pool_size is not None or grants(spec)):
                 raise ValueError(f"{spec}: +release is not supported with --pool-size or +grant")
+            if short_lane(spec) and (self.pool_size is not None or grants(spec)):
+                raise ValueError(f"{spec}: +lane is not supported with --pool-size or +grant")
         if len(set(self.policies)) != len(self.policies):
             raise ValueError("a policy is listed twice (SETTING+again runs one a second time)")
         for spec in self.policies:
@@ -496,6 +523,11 @@ def _limits(config: BenchConfig, policy: str, memory: int | None = None) -> Limi
     due = due_factor(policy)
     if due is not None:
         limits = dataclasses.replace(limits, due_factor=due or None)
+    lane = short_lane(policy)
+    if lane is None and (config.pool_size is not None or grants(policy)):
+        lane = 0.0  # (beside the MPL there is no server connection of the pool, no grant)
+    if lane is not None:
+        limits = dataclasses.replace(limits, short_lane=lane)
     return limits
 
 

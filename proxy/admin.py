@@ -21,6 +21,7 @@ It listens on loopback by default; bound to any other address it requires a bear
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import secrets
 from bisect import bisect_left
@@ -249,7 +250,7 @@ class AdminMetrics:
             ("admission_queued", "Statements waiting", s.queued if s else 0),
             (
                 "admission_released_in_service",
-                "Statements in service that gave their MPL slot to the queue (release_after)",
+                "Statements in service beside the MPL (release_after, short_lane)",
                 s.released_in_service if s else 0,
             ),
             (
@@ -410,6 +411,8 @@ class LimitsChange(BaseModel):
     due_factor: float | None = Field(default=None, ge=0)  # 0: the latency policy never ages
     lifo_after: float | None = Field(default=None, ge=0)  # 0 or null: never newest-first
     release_after: float | None = Field(default=None, ge=0)  # 0 or null: slots never given back
+    # 0: no short lane; null: the policy's own (the latency policy's); left out: unchanged
+    short_lane: float | None = Field(default=None, ge=0)
 
 
 def create_app(
@@ -460,6 +463,7 @@ def _limits_json(limits: Limits) -> dict[str, Any]:
         "due_factor": limits.due_factor,
         "lifo_after": limits.lifo_after,
         "release_after": limits.release_after,
+        "short_lane": limits.short_lane,
     }
 
 
@@ -524,10 +528,12 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         "timed_out": gate.stats.timed_out,
         "cancelled": gate.stats.cancelled,
         "aged": scheduler.stats.aged,
-        # statements in service that gave their MPL slot to the queue (release_after), now
-        # and since the start
+        # statements in service beside the MPL (release_after, short_lane) now; and since the
+        # start, those that gave their MPL slot to the queue and those the short lane admitted
         "released_in_service": scheduler.released_in_service,
         "released": scheduler.stats.released,
+        "short_lane_admitted": scheduler.stats.short,
+        "short_lane_in_force": scheduler.short_lane,  # (the limits', else the policy's; null: none)
         "learning": None
         if learning is None
         else {
@@ -758,14 +764,16 @@ def _add_controls(
             limits = Limits(**current)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
-        if limits.release_after is not None and (
-            gate.coordinator is not None or gate.pools is not None or gate.work_mem_grant
-        ):
+        apart = gate.coordinator is not None or gate.pools is not None or gate.work_mem_grant
+        if apart and limits.short_lane is None:  # (no lane of the policy's own there)
+            limits = dataclasses.replace(limits, short_lane=0)
+        if apart and (limits.release_after is not None or limits.short_lane):
+            key = "release_after" if limits.release_after is not None else "short_lane"
             raise HTTPException(
                 409,
-                "release_after is not supported with a coordinator, transaction pooling or "
-                "work_mem grants: a released statement keeps its unit of the global budget, its "
-                "server connection or its share of the grant",
+                f"{key} is not supported with a coordinator, transaction pooling or work_mem "
+                "grants: a statement beside the MPL would run outside the global budget, "
+                "without a server connection of the pool or without a share of the grant",
             )
         if limits.lifo_after is not None and limits.queue_timeout is None:
             raise HTTPException(

@@ -336,12 +336,14 @@ class AdmissionGate:
         # out and no deadline can move. Never calm with workload classes: a release there can
         # make a deadline out of nothing (the DRR hold's end, background's start once the
         # foreground goes idle), which only ``_after`` arms. Nor while statements wait under
-        # release_after: a released statement ending makes room for another release, whose
+        # release_after or a short lane: a statement beside the MPL ending makes room for
+        # another release, or for the lane to open once a statement runs long enough, whose
         # deadline only ``_after`` arms.
+        s = self.scheduler
         calm = (
             self._timer is None
-            and self.scheduler.workloads is None
-            and not (limits.release_after is not None and self.scheduler.queued)
+            and s.workloads is None
+            and not ((limits.release_after is not None or s.short_lane is not None) and s.queued)
         )
         self._calm = limits if calm else None
         self._open_lane()

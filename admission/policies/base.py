@@ -38,6 +38,8 @@ class Policy:
     symbol: str  # the thesis' notation
     summary: str
     build: Callable[[EtaModel], Priority]
+    # the short lane it runs with unless the limits say otherwise (``Limits.short_lane``)
+    short_lane: float | None = None
 
 
 def overlap_groups(

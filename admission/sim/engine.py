@@ -63,6 +63,7 @@ class SimConfig:
     due_factor: float | None = DUE_FACTOR  # latency policy: due after due_factor × D_r
     lifo_after: float | None = None  # adaptive LIFO under overload (see Limits)
     release_after: float | None = None  # a job in service this long leaves the MPL (see Limits)
+    short_lane: float | None = None  # the short lane (Limits): None the policy's own, 0 none
     routing: str = "random"
     service: str = "deterministic"
     class_per_cycle: bool = False
@@ -105,6 +106,7 @@ class SimConfig:
             due_factor=self.due_factor,
             lifo_after=self.lifo_after,
             release_after=self.release_after,
+            short_lane=self.short_lane,
         )
 
 

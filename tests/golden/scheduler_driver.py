@@ -163,6 +163,7 @@ class Driver:
             queue_timeout=_num(kv.get("timeout")),
             due_factor=_num(kv["due"]) if "due" in kv else DUE_FACTOR,
             release_after=_num(kv.get("release")),
+            short_lane=_num(kv.get("lane")),
         )
 
     # -- commands --------------------------------------------------------------------------

@@ -71,6 +71,17 @@ def test_policy_and_limits_change_at_run_time(make_proxy: MakeProxy) -> None:
     assert proxy.scheduler.limits.release_after == 1.5
     release = httpx.put(f"{proxy.admin_url}/limits", json={"release_after": 0}).json()
     assert release["limits"]["release_after"] is None
+    lane = httpx.put(f"{proxy.admin_url}/limits", json={"short_lane": 4}).json()
+    assert lane["limits"]["short_lane"] == 4 and lane["short_lane_admitted"] == 0
+    assert lane["short_lane_in_force"] == 4
+    assert proxy.scheduler.limits.short_lane == 4
+    narrow = httpx.put(f"{proxy.admin_url}/limits", json={"short_lane": 0.5})
+    assert narrow.status_code == 422 and "short_lane" in narrow.json()["detail"]
+    lane = httpx.put(f"{proxy.admin_url}/limits", json={"short_lane": 0}).json()
+    assert lane["limits"]["short_lane"] == 0 and lane["short_lane_in_force"] is None
+    lane = httpx.put(f"{proxy.admin_url}/limits", json={"short_lane": None}).json()
+    assert lane["limits"]["short_lane"] is None  # the policy's own
+    assert lane["short_lane_in_force"] == proxy.scheduler.policy.short_lane
     memory = httpx.put(f"{proxy.admin_url}/limits", json={"memory": 2**30}).json()
     assert memory["limits"]["memory"] == 2**30 and proxy.scheduler.limits.memory == 2**30
     assert memory["memory_in_use"] == 0

@@ -297,6 +297,19 @@ def test_classify_from_arguments_and_stdin() -> None:
         ),
         (["--release-after", "-1"], "--release-after"),
         (["--release-after", "1"], "it needs an MPL"),
+        (["--short-lane", "4"], "--short-lane lets statements run beside the MPL"),
+        (["--mpl", "2", "--short-lane", "0.5"], "short_lane"),
+        (
+            [
+                "--backend",
+                "postgresql://127.0.0.1:1",
+                "--pool-mode",
+                "transaction",
+                "--short-lane",
+                "4",
+            ],
+            "--short-lane with --pool-mode transaction is not supported",
+        ),
         (
             [
                 "--backend",

@@ -42,7 +42,7 @@ def test_the_priority_is_septs_order_with_each_class_d_as_its_aging_unit() -> No
 
 def test_tied_classes_go_in_arrival_order() -> None:
     model = _model(("A", 1.0, 0.8, 1.3), ("B", 1.2, 1.0, 1.5), ("C", 5.0, 4.0, 6.0))
-    s = Scheduler(model, "latency", Limits(mpl=1, due_factor=None))
+    s = Scheduler(model, "latency", Limits(short_lane=0, mpl=1, due_factor=None))
     s.submit("c0", "C", 0.0)
     s.submit("c1", "C", 0.1)
     s.submit("b1", "B", 0.2)
@@ -54,7 +54,7 @@ def test_tied_classes_go_in_arrival_order() -> None:
 
 def test_a_due_job_goes_first_and_due_jobs_go_by_wait_over_d() -> None:
     events: list[Event] = []
-    s = Scheduler(SHORT_LONG, "latency", Limits(mpl=1, due_factor=2), events.append)
+    s = Scheduler(SHORT_LONG, "latency", Limits(short_lane=0, mpl=1, due_factor=2), events.append)
     assert _granted(s.submit("s0", "S", 0.0)) == ["s0"]
     s.submit("l1", "L", 0.0)  # due at 0 + 2·10 = 20
     assert s.next_deadline() == 20.0
@@ -77,7 +77,7 @@ def test_a_due_job_goes_first_and_due_jobs_go_by_wait_over_d() -> None:
 
 
 def test_next_deadline_names_the_next_head_to_become_due_and_never_the_past() -> None:
-    s = Scheduler(SHORT_LONG, "latency", Limits(mpl=1, due_factor=3, max_wait=100))
+    s = Scheduler(SHORT_LONG, "latency", Limits(short_lane=0, mpl=1, due_factor=3, max_wait=100))
     s.submit("s0", "S", 0.0)
     s.submit("l1", "L", 0.0)
     assert s.next_deadline() == 30.0  # before max_wait's 100
@@ -85,11 +85,13 @@ def test_next_deadline_names_the_next_head_to_become_due_and_never_the_past() ->
     assert s.next_deadline() == 8.0
     assert s.tick(9.0) == [] and s.next_deadline() == 30.0  # s1 is due; the MPL is full
     assert s.tick(31.0) == [] and s.next_deadline() == 100.0  # both due: max_wait remains
-    off = Scheduler(SHORT_LONG, "latency", Limits(mpl=1, due_factor=None))
+    off = Scheduler(SHORT_LONG, "latency", Limits(short_lane=0, mpl=1, due_factor=None))
     off.submit("s0", "S", 0.0)
     off.submit("l1", "L", 0.0)
     assert not off.timed and off.next_deadline() is None  # SEPT, no timers needed
-    assert not Scheduler(SHORT_LONG, "sept", Limits(mpl=1)).timed  # the rule is the policy's
+    assert not Scheduler(
+        SHORT_LONG, "sept", Limits(short_lane=0, mpl=1)
+    ).timed  # the rule is the policy's
 
 
 def test_a_due_job_is_admitted_by_a_tick_while_the_shorter_pick_waits_for_threads() -> None:
@@ -100,7 +102,7 @@ def test_a_due_job_is_admitted_by_a_tick_while_the_shorter_pick_waits_for_thread
             ClassProfile(fingerprint="L", name="L", D=8.0, f=1),
         )
     )
-    s = Scheduler(model, "latency", Limits(mpl=2, threads=5, due_factor=2))
+    s = Scheduler(model, "latency", Limits(short_lane=0, mpl=2, threads=5, due_factor=2))
     assert _granted(s.submit("s0", "S", 0.0)) == ["s0"]  # 4 of 5 threads
     assert _granted(s.submit("l0", "L", 0.0)) == ["l0"]  # the MPL is full
     s.submit("l1", "L", 0.0)  # due at 16
@@ -114,7 +116,7 @@ def test_continuous_short_work_cannot_starve_the_long_class() -> None:
     """At MPL 1 a short job is always waiting when one finishes: SEPT never admits the long
     one; latency admits it once due, within one short service of k·D_L."""
     for policy, k in (("sept", None), ("latency", 3.0)):
-        s = Scheduler(SHORT_LONG, policy, Limits(mpl=1, due_factor=k))
+        s = Scheduler(SHORT_LONG, policy, Limits(short_lane=0, mpl=1, due_factor=k))
         now = 0.0
         s.submit("s0", "S", now)
         s.submit("long", "L", now)
@@ -172,7 +174,7 @@ def test_no_job_passes_a_due_one_except_a_due_one_with_a_larger_ratio(
             assert t >= granted.arrival + k * D[granted.class_name], "passed a due job"
             assert all(ratio >= (t - j.arrival) / D[j.class_name] for j in due)
 
-    s = box["s"] = Scheduler(THREE, "latency", Limits(mpl=mpl, due_factor=k), check)
+    s = box["s"] = Scheduler(THREE, "latency", Limits(short_lane=0, mpl=mpl, due_factor=k), check)
     running: list[str] = []
     for i, ((op, cls), gap) in enumerate(zip(ops, gaps, strict=False)):
         now[0] += gap

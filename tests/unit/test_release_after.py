@@ -27,7 +27,9 @@ def _ids(jobs: list) -> list:  # type: ignore[type-arg]
 
 
 def test_long_statements_give_their_slots_to_waiting_short_ones() -> None:
-    s = Scheduler(_model(), "latency", Limits(mpl=2, release_after=1.0, due_factor=None))
+    s = Scheduler(
+        _model(), "latency", Limits(mpl=2, release_after=1.0, due_factor=None, short_lane=0)
+    )
     assert _ids(s.submit("L1", "long", 0.0)) == ["L1"]
     assert _ids(s.submit("L2", "long", 0.2)) == ["L2"]
     assert s.submit("s1", "short", 0.5) == []  # both slots held
@@ -125,7 +127,9 @@ def test_the_gate_arms_its_timer_for_the_release() -> None:
             raise AssertionError(message)
 
     async def run() -> None:
-        limits = Limits(mpl=1, release_after=0.15, due_factor=None)  # (no other timer)
+        limits = Limits(
+            mpl=1, release_after=0.15, due_factor=None, short_lane=0
+        )  # (no other timer)
         gate = AdmissionGate(Scheduler(_model(), "latency", limits))
         long, short = QueryClass("long", "long"), QueryClass("short", "short")
         loop = asyncio.get_running_loop()

@@ -41,6 +41,7 @@ limits_strategy = st.builds(
     due_factor=st.one_of(st.none(), st.floats(0, 30)),
     lifo_after=st.one_of(st.none(), st.floats(0, 4)),
     release_after=st.one_of(st.none(), st.floats(0.1, 4)),
+    short_lane=st.one_of(st.none(), st.floats(1, 8)),
 )
 
 
@@ -65,9 +66,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             if e.detail != "bypass":
                 assert job in self.queued, f"job {job} admitted without being queued"
                 self.queued.discard(job)
+                if e.detail == "short":
+                    self.short_lane_grant(job)
                 # the granter admits only what fits, bypass work and lowered limits included
                 lim = self.s.limits
-                if lim.mpl is not None:
+                if lim.mpl is not None and e.detail != "short":  # (the lane: beside the MPL)
                     counted = self.s.in_service - self.s.released_in_service
                     assert counted <= lim.mpl, "MPL exceeded by a grant"
                 if lim.threads is not None:
@@ -95,6 +98,28 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert job in self.queued, f"job {job} withdrawn but not queued"
             self.queued.discard(job)
             self.ended.add(job)
+
+    def short_lane_grant(self, job: int) -> None:
+        """A grant beside a full MPL: with the lane on, of a class with a measured D_r, at most
+        1/short_lane of the least expected remaining time of those holding the MPL."""
+        lim, s = self.s.limits, self.s
+        assert lim.short_lane is not None and lim.mpl is not None, "a short grant without a lane"
+        job_ = s.job(job)
+        assert job_ is not None and job_.klass.known, "a class never measured took the lane"
+        counted = [
+            j
+            for j in (s.job(i) for i in self.running)
+            if j is not None and not j.released and j.admitted_at is not None
+        ]
+        assert len(counted) >= lim.mpl, "the lane admitted beside an MPL that was not full"
+        least = min(
+            (j.klass.demand if j.klass.known else 2 * (self.now - j.admitted_at))  # type: ignore[operator]
+            - (self.now - j.admitted_at)  # type: ignore[operator]
+            for j in counted
+        )
+        assert job_.klass.demand * lim.short_lane <= least * (1 + 1e-9), "not short enough"
+        self.released.add(job)
+        assert len(self.released) <= lim.mpl, "more beside the MPL than the MPL"
 
     @rule(
         cls=st.sampled_from((*CLASSES, "NEW1", "NEW2")),
