@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import csv
 import random
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.coordinator import ADMISSION
+from benchmarks.unseen_mix import bench_on_trace
 from workloads.tpch.queries import random_query
 
 __all__ = ["REPORT", "main", "write_trace"]
@@ -70,25 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = Path(work) / "trace.csv"
         shorts, reports = write_trace(trace, args.rate, args.duration, args.seed)
         print(f"{shorts} short statements at {args.rate:g}/s and {reports} reports", flush=True)
-        command = [
-            ADMISSION,
-            "bench",
-            "--mix",
-            ",".join(str(q) for q in SHORT),
-            "--tpch",
-            str(args.tpch),
-            "--arrivals",
-            "trace",
-            "--trace",
-            str(trace),
-            "--duration",
-            str(args.duration),
-            "--repetitions",
-            str(args.repetitions),
-            "--policies",
-            args.policies,
-        ]
-        return subprocess.run(command, check=False).returncode
+        return bench_on_trace(trace, ",".join(str(q) for q in SHORT), args)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from benchmarks.coordinator import ADMISSION
 
-__all__ = ["SHAPES", "main", "write_trace"]
+__all__ = ["SHAPES", "bench_on_trace", "main", "write_trace"]
 
 
 def _point(rng: random.Random) -> str:
@@ -105,6 +105,30 @@ def write_trace(path: Path, rate: float, seconds: float, seed: int) -> int:
     return rows
 
 
+def bench_on_trace(trace: Path, mix: str, args: argparse.Namespace) -> int:
+    """Replay ``trace`` through ``admission bench --arrivals trace`` (``args``: tpch, duration,
+    repetitions, policies); ``mix`` names the TPC-H queries of the bench's quick model."""
+    command = [
+        ADMISSION,
+        "bench",
+        "--mix",
+        mix,
+        "--tpch",
+        str(args.tpch),
+        "--arrivals",
+        "trace",
+        "--trace",
+        str(trace),
+        "--duration",
+        str(args.duration),
+        "--repetitions",
+        str(args.repetitions),
+        "--policies",
+        args.policies,
+    ]
+    return subprocess.run(command, check=False).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=80.0, help="statements per second")
@@ -118,25 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = Path(work) / "trace.csv"
         rows = write_trace(trace, args.rate, args.duration + 10, args.seed)
         print(f"{rows} statements at {args.rate:g}/s over {args.duration + 10:g} s", flush=True)
-        command = [
-            ADMISSION,
-            "bench",
-            "--mix",
-            "6",
-            "--tpch",
-            str(args.tpch),
-            "--arrivals",
-            "trace",
-            "--trace",
-            str(trace),
-            "--duration",
-            str(args.duration),
-            "--repetitions",
-            str(args.repetitions),
-            "--policies",
-            args.policies,
-        ]
-        return subprocess.run(command, check=False).returncode
+        return bench_on_trace(trace, "6", args)
 
 
 if __name__ == "__main__":
