@@ -1,4 +1,4 @@
-"""``admission bench`` for real on the embedded DuckDB: the JSON the issue specifies, figures,
+"""``admission bench`` for real on the embedded DuckDB: the JSON it is specified to write, figures,
 the table, and a quick model trained when none is given."""
 
 from __future__ import annotations
