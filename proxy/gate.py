@@ -1,6 +1,6 @@
 """The admission gate: the pure ``Scheduler`` on an asyncio event loop.
 
-The gate passes the loop's clock to the scheduler, arms a timer at the scheduler's next deadline
+The gate passes the monotonic clock to the scheduler, arms a timer at the scheduler's next deadline
 (aging, queue timeouts), bounds the queue (a full queue answers at once instead of growing), and
 turns grants into callbacks. Callbacks are delivered one at a time from a FIFO, never nested: a
 callback that releases a job (and so admits others) only appends to the FIFO.
@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import itertools
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from admission.workloads import WorkloadConfig
 from proxy.wire import protocol as pg
 
 __all__ = ["AdmissionClient", "AdmissionGate", "GateStats"]
+
+TIMER_SLACK = 0.001  # s: a deadline's timer fires this much after it (see ``_arm_timer``)
 
 
 class AdmissionClient(Protocol):
@@ -93,10 +96,13 @@ class AdmissionGate:
         self._delivering = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        # The scheduler's clock: the monotonic clock itself, not the loop's. uvloop's
+        # ``loop.time()`` counts whole milliseconds and is read once per loop iteration, so a
+        # statement of 0.3 ms measured 0 or 1 ms and every D_r learned was a multiple of 1 ms.
+        self._clock: Callable[[], float] = time.monotonic
+        # the loop the timer is armed on (get_running_loop() checks the pid, a system call,
+        # every time: looked up once)
         self._loop: asyncio.AbstractEventLoop | None = None
-        # the loop's clock; get_running_loop() checks the pid (a system call) every time, so
-        # the first call looks the loop up and puts its clock here
-        self._clock: Callable[[], float] = self._first_clock
         # The scheduler's limits while the gate is calm — no timer armed (aging and queue
         # timeouts arm one only while a queued statement has a deadline) — else None. Calm, a
         # grant to the job just submitted and a release that admits nothing have nothing more
@@ -115,11 +121,6 @@ class AdmissionGate:
 
     @property
     def now(self) -> float:
-        return self._clock()
-
-    def _first_clock(self) -> float:
-        self._loop = asyncio.get_running_loop()
-        self._clock = self._loop.time
         return self._clock()
 
     def new_job(self) -> int:
@@ -328,9 +329,14 @@ class AdmissionGate:
                     self._timer = None
                 self._timer_at = deadline
                 if deadline is not None:
-                    self.now  # noqa: B018 - makes sure the loop is known
-                    assert self._loop is not None
-                    self._timer = self._loop.call_at(deadline, self._on_timer)
+                    loop = self._loop
+                    if loop is None:
+                        loop = self._loop = asyncio.get_running_loop()
+                    # (in the loop's time, which may count whole milliseconds from the start
+                    # of its iteration: a millisecond later, so that it never fires before the
+                    # deadline; one that still did would find nothing due and arm again)
+                    delay = max(deadline - self._clock(), 0.0) + TIMER_SLACK
+                    self._timer = loop.call_later(delay, self._on_timer)
         # No timer armed: no queued statement has a deadline (one that had would have armed
         # it), so until a statement is queued — which takes the long way — nothing can time
         # out and no deadline can move. Never calm with workload classes: a release there can

@@ -4,9 +4,15 @@ on PostgreSQL and on the embedded DuckDB; and ``admission serve`` saves what it 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import socket
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,16 +101,10 @@ def test_embedded_follows_a_class_that_grows_five_times() -> None:
         e.close()
 
 
-def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
-    """``admission serve --model FILE`` where FILE does not exist yet: it serves, learns the
-    classes it sees, and writes them to FILE on shutdown."""
-    import os
-    import signal
-    import socket
-    import subprocess
-    import sys
-
-    path = tmp_path / "learned.json"
+@contextlib.contextmanager
+def _serve(path: Path) -> Iterator[tuple[subprocess.Popen[str], psycopg.Connection[Any]]]:
+    """``admission serve`` (the real command, on uvloop) learning into ``path`` with the latency
+    policy at MPL 2, and a client connection to it; stopped with SIGINT on the way out."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -138,19 +138,50 @@ def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
                     pytest.fail(f"serve did not start: {proc.stdout.read() if proc.stdout else ''}")
                 time.sleep(0.2)
         with conn:
-            for _ in range(12):
-                conn.execute("select sum(i) from range(200000) t(i)")
-                conn.execute("select 1 + 1")
-        time.sleep(2.5)  # one look at the estimates (every 2 s)
-        assert not path.exists()  # saved every few minutes and on shutdown, not at once
+            yield proc, conn
     finally:
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=30)[0]
     assert proc.returncode == 0, out
+
+
+def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
+    """``admission serve --model FILE`` where FILE does not exist yet: it serves, learns the
+    classes it sees, and writes them to FILE on shutdown."""
+    path = tmp_path / "learned.json"
+    with _serve(path) as (_, conn):
+        for _ in range(12):
+            conn.execute("select sum(i) from range(200000) t(i)")
+            conn.execute("select 1 + 1")
+        time.sleep(2.5)  # one look at the estimates (every 2 s)
+        assert not path.exists()  # saved every few minutes and on shutdown, not at once
     model = EtaModel.load(path)
     live = [c for c in model.classes if c.live]
-    assert len(live) == 2, out
+    assert len(live) == 2
     assert os.path.getsize(path) > 0
+
+
+def test_serve_times_statements_shorter_than_a_millisecond(tmp_path: Any) -> None:
+    """The D_r ``admission serve`` learns for a statement that takes a fraction of a millisecond
+    is that fraction: above zero, below what its client measures around it, and not a
+    multiple of half a millisecond (the event loop's clock, which uvloop keeps in whole
+    milliseconds read once per iteration, made each statement's time 0 or 1 ms)."""
+    path = tmp_path / "learned.json"
+    seen: list[float] = []
+    with _serve(path) as (_, conn):
+        for _ in range(64):
+            start = time.perf_counter()
+            conn.execute("select 1 + 1").fetchall()
+            seen.append(time.perf_counter() - start)
+        time.sleep(2.5)  # one look at the estimates (every 2 s)
+    (learned,) = [c for c in EtaModel.load(path).classes if "1 + 1" in c.sample_sql]
+    client = statistics.median(seen)
+    assert learned.live > 0
+    assert 0 < learned.D < client, (
+        f"D_r {learned.D * 1e3:.3f} ms, the client saw {client * 1e3:.3f} ms"
+    )
+    # (a median of 32 such: 0, ½ or 1 ms)
+    assert abs(learned.D * 2e3 - round(learned.D * 2e3)) > 1e-6, f"D_r {learned.D * 1e3} ms"
 
 
 def test_embedded_classes_not_measured_start_from_duckdbs_cost_estimate() -> None:
