@@ -57,7 +57,6 @@ The statements and their arrivals are the ones ``admission bench`` sends
 from __future__ import annotations
 
 import argparse
-import asyncio
 import random
 import sys
 import threading
@@ -141,17 +140,13 @@ class ServedLog:
         self.served: list[Served] = []
         proxy = target.proxy
 
-        def register() -> float:
-            proxy.gate.scheduler.observe(finishes=self._finished)
-            return time.monotonic() - asyncio.get_running_loop().time()
-
-        self._skew: float = proxy.call(register)  # the loop's clock to time.monotonic's
+        # (the gate's clock is ``time.monotonic``: arrivals need no translation)
+        proxy.call(lambda: proxy.gate.scheduler.observe(finishes=self._finished))
 
     def _finished(self, job: Job, now: float) -> None:
         if job.state is JobState.DONE and job.admitted_at is not None and not job.bypass:
-            arrival = job.arrival + self._skew
             self.served.append(
-                Served(arrival, job.admitted_at - job.arrival, now - job.admitted_at)
+                Served(job.arrival, job.admitted_at - job.arrival, now - job.admitted_at)
             )
 
     def between(self, start: float, end: float) -> list[Served]:
