@@ -36,11 +36,13 @@ def drive(
     idle_rate: float = 0.0,
     seed: int = 0,
     d: float = D,
+    cpu: Callable[[int], float] | None = None,
 ) -> Counter[int]:
     """Run the controller against ``curve(mpl, t)`` (capacity, work per second): a tick is
     saturated with probability ``busy`` and then completes statements at the curve's rate,
     else at ``idle_rate``; what completes is what arrived (a closed loop, or a load the MPL
-    carries). Returns the ticks spent at each MPL in the last half."""
+    carries). ``cpu(mpl)``: the cores' busy share, told the controller. Returns the ticks
+    spent at each MPL in the last half."""
     rng = np.random.default_rng(seed)
     spent: Counter[int] = Counter()
     t = start
@@ -51,7 +53,16 @@ def drive(
         done = int(rng.poisson(rate * TICK / d))
         if t > start + seconds / 2:
             spent[controller.mpl] += 1
-        controller.observe(t, TICK, saturated, done * d, done, arrived=done * d, in_system=CLIENTS)
+        controller.observe(
+            t,
+            TICK,
+            saturated,
+            done * d,
+            done,
+            arrived=done * d,
+            in_system=CLIENTS,
+            cpu=None if cpu is None else cpu(controller.mpl),
+        )
     return spent
 
 
@@ -301,6 +312,34 @@ def test_it_keeps_climbing_a_curve_that_keeps_paying() -> None:
     assert controller.mpl >= 8, controller.estimates()
     spent = drive(controller, curve, 3600, start=550, busy=0.3, idle_rate=1.0, d=0.01)
     assert min(spent) >= 7, dict(spent)
+
+
+# point lookups through the embedded server, 8 closed clients, as --mpl auto measured them:
+# MPL 2 2.15k/s, 3 2.41k/s, 4 2.28k/s (a dip: statically 2.43–2.55k/s), 8 (none) 2.8k/s; the
+# proxy's process 64–70 % busy, the clients had the rest
+LOOKUPS = table({1: 1.2, 2: 2.15, 3: 2.41, 4: 2.28, 5: 2.6, 6: 2.7, 7: 2.76, 8: 2.8}, 2.8)
+
+
+def lookups_cpu(m: int) -> float:
+    return min(0.64 + 0.025 * (m - 2), 0.8)
+
+
+def test_cores_left_idle_take_it_past_a_dip() -> None:
+    # one step at a time it stops at 3 (4 measured worse) until the next timed look
+    # (``stale``), 14 % short of the best; with the cores a third idle it looks at the top
+    # once and settles within 5 % of 8's capacity in minutes
+    def past(seed: int) -> bool:
+        controller = MplController(2, high=8)
+        spent = drive(controller, LOOKUPS, 500, seed=seed, d=0.0005, cpu=lookups_cpu)
+        return LOOKUPS(mode(spent), 0) >= 0.95 * 2.8
+
+    most(past)
+    # not told the CPU, it does not look past the dip; with the cores busy it does not even
+    # look above 2 (a higher MPL could not gain the tolerance)
+    for cpu, stays in ((None, 3), (lambda _m: 0.97, 2)):
+        controller = MplController(2, high=8)
+        spent = drive(controller, LOOKUPS, 500, d=0.0005, cpu=cpu)
+        assert set(spent) == {stays}, dict(spent)
 
 
 def test_thrashing_beyond_the_knee_moves_it_down() -> None:
