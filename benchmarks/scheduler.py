@@ -43,17 +43,19 @@ def tpch_like_model(rng: random.Random) -> EtaModel:
     return EtaModel(classes=classes, A_matrix=a)
 
 
-def decisions_per_second(policy: str, queued: int, decisions: int, seed: int = 1) -> float:
+def decisions_per_second(
+    policy: str, queued: int, decisions: int, seed: int = 1, lane: float | None = None
+) -> float:
     rng = random.Random(seed)
     model = tpch_like_model(rng)
     fps = [c.fingerprint for c in model.classes]
     batch = max(10, min(1000, queued))
-    s = Scheduler(model, policy, Limits(mpl=1))
+    s = Scheduler(model, policy, Limits(mpl=1, short_lane=lane))
     running: list[object] = []
     next_id, now, done, elapsed = 0, 0.0, 0, 0.0
     while done < decisions:
         # untimed: back to one job in service and n + B queued
-        s.set_limits(Limits(mpl=1), now)
+        s.set_limits(Limits(mpl=1, short_lane=lane), now)
         for job_id in running[:-1]:
             s.complete(job_id, now)
         running = [j.id for j in s._jobs.values() if j.state.value == "running"]
@@ -62,7 +64,7 @@ def decisions_per_second(policy: str, queued: int, decisions: int, seed: int = 1
             next_id += 1
         now += 1.0
         start = time.perf_counter()
-        granted = s.set_limits(Limits(mpl=1 + batch), now)
+        granted = s.set_limits(Limits(mpl=1 + batch, short_lane=lane), now)
         elapsed += time.perf_counter() - start
         assert len(granted) == batch and s.queued == queued
         running.extend(j.id for j in granted)
@@ -70,11 +72,13 @@ def decisions_per_second(policy: str, queued: int, decisions: int, seed: int = 1
     return done / elapsed
 
 
-def cycles_per_second(policy: str, queued: int, cycles: int, seed: int = 1) -> float:
+def cycles_per_second(
+    policy: str, queued: int, cycles: int, seed: int = 1, lane: float | None = None
+) -> float:
     rng = random.Random(seed)
     model = tpch_like_model(rng)
     fps = [c.fingerprint for c in model.classes]
-    s = Scheduler(model, policy, Limits(mpl=16, threads=64))
+    s = Scheduler(model, policy, Limits(mpl=16, threads=64, short_lane=lane))
     running: deque[object] = deque()
     next_id = 0
     while s.queued < queued:
@@ -107,16 +111,17 @@ def main() -> None:
     print(f"K = {K} classes; higher is better; one process, policies measured in turn")
     header = "".join(f"{f'{n:,} queued':>16}" for n in sizes)
     rows = []
-    for policy in POLICIES:
-        d = [decisions_per_second(policy, n, args.decisions) for n in sizes]
-        c = [cycles_per_second(policy, n, args.decisions // 2) for n in sizes]
-        rows.append((policy, d, c))
-    print(f"\ndecisions/s (pick + grant)\n{'policy':8}{header}")
+    # (latency with its short lane, the default, and without: what the lane costs)
+    for policy, lane in [(p, None) for p in POLICIES] + [("latency", 0.0)]:
+        d = [decisions_per_second(policy, n, args.decisions, lane=lane) for n in sizes]
+        c = [cycles_per_second(policy, n, args.decisions // 2, lane=lane) for n in sizes]
+        rows.append((policy if lane is None else f"{policy} (no lane)", d, c))
+    print(f"\ndecisions/s (pick + grant)\n{'policy':18}{header}")
     for policy, d, _ in rows:
-        print(f"{policy:8}" + "".join(f"{x:16,.0f}" for x in d))
-    print(f"\nstatement cycles/s (complete + decide + submit)\n{'policy':8}{header}")
+        print(f"{policy:18}" + "".join(f"{x:16,.0f}" for x in d))
+    print(f"\nstatement cycles/s (complete + decide + submit)\n{'policy':18}{header}")
     for policy, _, c in rows:
-        print(f"{policy:8}" + "".join(f"{x:16,.0f}" for x in c))
+        print(f"{policy:18}" + "".join(f"{x:16,.0f}" for x in c))
     at = sizes.index(10_000) if 10_000 in sizes else 0
     print(f"\ndecisions per second: {min(d[at] for _, d, _ in rows):,.0f}")
 
