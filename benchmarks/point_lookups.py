@@ -11,7 +11,8 @@ C -j 2 -T S`` against it (select-only: one primary-key lookup per transaction, a
 Settings: ``none`` is ``--mpl 0 --policy fcfs`` (no admission control: ``serve``'s default
 without a model); a number N is the latency policy at MPL N learning from nothing (``--model
 NEW.json --mpl N``, what a model-less default with an MPL would be); ``auto`` the same with
-``--mpl auto`` (give it ``--seconds 180``: it keeps its start MPL for the first minute).
+``--mpl auto`` (give it ``--seconds 180``: it keeps its start MPL for the first minute; its
+moves are printed under its row).
 
 Prints each run's throughput (pgbench's, without the connection time), then per setting the
 median over rounds and its ratio to ``none``'s in the same round (median and range).
@@ -54,7 +55,7 @@ def serve(database: Path, setting: str, work: Path) -> tuple[subprocess.Popen[by
             "--listen",
             f"127.0.0.1:{port}",
             "--log-level",
-            "warning",
+            "info" if setting == "auto" else "warning",  # (auto's moves: a line each)
             *args,
         ],
         stdout=subprocess.DEVNULL,
@@ -116,12 +117,16 @@ def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
                 )
             finally:
                 stop(proc)
+            moves = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
             tps[setting].append(row["tps"])
             label = "none" if setting == "none" else f"latency, MPL {setting}"
             print(
                 f"round {rnd + 1} {label:18} tps {row['tps']:9.0f}  errors {row['errors']:.0f}",
                 flush=True,
             )
+            for line in moves.splitlines():  # what --mpl auto did, and why
+                if "admission.mpl" in line:
+                    print("    " + line.split("admission.mpl", 1)[1].strip(), flush=True)
     print("\nmedian over rounds (ratio to none in the same round: median [least, most])")
     for setting in settings:
         line = f"{setting:6} tps {statistics.median(tps[setting]):9.0f}"
