@@ -61,7 +61,10 @@ one higher due (the MPL above no better, or the curve not climbing), statements 
 it nearly all its time, and the cores idle enough that a higher MPL could gain far more than
 the tolerance (``PLATEAU_ROOM``) — it looks once at twice the MPL (within ``high``), since a
 curve with a dip or a flat step can rise again beyond it; rule 3 then brings it down to the
-lowest MPL within the floor, and a look that found less goes straight back.
+lowest MPL within the floor, and a look that found less goes straight back. Where the cores
+are that idle the looks above (this one and rule 2's) do not wait for the demand window: a
+higher MPL can only add throughput the cores have to give, and at the start the demand is not
+needed to see that.
 
 Doubt
 -----
@@ -400,7 +403,7 @@ class MplController:
         # an MPL not measured is tried (above when due, below) only once the demand is
         # known: a minute's average, and whether it is open, read from this MPL's samples
         # after whatever backlog the start brought (a queue built at the start saturates any
-        # MPL, as a closed loop does)
+        # MPL, as a closed loop does) — above sooner where the cores are idle (``spare``)
         steady = self._observed >= self.demand_window
         looked = self._looked_up.get(self.mpl, -math.inf)
         # cores so busy while this MPL is saturated that a higher one could gain at most
@@ -410,7 +413,13 @@ class MplController:
         # changed, and now waits on something else)
         # (nor does a curve that climbed to here: the step above is what the cores bound)
         busy = here.cpu * (1 + self.tolerance) >= 1  # (False when not measured: nan)
-        due = steady and self._settled and now - looked >= self.stale
+        # cores idle enough that a higher MPL could gain far more than the tolerance: the MPL
+        # is what holds the throughput back, not the cores, so looking above costs nothing the
+        # cores would have given — from the start: the demand need not be known to look up
+        # (a queue built at the start saturates any MPL, and a higher one drains it sooner).
+        # A minute at the start MPL cost point lookups a fifth of their throughput
+        spare = here.cpu * (1 + PLATEAU_ROOM) <= 1  # (False when not measured: nan)
+        due = (steady or spare) and self._settled and now - looked >= self.stale
         above_unknown = upper is None or not upper.fresh
         if self.mpl < self.high and above_unknown and (climbing or due) and not busy:
             self._looked_up[self.mpl] = now
@@ -430,11 +439,9 @@ class MplController:
         # if the look found less
         target = min(self.high, 2 * self.mpl)
         far = every.get(target)
-        spare = here.cpu * (1 + PLATEAU_ROOM) <= 1  # (False when not measured: nan)
         if (
             target > self.mpl + 1
             and best.mpl == self.mpl
-            and steady
             and here.saturated >= CLOSED
             and spare
             and (far is None or not far.fresh)

@@ -342,6 +342,23 @@ def test_cores_left_idle_take_it_past_a_dip() -> None:
         assert set(spent) == {stays}, dict(spent)
 
 
+def test_idle_cores_do_not_wait_for_the_demand_window_to_look_up() -> None:
+    # the demand window (a minute) is what a step *down* needs; a look *up* with the cores a
+    # third idle cannot cost what the cores would have given, so it is taken at once: past
+    # the dip within the minute. Not told the CPU, or with busy cores, it holds its start
+    # MPL for the minute, as before
+    def early(seed: int) -> bool:
+        controller = MplController(2, high=8)
+        spent = drive(controller, LOOKUPS, 55, seed=seed, d=0.0005, cpu=lookups_cpu)
+        return max(spent) >= 5
+
+    most(early)
+    for cpu in (None, lambda _m: 0.97):
+        controller = MplController(2, high=8)
+        spent = drive(controller, LOOKUPS, 55, d=0.0005, cpu=cpu)
+        assert set(spent) == {2}, dict(spent)
+
+
 def test_thrashing_beyond_the_knee_moves_it_down() -> None:
     # too many statements slow each other down (memory, locks): capacity falls past 3
     controller = MplController(10, high=16)
