@@ -96,10 +96,11 @@ def serve(
     policy: Annotated[
         str | None,
         typer.Option(
-            help=f"Admission policy: {', '.join(POLICIES)}. Default: {RECOMMENDED_POLICY} with "
-            "--model (shortest expected first, aged in units of expected time, far shorter "
-            "statements beside a full MPL: what the benchmarks with open arrivals recommend), "
-            "fcfs without.",
+            help=f"Admission policy: {', '.join(POLICIES)}. Default: {RECOMMENDED_POLICY} "
+            "(shortest expected first, aged in units of expected time, far shorter statements "
+            "beside a full MPL: what the benchmarks with open arrivals recommend) with --model "
+            "or on the embedded DuckDB while learning; fcfs in front of PostgreSQL without a "
+            "model.",
             envvar=env("policy"),
         ),
     ] = None,
@@ -190,7 +191,8 @@ def serve(
             "'auto': tuned while serving to the lowest MPL whose throughput is within 5% of "
             "the best measured (starting from the default below; see /status → mpl_auto). "
             "Default: with --model, the cores the model was trained on (what the benchmarks "
-            "recommend; a model file still to be learned: this machine's cores); without, "
+            "recommend; a model file still to be learned: this machine's cores); without, on "
+            "the embedded DuckDB while learning, 'auto' from this machine's cores; otherwise "
             "unlimited.",
             envvar=env("mpl"),
             metavar="N|auto",
@@ -405,6 +407,8 @@ def serve(
     Clients connect here instead of to the database. Every statement is classified by its SQL
     skeleton and waits in the admission queue until the policy admits it under the MPL and the
     thread budget; session control and statements inside a transaction block pass at once.
+    Without --model on the embedded DuckDB it learns each class from nothing and tunes its MPL
+    (the latency policy, --mpl auto from this machine's cores).
     """
     import logging
 
@@ -414,7 +418,11 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    chosen = policy or (RECOMMENDED_POLICY if model is not None else "fcfs")
+    # learning on the embedded DuckDB without a model: the recommended policy under an MPL
+    # tuned while serving (--mpl auto from the cores; README "The default without a model,
+    # measured"); in front of PostgreSQL, without a model, everything is admitted
+    tuned = model is None and backend is None and learn and mpl is None
+    chosen = policy or (RECOMMENDED_POLICY if model is not None or tuned else "fcfs")
     _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
     if explain_dsn is not None and backend is None:
         raise fail("--explain-dsn belongs to --backend: the embedded DuckDB plans by itself")
@@ -443,7 +451,7 @@ def serve(
                 f"{model}: the model file does not exist, and its directory does not either "
                 "(the proxy would learn a model but could not save it)"
             )
-        number, auto_mpl = parse_mpl(mpl)
+        number, auto_mpl = parse_mpl("auto" if tuned else mpl)
         if number is None:
             if loaded is not None:
                 number = recommended_mpl(loaded)

@@ -296,8 +296,8 @@ def test_classify_from_arguments_and_stdin() -> None:
             "--release-after with --pool-mode transaction is not supported",
         ),
         (["--release-after", "-1"], "--release-after"),
-        (["--release-after", "1"], "it needs an MPL"),
-        (["--short-lane", "4"], "--short-lane lets statements run beside the MPL"),
+        (["--mpl", "0", "--release-after", "1"], "it needs an MPL"),
+        (["--mpl", "0", "--short-lane", "4"], "--short-lane lets statements run beside the MPL"),
         (["--mpl", "2", "--short-lane", "0.5"], "short_lane"),
         (
             [

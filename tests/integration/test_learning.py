@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -102,9 +103,12 @@ def test_embedded_follows_a_class_that_grows_five_times() -> None:
 
 
 @contextlib.contextmanager
-def _serve(path: Path) -> Iterator[tuple[subprocess.Popen[str], psycopg.Connection[Any]]]:
+def _serve(
+    path: Path, args: list[str] | None = None
+) -> Iterator[tuple[subprocess.Popen[str], psycopg.Connection[Any]]]:
     """``admission serve`` (the real command, on uvloop) learning into ``path`` with the latency
-    policy at MPL 2, and a client connection to it; stopped with SIGINT on the way out."""
+    policy at MPL 2 (or with ``args`` instead of all that), and a client connection to it;
+    stopped with SIGINT on the way out."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -114,12 +118,11 @@ def _serve(path: Path) -> Iterator[tuple[subprocess.Popen[str], psycopg.Connecti
             "serve",
             "--listen",
             f"127.0.0.1:{port}",
-            "--model",
-            str(path),
-            "--policy",
-            "latency",
-            "--mpl",
-            "2",
+            *(
+                ["--model", str(path), "--policy", "latency", "--mpl", "2"]
+                if args is None
+                else args
+            ),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -159,6 +162,26 @@ def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
     live = [c for c in model.classes if c.live]
     assert len(live) == 2
     assert os.path.getsize(path) > 0
+
+
+def test_serve_without_a_model_learns_and_tunes_its_mpl(tmp_path: Any) -> None:
+    """``admission serve`` on the embedded DuckDB with no model and no --mpl: the recommended
+    policy, learning, under ``--mpl auto`` started from this machine's cores; with --no-learn
+    (nothing to order by) everything is admitted, as before."""
+    for extra, policy, auto in (([], "latency", True), (["--no-learn"], "fcfs", False)):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            admin = s.getsockname()[1]
+        with _serve(tmp_path, ["--admin", f"127.0.0.1:{admin}", *extra]) as (_, conn):
+            conn.execute("select 1 + 1")
+            status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=10).json()
+        assert status["policy"] == policy, status["policy"]
+        if auto:
+            assert status["mpl_auto"]["enabled"], status["mpl_auto"]
+            assert status["limits"]["mpl"] == os.cpu_count()
+            assert status["learning"] is not None
+        else:
+            assert status["mpl_auto"] is None and status["limits"]["mpl"] is None
 
 
 def test_serve_times_statements_shorter_than_a_millisecond(tmp_path: Any) -> None:
