@@ -421,8 +421,9 @@ def serve(
     # learning on the embedded DuckDB without a model: the recommended policy under an MPL
     # tuned while serving (--mpl auto from the cores; README "The default without a model,
     # measured"); in front of PostgreSQL, without a model, everything is admitted
-    tuned = model is None and backend is None and learn and mpl is None
-    chosen = policy or (RECOMMENDED_POLICY if model is not None or tuned else "fcfs")
+    learning_here = model is None and backend is None and learn
+    tuned = learning_here and mpl is None
+    chosen = policy or (RECOMMENDED_POLICY if model is not None or learning_here else "fcfs")
     _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
     if explain_dsn is not None and backend is None:
         raise fail("--explain-dsn belongs to --backend: the embedded DuckDB plans by itself")

@@ -166,9 +166,14 @@ def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
 
 def test_serve_without_a_model_learns_and_tunes_its_mpl(tmp_path: Any) -> None:
     """``admission serve`` on the embedded DuckDB with no model and no --mpl: the recommended
-    policy, learning, under ``--mpl auto`` started from this machine's cores; with --no-learn
-    (nothing to order by) everything is admitted, as before."""
-    for extra, policy, auto in (([], "latency", True), (["--no-learn"], "fcfs", False)):
+    policy, learning, under ``--mpl auto`` started from this machine's cores (an MPL given is
+    kept); with --no-learn (nothing to order by) everything is admitted, as before."""
+    cases = (
+        ([], "latency", True, os.cpu_count()),
+        (["--mpl", "3"], "latency", False, 3),  # (an MPL given: kept, the policy as above)
+        (["--no-learn"], "fcfs", False, None),
+    )
+    for extra, policy, auto, mpl in cases:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             admin = s.getsockname()[1]
@@ -176,12 +181,12 @@ def test_serve_without_a_model_learns_and_tunes_its_mpl(tmp_path: Any) -> None:
             conn.execute("select 1 + 1")
             status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=10).json()
         assert status["policy"] == policy, status["policy"]
+        assert status["limits"]["mpl"] == mpl, status["limits"]
         if auto:
             assert status["mpl_auto"]["enabled"], status["mpl_auto"]
-            assert status["limits"]["mpl"] == os.cpu_count()
             assert status["learning"] is not None
         else:
-            assert status["mpl_auto"] is None and status["limits"]["mpl"] is None
+            assert status["mpl_auto"] is None
 
 
 def test_serve_times_statements_shorter_than_a_millisecond(tmp_path: Any) -> None:
