@@ -10,8 +10,14 @@ repetition gets the same arrivals, settings interleaved. The reports are a state
 model knows: its D_r is a prior until the proxy has measured it, and the short lane counts
 such a statement in service as having as long to go as it has run.
 
+``--novel`` makes every short statement a shape of its own (wrapped as ``with novel_N as
+(…) select * from novel_N``: the same work, a new fingerprint), as ad hoc queries and
+generated SQL are: no short statement is of a class the proxy has measured, so none can take
+the short lane (it admits measured classes only) until the shapes beyond ``--max-classes``
+share one class.
+
     python -m benchmarks.long_reports [--rate 10] [--duration 60] [--repetitions 3] \\
-        [--policies none,fcfs@2,latency@2+learn+lane=0,latency@2+learn] [--seed 7]
+        [--policies none,fcfs@2,latency@2+learn+lane=0,latency@2+learn] [--seed 7] [--novel]
 """
 
 from __future__ import annotations
@@ -36,13 +42,20 @@ REPORT = (
 REPORTS_EVERY, REPORTS_FROM, REPORTS_APART = 15.0, 5.0, 0.5
 
 
-def write_trace(path: Path, rate: float, seconds: float, seed: int) -> tuple[int, int]:
-    """The trace's (offset, SQL) rows, in time order; returns (short statements, reports)."""
+def write_trace(
+    path: Path, rate: float, seconds: float, seed: int, novel: bool = False
+) -> tuple[int, int]:
+    """The trace's (offset, SQL) rows, in time order; returns (short statements, reports).
+    ``novel``: every short statement a statement shape of its own."""
     rng = random.Random(seed)
     rows: list[tuple[float, str]] = []
     offset = 0.0
     while (offset := offset + rng.expovariate(rate)) <= seconds:
-        rows.append((offset, random_query(rng.choice(SHORT), rng)))
+        sql = random_query(rng.choice(SHORT), rng)
+        if novel:  # (a CTE name of its own: a new fingerprint, the same plan)
+            name = f"novel_{len(rows)}"
+            sql = f"with {name} as ({sql.strip().rstrip(';')}) select * from {name}"
+        rows.append((offset, sql))
     shorts = len(rows)
     at = REPORTS_FROM
     while at <= seconds:
@@ -64,11 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="none,fcfs@2,latency@2+learn+lane=0,latency@2+learn")
     parser.add_argument("--tpch", type=float, default=1.0, help="TPC-H scale factor")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--novel",
+        action="store_true",
+        help="every short statement a shape of its own (ad hoc SQL: no class measured before)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="admission-reports-") as work:
         trace = Path(work) / "trace.csv"
-        shorts, reports = write_trace(trace, args.rate, args.duration, args.seed)
-        print(f"{shorts} short statements at {args.rate:g}/s and {reports} reports", flush=True)
+        shorts, reports = write_trace(trace, args.rate, args.duration, args.seed, args.novel)
+        shapes = ", each a shape of its own," if args.novel else ""
+        print(
+            f"{shorts} short statements{shapes} at {args.rate:g}/s and {reports} reports",
+            flush=True,
+        )
         return bench_on_trace(trace, ",".join(str(q) for q in SHORT), args)
 
 

@@ -8,8 +8,10 @@ The bench itself is the lab's (``lab.bench``); this module parses the options an
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -412,14 +414,56 @@ def _print_result(result: BenchResult) -> None:
 
     for line in verdict(result):
         out.print(line)
-    classes = Table(title="mean response time per class (s)")
+    names, rest = _shown_classes(result)
+    title = "mean response time per class (s)"
+    if rest:  # (ad hoc SQL: a class per statement shape; the JSON has every class)
+        title += f"; the {len(names)} busiest classes, then the {len(rest)} others together"
+    classes = Table(title=title)
     classes.add_column("policy")
-    names = list(next(iter(result.summaries.values())).per_class)
     for n in names:
         classes.add_column(n, justify="right")
+    if rest:
+        classes.add_column(f"{len(rest)} others", justify="right")
     for name, s in result.summaries.items():
-        classes.add_row(name, *(f"{s.per_class[n]['mean_response'].mean:.3g}" for n in names))
+        cells = [f"{s.per_class[n]['mean_response'].mean:.3g}" for n in names]
+        if rest:
+            cells.append(f"{_pooled_mean(s.per_class, rest):.3g}")
+        classes.add_row(name, *cells)
     out.print(classes)
+
+
+SHOWN_CLASSES = 12  # per-class columns printed; the rest in one (all of them in the JSON)
+
+
+def _shown_classes(result: BenchResult) -> tuple[list[str], list[str]]:
+    """The classes the per-class table shows each in a column of its own — all of them, or
+    the ``SHOWN_CLASSES`` that completed most statements over all runs — and the rest."""
+    names = list(next(iter(result.summaries.values())).per_class)
+    if len(names) <= SHOWN_CLASSES:
+        return names, []
+    done = {
+        n: sum(
+            s.per_class[n]["throughput"].mean for s in result.summaries.values() if n in s.per_class
+        )
+        for n in names
+    }
+    busiest = sorted(names, key=lambda n: -done[n])[:SHOWN_CLASSES]
+    shown = [n for n in names if n in busiest]  # (in the order they came)
+    return shown, [n for n in names if n not in busiest]
+
+
+def _pooled_mean(per_class: Mapping[str, Mapping[str, Any]], names: list[str]) -> float:
+    """The mean response time of the statements of ``names`` together: each class's mean
+    weighted by its throughput (nan when none completed)."""
+    weight = total = 0.0
+    for n in names:
+        m = per_class.get(n)
+        if m is None:
+            continue
+        x, r = m["throughput"].mean, m["mean_response"].mean
+        if x > 0 and math.isfinite(r):
+            weight, total = weight + x, total + x * r
+    return total / weight if weight else math.nan
 
 
 def _spill(result: BenchResult, policy: str) -> str:
@@ -434,7 +478,10 @@ def _spill(result: BenchResult, policy: str) -> str:
 
 def _print_open(result: BenchResult) -> None:
     """The SLOs, errors by SQLSTATE, the generator's health and the queue after bursts."""
-    slos = ", ".join(f"{k} {v:.3g} s" for k, v in result.slo.items())
+    slo = list(result.slo.items())
+    slos = ", ".join(f"{k} {v:.3g} s" for k, v in slo[:SHOWN_CLASSES])
+    if len(slo) > SHOWN_CLASSES:
+        slos += f" and {len(slo) - SHOWN_CLASSES} more classes (in the JSON)"
     out.print(f"SLOs: {slos}")
     for name, o in result.open.items():
         notes = []

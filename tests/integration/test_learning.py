@@ -104,11 +104,12 @@ def test_embedded_follows_a_class_that_grows_five_times() -> None:
 
 @contextlib.contextmanager
 def _serve(
-    path: Path, args: list[str] | None = None
+    path: Path | None = None, *, args: list[str] | None = None
 ) -> Iterator[tuple[subprocess.Popen[str], psycopg.Connection[Any]]]:
     """``admission serve`` (the real command, on uvloop) learning into ``path`` with the latency
-    policy at MPL 2 (or with ``args`` instead of all that), and a client connection to it;
-    stopped with SIGINT on the way out."""
+    policy at MPL 2 — or, given ``args`` and no path, with those arguments alone — and a client
+    connection to it; stopped with SIGINT on the way out."""
+    assert (path is None) != (args is None), "a model path or the arguments, not both"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -164,11 +165,11 @@ def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
     assert os.path.getsize(path) > 0
 
 
-def test_serve_without_a_model_learns_and_tunes_its_mpl(tmp_path: Any) -> None:
+def test_serve_without_a_model_learns_and_tunes_its_mpl() -> None:
     """``admission serve`` on the embedded DuckDB with no model and no --mpl: the recommended
     policy, learning, under ``--mpl auto`` started from this machine's cores (an MPL given is
     kept); with --no-learn (nothing to order by) everything is admitted, as before."""
-    cases = (
+    cases: tuple[tuple[list[str], str, bool, int | None], ...] = (
         ([], "latency", True, os.cpu_count()),
         (["--mpl", "3"], "latency", False, 3),  # (an MPL given: kept, the policy as above)
         (["--no-learn"], "fcfs", False, None),
@@ -177,7 +178,7 @@ def test_serve_without_a_model_learns_and_tunes_its_mpl(tmp_path: Any) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             admin = s.getsockname()[1]
-        with _serve(tmp_path, ["--admin", f"127.0.0.1:{admin}", *extra]) as (_, conn):
+        with _serve(args=["--admin", f"127.0.0.1:{admin}", *extra]) as (_, conn):
             conn.execute("select 1 + 1")
             status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=10).json()
         assert status["policy"] == policy, status["policy"]
