@@ -50,6 +50,11 @@ def progress_printer() -> Callable[[str], None]:
 
 
 RECOMMENDED_POLICY = "latency"
+# ``--release-after`` of ``admission serve``'s default without a model (the recommended
+# policy under --mpl auto): a statement of a shape never measured cannot take the short lane,
+# and without it two long ad hoc statements would hold a short one for their whole run
+# (README "Long statements and the MPL", "The default without a model, measured")
+DEFAULT_RELEASE_AFTER = 1.0
 
 
 def recommended_mpl(model: EtaModel) -> int:
@@ -436,7 +441,9 @@ ReleaseAfterOption = Annotated[
         help="A statement in service this many seconds gives its MPL slot to the queue and "
         "runs on beside the MPL (its threads and memory still held), at most MPL of them at "
         "once: a few long statements cannot hold every slot while short ones wait behind "
-        "them. In service there are then at most 2 × MPL statements. Default: never (0).",
+        "them. In service there are then at most 2 × MPL statements. Default: 1 s where "
+        "serve tunes its own MPL without a model (the embedded DuckDB, learning, no --mpl); "
+        "otherwise never (0).",
         envvar=env("release_after"),
         min=0,
     ),

@@ -22,6 +22,7 @@ from admission.scheduler import MAX_CLASSES
 from admission.workloads import WorkloadConfig
 from cli.options import (
     AUTO,
+    DEFAULT_RELEASE_AFTER,
     RECOMMENDED_POLICY,
     BackfillOption,
     DueFactorOption,
@@ -408,7 +409,9 @@ def serve(
     skeleton and waits in the admission queue until the policy admits it under the MPL and the
     thread budget; session control and statements inside a transaction block pass at once.
     Without --model on the embedded DuckDB it learns each class from nothing and tunes its MPL
-    (the latency policy, --mpl auto from this machine's cores).
+    (the latency policy, --mpl auto from this machine's cores); a statement in service for a
+    second then gives its slot to the queue (--release-after 1), so that long ad hoc
+    statements cannot hold a short one for their whole run.
     """
     import logging
 
@@ -424,6 +427,11 @@ def serve(
     learning_here = model is None and backend is None and learn
     tuned = learning_here and mpl is None
     chosen = policy or (RECOMMENDED_POLICY if model is not None or learning_here else "fcfs")
+    if tuned and release_after is None:
+        # an MPL it chose itself, on classes it has not measured yet, which cannot take the
+        # short lane: a statement in service a second gives its slot to the queue (README
+        # "The default without a model, measured")
+        release_after = DEFAULT_RELEASE_AFTER
     _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
     if explain_dsn is not None and backend is None:
         raise fail("--explain-dsn belongs to --backend: the embedded DuckDB plans by itself")

@@ -344,14 +344,15 @@ async def serve(
     if config.admin_host is not None:
         admin = await start_admin(server.gate, metrics, config, server.learning, server.auto_mpl)
     log.info(
-        "listening host=%s port=%s backend=%s policy=%s mpl=%s short_lane=%s threads=%s "
-        "memory=%s classes=%s",
+        "listening host=%s port=%s backend=%s policy=%s mpl=%s short_lane=%s "
+        "release_after=%s threads=%s memory=%s classes=%s",
         config.listen_host,
         server.port,
         describe_backend(config),
         config.policy,
         f"auto (from {config.limits.mpl})" if config.auto_mpl else config.limits.mpl,
         server.gate.scheduler.short_lane,
+        config.limits.release_after,
         config.limits.threads,
         f"{memory / 2**20:.0f}MiB" if (memory := server.gate.scheduler.limits.memory) else None,
         len(config.model.classes) if config.model else 0,

@@ -11,6 +11,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -167,14 +168,17 @@ def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
 
 def test_serve_without_a_model_learns_and_tunes_its_mpl() -> None:
     """``admission serve`` on the embedded DuckDB with no model and no --mpl: the recommended
-    policy, learning, under ``--mpl auto`` started from this machine's cores (an MPL given is
-    kept); with --no-learn (nothing to order by) everything is admitted, as before."""
-    cases: tuple[tuple[list[str], str, bool, int | None], ...] = (
-        ([], "latency", True, os.cpu_count()),
-        (["--mpl", "3"], "latency", False, 3),  # (an MPL given: kept, the policy as above)
-        (["--no-learn"], "fcfs", False, None),
+    policy, learning, under ``--mpl auto`` started from this machine's cores, a statement in
+    service a second giving its slot to the queue (an MPL or a release given is kept); with
+    --no-learn (nothing to order by) everything is admitted, as before."""
+    # (arguments, policy, --mpl auto, MPL, --release-after)
+    cases: tuple[tuple[list[str], str, bool, int | None, float | None], ...] = (
+        ([], "latency", True, os.cpu_count(), 1.0),
+        (["--release-after", "0"], "latency", True, os.cpu_count(), None),  # (asked: off)
+        (["--mpl", "3"], "latency", False, 3, None),  # (an MPL given: kept, the policy too)
+        (["--no-learn"], "fcfs", False, None, None),
     )
-    for extra, policy, auto, mpl in cases:
+    for extra, policy, auto, mpl, release in cases:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             admin = s.getsockname()[1]
@@ -183,6 +187,7 @@ def test_serve_without_a_model_learns_and_tunes_its_mpl() -> None:
             status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=10).json()
         assert status["policy"] == policy, status["policy"]
         assert status["limits"]["mpl"] == mpl, status["limits"]
+        assert status["limits"]["release_after"] == release, status["limits"]
         if auto:
             assert status["mpl_auto"]["enabled"], status["mpl_auto"]
             assert status["learning"] is not None
@@ -357,3 +362,46 @@ def test_embedded_learns_each_classs_memory_from_a_sample_of_its_statements() ->
     assert sorted(seen.values()) == [MEMORY_FIRST + 2] * 2
     assert len(profiled) == 2 * (MEMORY_FIRST + 2)  # (the second sampler wants every one)
     assert learning.memory_wanted("x") and MEMORY_EVERY > MEMORY_FIRST
+
+
+def test_the_default_lets_a_short_statement_past_long_ad_hoc_ones() -> None:
+    """``admission serve`` with no model: as many long statements of shapes it never measured
+    as it has slots (--mpl auto starts at the cores) hold every one; a short statement of a
+    new shape cannot take the short lane (it admits measured classes only), yet it is answered
+    within seconds — the long ones give their slots to the queue after a second in service —
+    where a hard MPL would keep it waiting for as long as they run (here: until cancelled)."""
+    longs = min(os.cpu_count() or 1, 4)
+    with _serve(args=[]) as (_, conn):
+        dsn = f"host=127.0.0.1 port={conn.info.port} user=app dbname=app"
+        holders = [psycopg.connect(dsn, autocommit=True) for _ in range(longs)]
+        failures: list[BaseException] = []
+
+        def hold(c: psycopg.Connection[Any], i: int) -> None:
+            try:  # (minutes of work; cancelled below)
+                c.execute(f"select sum(i % 7) from range(10000000000) long_{i}(i)")
+            except psycopg.errors.QueryCanceled:
+                return
+            except BaseException as e:  # (reported by the test)
+                failures.append(e)
+
+        threads = [threading.Thread(target=hold, args=(c, i)) for i, c in enumerate(holders)]
+        for t in threads:
+            t.start()
+        # (without the release it would wait until they end: they are cancelled after 20 s)
+        stop = threading.Timer(20, lambda: [c.cancel_safe() for c in holders])
+        try:
+            time.sleep(1.5)  # every slot held
+            stop.start()
+            started = time.monotonic()
+            assert conn.execute("select 42 as answer").fetchone() == (42,)
+            waited = time.monotonic() - started
+        finally:
+            stop.cancel()
+            for c in holders:
+                c.cancel_safe()
+            for t in threads:
+                t.join(timeout=30)
+            for c in holders:
+                c.close()
+    assert not failures, failures
+    assert waited < 5.0, f"the short statement waited {waited:.1f} s behind the long ones"
