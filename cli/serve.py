@@ -427,7 +427,7 @@ def serve(
     learning_here = model is None and backend is None and learn
     tuned = learning_here and mpl is None
     chosen = policy or (RECOMMENDED_POLICY if model is not None or learning_here else "fcfs")
-    if tuned and release_after is None:
+    if tuned and release_after is None and pool_mode == "session":  # (else: an error below)
         # an MPL it chose itself, on classes it has not measured yet, which cannot take the
         # short lane: a statement in service a second gives its slot to the queue (README
         # "The default without a model, measured")
