@@ -50,8 +50,8 @@ def progress_printer() -> Callable[[str], None]:
 
 
 RECOMMENDED_POLICY = "latency"
-# ``--release-after`` of ``admission serve``'s default without a model (the recommended
-# policy under --mpl auto): a statement of a shape never measured cannot take the short lane,
+# ``--release-after`` where ``admission serve`` tunes its own MPL without a model (the embedded
+# DuckDB, learning, no --mpl): a statement of a shape never measured cannot take the short lane,
 # and without it two long ad hoc statements would hold a short one for their whole run
 # (README "Long statements and the MPL", "The default without a model, measured")
 DEFAULT_RELEASE_AFTER = 1.0
