@@ -89,6 +89,9 @@ def report(result: BenchResult, recommended: str, label: str, targets: bool = Tr
     s = result.summaries
     lines = [f"== {label}"]
     header = ["policy", "X /s", "mean R s", "p99 R s", "in SLO"]
+    released = any(summary.released for summary in s.values())
+    if released:  # POLICY+release: statements that gave their MPL slot back, all repetitions
+        header.append("released")
     rows = []
     for name, summary in s.items():
         o = result.open.get(name)
@@ -99,6 +102,7 @@ def report(result: BenchResult, recommended: str, label: str, targets: bool = Tr
                 str(summary.mean_response),
                 str(summary.p99_response),
                 f"{o.slo_attainment.mean:.1%}" if o else "",
+                *([str(summary.released)] if released else []),
             ]
         )
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]

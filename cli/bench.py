@@ -382,6 +382,9 @@ def _print_result(result: BenchResult) -> None:
         table.add_column("goodput /s", justify="right")
     for col in ("aged", "timeouts", "errors"):
         table.add_column(col, justify="right")
+    released = any(s.released for s in result.summaries.values())
+    if released:  # POLICY+release: statements that gave their MPL slot back
+        table.add_column("released", justify="right")
     spilled = any(r.spill for r in result.runs)
     if spilled:  # DuckDB: its temporary files at their largest; PostgreSQL: temp bytes written
         table.add_column("spill MiB", justify="right")
@@ -405,6 +408,7 @@ def _print_result(result: BenchResult) -> None:
             str(s.aged),
             str(s.timed_out),
             str(result.errors.get(name, 0)),
+            *([str(s.released)] if released else []),
             *([_spill(result, name)] if spilled else []),
         )
     out.print(table)

@@ -403,6 +403,7 @@ class Run:
     # bytes spilled to disk: the embedded DuckDB's temporary files at their largest, or the
     # temporary bytes PostgreSQL wrote during the run (pg_stat_database.temp_bytes)
     spill: int = 0
+    released: int = 0  # statements that gave their MPL slot back (POLICY+release)
 
 
 @dataclass
@@ -611,7 +612,11 @@ def run_bench(
                         proxy.call(auto_mpl.resume)
                     else:
                         proxy.call(auto_mpl.pause)
-                before = (gate.scheduler.stats.aged, gate.stats.timed_out)
+                before = (
+                    gate.scheduler.stats.aged,
+                    gate.stats.timed_out,
+                    gate.scheduler.stats.released,
+                )
                 written = _pg_temp_bytes(config.backend)
                 progress(f"repetition {rep + 1}/{config.repetitions}: {policy}")
                 sampler = _QueueSampler(proxy, gate)
@@ -639,7 +644,11 @@ def run_bench(
                         )
                 finally:
                     timeline = sampler.stop()
-                after = (gate.scheduler.stats.aged, gate.stats.timed_out)
+                after = (
+                    gate.scheduler.stats.aged,
+                    gate.stats.timed_out,
+                    gate.scheduler.stats.released,
+                )
                 if written is not None:  # (PostgreSQL counts a statement's at its end, and
                     time.sleep(PG_STATS_DELAY)  # backends report at most once a second)
                     sampler.spill = max(0, (_pg_temp_bytes(config.backend) or 0) - written)
@@ -654,6 +663,7 @@ def run_bench(
                         [(t - origin, q, n) for t, q, n in timeline],
                         [(t - origin, m) for t, m in sampler.mpls] if tunes_mpl(policy) else [],
                         sampler.spill,
+                        after[2] - before[2],
                     )
                 )
                 if learned is not None and learns(policy):
@@ -1082,6 +1092,7 @@ def _summary(
         littles_law_gap=max(gaps) if gaps else float("nan"),
         aged=sum(r.aged for r in runs),
         timed_out=sum(r.timed_out for r in runs),
+        released=sum(r.released for r in runs),
         task_completions=sum(len(_window(r, config).responses) for r in runs),
         ccdf=ccdf(np.array(everything)) if everything else [],
     )

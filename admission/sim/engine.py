@@ -128,6 +128,7 @@ class RunResult:
     task_completions: int
     aged: int = 0
     timed_out: int = 0
+    released: int = 0  # statements that gave their MPL slot back (release_after)
     extra: dict[str, float] = field(default_factory=dict)
     mpl_mean: float | None = None  # with mpl_auto: the MPL held, time-averaged after warm-up
     tenants: list[dict[str, float]] = field(default_factory=list)  # per tenant, after warm-up
@@ -298,7 +299,7 @@ class _Engine:
         target = cfg.warmup + cfg.completions
         tick_at = float("inf")
         timed_out_count = 0
-        aged_at_start = 0
+        aged_at_start = released_at_start = 0
         tenants_at_start: dict[str, dict[str, float]] = {}
         t = 0.0
 
@@ -423,6 +424,7 @@ class _Engine:
                         q_area = [0.0] * k_classes
                         q_last = [t] * k_classes
                         aged_at_start = sched.stats.aged
+                        released_at_start = sched.stats.released
                         mpl_last = t
                         tenants_at_start = {r["tenant"]: r for r in sched.tenant_stats()}
                     if not open_net:
@@ -522,6 +524,7 @@ class _Engine:
             task_completions=measured_tasks,
             aged=sched.stats.aged - aged_at_start,
             timed_out=timed_out_count,
+            released=sched.stats.released - released_at_start,
             mpl_mean=mpl_mean,
             tenants=_tenant_delta(sched.tenant_stats(), tenants_at_start),
         )

@@ -219,6 +219,7 @@ class PolicySummary:
     task_completions: int
     ccdf: list[tuple[float, float]]
     mpl_mean: Estimate | None = None  # with the adaptive MPL: the MPL it held
+    released: int = 0  # statements that gave their MPL slot back (release_after)
 
     @classmethod
     def of(cls, policy: str, runs: Sequence[RunResult], demands: Sequence[float]) -> PolicySummary:
@@ -262,6 +263,7 @@ class PolicySummary:
             littles_law_gap=max(gaps),
             aged=sum(x.aged for x in runs),
             timed_out=sum(x.timed_out for x in runs),
+            released=sum(x.released for x in runs),
             task_completions=sum(x.task_completions for x in runs),
             ccdf=ccdf(np.concatenate([_all(x) for x in runs])),
             mpl_mean=Estimate.of([x.mpl_mean for x in runs if x.mpl_mean is not None])
@@ -290,6 +292,7 @@ class PolicySummary:
             littles_law_gap=self.littles_law_gap,
             aged=self.aged,
             timed_out=self.timed_out,
+            released=self.released,
             ccdf=self.ccdf,
         )
         return out
