@@ -50,10 +50,10 @@ def progress_printer() -> Callable[[str], None]:
 
 
 RECOMMENDED_POLICY = "latency"
-# ``--release-after`` where ``admission serve`` tunes its own MPL without a model (the embedded
-# DuckDB, learning, no --mpl): a statement of a shape never measured cannot take the short lane,
-# and without it two long ad hoc statements would hold a short one for their whole run
-# (README "Long statements and the MPL", "The default without a model, measured")
+# ``--release-after`` where ``admission serve`` chooses its own MPL (no --mpl: the model's
+# recommended one, or tuned from the cores; --mpl auto): a statement of a shape never measured
+# cannot take the short lane, and without it two long ad hoc statements would hold a short one
+# for their whole run (README "Long statements and the MPL")
 DEFAULT_RELEASE_AFTER = 1.0
 
 
@@ -442,8 +442,9 @@ ReleaseAfterOption = Annotated[
         "runs on beside the MPL (its threads and memory still held), at most MPL of them at "
         "once: a few long statements cannot hold every slot while short ones wait behind "
         "them. In service there are then at most 2 × MPL statements. Default: 1 s where "
-        "serve tunes its own MPL without a model (the embedded DuckDB, learning, no --mpl); "
-        "otherwise never (0).",
+        "serve chooses the MPL itself (no --mpl: the model's recommended MPL or, without a "
+        "model, --mpl auto; or --mpl auto), in session pooling; with an --mpl number, never "
+        "(0).",
         envvar=env("release_after"),
         min=0,
     ),

@@ -409,9 +409,10 @@ def serve(
     skeleton and waits in the admission queue until the policy admits it under the MPL and the
     thread budget; session control and statements inside a transaction block pass at once.
     Without --model on the embedded DuckDB it learns each class from nothing and tunes its MPL
-    (the latency policy, --mpl auto from this machine's cores); a statement in service for a
-    second then gives its slot to the queue (--release-after 1), so that long ad hoc
-    statements cannot hold a short one for their whole run.
+    (the latency policy, --mpl auto from this machine's cores). Wherever it chooses the MPL
+    itself (no --mpl, or --mpl auto), a statement in service for a second gives its slot to
+    the queue (--release-after 1), so that long ad hoc statements cannot hold a short one for
+    their whole run; an --mpl number given is a hard cap.
     """
     import logging
 
@@ -427,11 +428,6 @@ def serve(
     learning_here = model is None and backend is None and learn
     tuned = learning_here and mpl is None
     chosen = policy or (RECOMMENDED_POLICY if model is not None or learning_here else "fcfs")
-    if tuned and release_after is None and pool_mode == "session":  # (else: an error below)
-        # an MPL it chose itself, on classes it has not measured yet, which cannot take the
-        # short lane: a statement in service a second gives its slot to the queue (README
-        # "The default without a model, measured")
-        release_after = DEFAULT_RELEASE_AFTER
     _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
     if explain_dsn is not None and backend is None:
         raise fail("--explain-dsn belongs to --backend: the embedded DuckDB plans by itself")
@@ -471,6 +467,20 @@ def serve(
         duckdb_limit, temp_limit = parse_embedded_sizes(backend, memory_limit, max_temp_size)
         memory_budget, memory_auto = parse_memory(memory)
         grant = parse_grant(backend, grant_work_mem, number, threads)
+        if (
+            (mpl is None or auto_mpl)
+            and number
+            and release_after is None
+            and pool_mode == "session"  # (else: an error below, on what was asked)
+            and grant is None
+            and coordinator is None  # (a statement beside the MPL would be outside the budget)
+        ):
+            # an MPL serve chose itself (from the model, or tuned from the cores): a statement
+            # of a class not measured yet cannot take the short lane, so a statement in service
+            # a second gives its slot to the queue — long ad hoc statements cannot hold a short
+            # one for their whole run (README "Long statements and the MPL"). On learned mixes
+            # it does not fire: their statements end sooner. An MPL number given is a hard cap.
+            release_after = DEFAULT_RELEASE_AFTER
         if coordinator is not None and (auto_mpl or not number):
             raise ValueError(
                 "--coordinator shares a global MPL among proxies: give it as a number (--mpl N)"

@@ -195,6 +195,44 @@ def test_serve_without_a_model_learns_and_tunes_its_mpl() -> None:
             assert status["mpl_auto"] is None
 
 
+def _learned_model(tmp_path: Path) -> Path:
+    """A model file ``admission serve`` learned (two classes, saved on its way out)."""
+    path = tmp_path / "learned.json"
+    with _serve(path) as (_, conn):
+        for _ in range(6):
+            conn.execute("select sum(i) from range(200000) t(i)")
+            conn.execute("select 1 + 1")
+        time.sleep(2.5)  # one look at the estimates (every 2 s): saved on the way out
+    assert path.exists()
+    return path
+
+
+def test_serve_with_a_model_gives_slots_back_where_it_chose_the_mpl(tmp_path: Any) -> None:
+    """With --model and no --mpl, serve runs at the model's recommended MPL and a statement in
+    service a second gives its slot to the queue, as without a model; with --mpl auto too; an
+    MPL number given stays a hard cap, and --release-after 0 turns the release off."""
+    path = _learned_model(tmp_path)
+    cases: tuple[tuple[list[str], float | None], ...] = (
+        ([], 1.0),
+        (["--mpl", "auto"], 1.0),
+        (["--mpl", "2"], None),
+        (["--release-after", "0"], None),
+    )
+    for extra, release in cases:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            admin = s.getsockname()[1]
+        with _serve(args=["--model", str(path), "--admin", f"127.0.0.1:{admin}", *extra]) as (
+            _,
+            conn,
+        ):
+            conn.execute("select 1 + 1")
+            status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=10).json()
+        assert status["policy"] == "latency", status["policy"]
+        assert status["limits"]["mpl"], status["limits"]
+        assert status["limits"]["release_after"] == release, (extra, status["limits"])
+
+
 def test_serve_times_statements_shorter_than_a_millisecond(tmp_path: Any) -> None:
     """The D_r ``admission serve`` learns for a statement that takes a fraction of a millisecond
     is that fraction: above zero, below what its client measures around it, and not a
@@ -364,14 +402,27 @@ def test_embedded_learns_each_classs_memory_from_a_sample_of_its_statements() ->
     assert learning.memory_wanted("x") and MEMORY_EVERY > MEMORY_FIRST
 
 
-def test_the_default_lets_a_short_statement_past_long_ad_hoc_ones() -> None:
-    """``admission serve`` with no model: as many long statements of shapes it never measured
-    as it has slots (--mpl auto starts at the cores) hold every one; a short statement of a
-    new shape cannot take the short lane (it admits measured classes only), yet it is answered
-    within seconds — the long ones give their slots to the queue after a second in service —
-    where a hard MPL would keep it waiting for as long as they run (here: until cancelled)."""
-    longs = min(os.cpu_count() or 1, 4)
-    with _serve(args=[]) as (_, conn):
+@pytest.mark.parametrize("with_model", [False, True], ids=["no model", "a model"])
+def test_the_default_lets_a_short_statement_past_long_ad_hoc_ones(
+    with_model: bool, tmp_path: Any
+) -> None:
+    """``admission serve`` with no model, or with one and no --mpl: as many long statements
+    of shapes it never measured as it has slots (--mpl auto starts at the cores; with a model,
+    its recommended MPL) hold every one; a short statement of a new shape cannot
+    take the short lane (it admits measured classes only), yet it is answered within seconds
+    — the long ones give their slots to the queue after a second in service — where a hard
+    MPL would keep it waiting for as long as they run (here: until cancelled)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        admin = s.getsockname()[1]
+    args = ["--admin", f"127.0.0.1:{admin}"]
+    if with_model:
+        args += ["--model", str(_learned_model(tmp_path))]
+    with _serve(args=args) as (_, conn):
+        # (one per slot: past MPL released beside the MPL, the next ones hold the slots again)
+        status = httpx.get(f"http://127.0.0.1:{admin}/status", timeout=10).json()
+        longs = status["limits"]["mpl"]
+        assert 1 <= longs <= 8 and status["limits"]["release_after"] == 1.0, status["limits"]
         dsn = f"host=127.0.0.1 port={conn.info.port} user=app dbname=app"
         holders = [psycopg.connect(dsn, autocommit=True) for _ in range(longs)]
         failures: list[BaseException] = []
