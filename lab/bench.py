@@ -70,9 +70,11 @@ __all__ = [
     "RECOMMENDED",
     "BenchConfig",
     "BenchResult",
+    "apply_setting",
     "baseline",
     "learns",
     "mean_mpl",
+    "open_arrivals",
     "paired_change",
     "paired_changes",
     "parse_policy",
@@ -933,6 +935,25 @@ class _QueueSampler:
         self._done.set()
         self._thread.join()
         return self.samples
+
+
+def apply_setting(gate: Any, config: BenchConfig, policy: str) -> None:
+    """Put a running gate (on its event loop) on ``policy``'s policy and limits, as a run of
+    ``run_bench`` starts (the memory budget of +mem not included)."""
+    _switch(gate, policy, _limits(config, policy))
+
+
+def open_arrivals(
+    config: BenchConfig, model: EtaModel, rep: int = 0
+) -> tuple[float, float, list[Arrival]]:
+    """(λ, ρ, the arrivals) of an open ``config`` (poisson or bursty) as ``run_bench``'s
+    repetition ``rep`` has them, ρ and λ by the model's D_r."""
+    dialect: Dialect = "duckdb" if config.backend == "duckdb" else "postgres"
+    rate, rho = _rate(config, _demands(model, config.mix, dialect, config.tpch))
+    arrivals = _arrivals(config, rate, dialect, rep)
+    if arrivals is None:
+        raise ValueError("open arrivals need --arrivals poisson or bursty")
+    return rate, rho, arrivals
 
 
 def _switch(gate: Any, policy: str, limits: Limits) -> None:

@@ -156,3 +156,35 @@ def test_tail_frontier_mixes_are_reproducible_and_summaries_count_both_halves() 
     assert median_mean == pytest.approx(0.8) and worst_mean == 1.0
     assert median_p99 == 1.0 and worst_p99 == pytest.approx(1.2)
     assert tail_ok == 2 and mean_ok == 2 and both == 1  # only the first has both
+
+
+def test_switchback_counts_each_statement_for_the_setting_it_arrived_under() -> None:
+    import random
+
+    from benchmarks.switchback import Segments, compare
+    from workloads.tpch.load import LoadResult, Statement
+
+    # two blocks of two 10 s turns: A, B, then B, A; A's statements take 0.2 s, B's 0.1 s
+    order = ["A", "B", "B", "A"]
+    segments = Segments([0.0, 10.0, 20.0, 30.0], 40.0, order, blocks=2)
+    statements = []
+    for k, setting in enumerate(order):
+        for i in range(20):  # one every 0.5 s of the turn
+            at = 10.0 * k + 0.5 * i
+            took = 0.2 if setting == "A" else 0.1
+            if i < 4:  # inside the washout: the other setting's queue, not counted
+                took = 5.0
+            statements.append(Statement(6, at, at + took, client=0))
+    statements.append(Statement(6, 12.0, 12.1, client=0, sqlstate="57014"))
+    load = LoadResult(statements=statements, started=0.0, ended=40.0)
+    numbers = compare(load, segments, ["A", "B"], 2.0, 1.0, random.Random(0))
+    a, b = numbers["A"], numbers["B"]
+    assert isinstance(a, dict) and isinstance(b, dict)
+    # counted: arrivals in [start + 2, end - 1): 2.0 … 8.5 s of each turn, 14 a turn
+    assert a["counted"] == b["counted"] == 28
+    assert a["mean"] == pytest.approx(0.2) and b["mean"] == pytest.approx(0.1)
+    assert b["mean_change"] == pytest.approx(-0.5) and b["mean_change_ci"] == pytest.approx(0.0)
+    assert b["p99_ratio_interval"] == pytest.approx([0.5, 0.5])
+    assert b["mean_ratio_interval"] == pytest.approx([0.5, 0.5])
+    assert b["errors"] == 1 and a["errors"] == 0
+    assert segments.of(-1.0, 0, 0) is None and segments.of(39.5, 0, 1.0) is None
