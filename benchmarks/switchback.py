@@ -2,7 +2,7 @@
 
     python -m benchmarks.switchback --model MODEL.json [--settings fcfs@2,latency@2]
         [--load 0.85 | --rate 13] [--mix 1,2,6,9,11,13,14,18] [--tpch 1]
-        [--duration 600] [--segment 20] [--washout 5] [--cut-end 1] [--seed 0] [--out FILE]
+        [--duration 600] [--segment 30] [--washout S] [--cut-end 1] [--seed 0] [--out FILE]
 
 On a shared machine one setting run twice a few minutes apart has differed by 2× (slow
 stretches of minutes), far more than the 15–30 % a policy is asked for; runs of 60 s each,
@@ -12,9 +12,11 @@ arrivals (``--load`` ρ of the model's D_r, or ``--rate``) runs through one prox
 the settings take turns in blocks, each block every setting once, in an order balanced for the
 setting before (``lab.bench.run_order``, a Williams design). Each statement counts for the
 setting in force when it arrived; those arriving in the first ``--washout`` seconds of a
-segment (the queue the previous setting left) or its last ``--cut-end`` seconds (served
-mostly by the next one) are not counted. A slow stretch then falls on every setting of a
-block alike, and the comparison is paired by block.
+segment (the queue the previous setting left; by default the time a queue at this load takes
+to forget its past, ``relaxation``: ~11 s at ρ 0.85, ~100 s at 0.95, where turns must be
+minutes long and ``admission_pays``' runs of a minute or more are the better design) or its
+last ``--cut-end`` seconds (served mostly by the next one) are not counted. A slow stretch
+then falls on every setting of a block alike, and the comparison is paired by block.
 
 The first setting is the baseline. Printed per setting: statements counted, mean R, p99 R
 (pooled over its segments), errors; and for each other setting its mean R and p99 R as ratios
@@ -33,6 +35,7 @@ import argparse
 import bisect
 import functools
 import json
+import math
 import random
 import sys
 import threading
@@ -57,10 +60,17 @@ from lab.target import open_target
 from workloads.tpch.load import LoadResult, run_open
 from workloads.tpch.mixes import mix_by_name
 
-__all__ = ["Segments", "compare", "main"]
+__all__ = ["Segments", "compare", "main", "relaxation"]
 
 CONNECTIONS = 64  # opened before the clock starts, as lab.bench's open runs do
 BOOTSTRAP = 2000  # resamples of blocks for the p99 ratio's interval
+
+
+def relaxation(rho: float, service: float) -> float:
+    """How long a queue at load ``rho`` takes to forget its state, seconds: the M/M/1
+    relaxation time S / (1 − √ρ)² (Morse), ``service`` the mean service time S; infinite at
+    ρ ≥ 1. A rule of thumb for the washout a turn needs, not a bound."""
+    return service / (1 - math.sqrt(rho)) ** 2 if rho < 1 else math.inf
 
 
 class Segments:
@@ -150,8 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     load.add_argument("--load", type=float, help="offered load ρ by the model's D_r (0.85)")
     load.add_argument("--rate", type=float, help="statements per second")
     ap.add_argument("--duration", type=float, default=600.0, help="seconds in all")
-    ap.add_argument("--segment", type=float, default=20.0, help="seconds per turn")
-    ap.add_argument("--washout", type=float, default=5.0, help="seconds not counted per turn")
+    ap.add_argument("--segment", type=float, default=30.0, help="seconds per turn")
+    ap.add_argument(
+        "--washout",
+        type=float,
+        help="seconds not counted at the start of each turn (default: the relaxation time)",
+    )
     ap.add_argument("--cut-end", type=float, default=1.0, help="last seconds not counted")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, help="write the numbers as JSON here")
@@ -169,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"--settings: {name} carries state from one turn to the next (learning or a "
                 "tuned MPL); compare it with benchmarks.admission_pays instead"
             )
-    if not (a.washout >= 0 and a.cut_end >= 0 and a.washout + a.cut_end < a.segment):
-        ap.error("--washout + --cut-end must leave part of each --segment")
+    if (a.washout is not None and not a.washout >= 0) or not a.cut_end >= 0:
+        ap.error("--washout and --cut-end are seconds, at least 0")
     blocks = max(2, round(a.duration / (a.segment * len(names))))
     total = blocks * len(names) * a.segment
     config = BenchConfig(
@@ -189,12 +203,29 @@ def main(argv: list[str] | None = None) -> int:
     model = EtaModel.load(a.model)
     rate, rho, arrivals = open_arrivals(config, model)
     order = [s for b in range(blocks) for s in run_order(names, a.seed, b)]
+    relax = relaxation(rho, rho / rate)
+    if a.washout is None:
+        a.washout = math.ceil(relax) if relax < math.inf else a.segment
+    if a.washout + a.cut_end >= a.segment:
+        ap.error(
+            f"--washout {a.washout:g} s + --cut-end {a.cut_end:g} s leave nothing of a "
+            f"{a.segment:g} s turn (at ρ = {rho:.2f} a queue forgets its past in about "
+            f"{relax:.0f} s): a longer --segment, or benchmarks.admission_pays"
+        )
     print(
         f"{len(arrivals)} Poisson arrivals at {rate:.3g}/s (ρ = {rho:.2f} by the model's D_r), "
         f"{total:g} s; {blocks} blocks × {len(names)} turns of {a.segment:g} s "
         f"(first {a.washout:g} s and last {a.cut_end:g} s of each not counted)",
         flush=True,
     )
+    if relax > a.washout:
+        print(
+            f"warning: at ρ = {rho:.2f} a queue forgets its past in about {relax:.0f} s (M/M/1: "
+            f"S / (1 − √ρ)², S = {rho / rate * 1e3:.0f} ms), longer than the {a.washout:g} s "
+            "washout: each turn inherits the previous setting's queue, and the comparison "
+            "understates the difference (longer --segment and --washout, or admission_pays)",
+            flush=True,
+        )
     target = open_target(a.backend, a.tpch, model=model, progress=lambda m: print(m, flush=True))
     proxy, gate = target.proxy, target.proxy.gate
     starts: list[float] = []
