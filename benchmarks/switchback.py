@@ -50,6 +50,7 @@ from admission.sim.study import Estimate
 from lab.bench import (
     BenchConfig,
     apply_setting,
+    budgeted,
     learns,
     open_arrivals,
     parse_policy,
@@ -178,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             parse_policy(name)
         except ValueError as e:
             ap.error(f"--settings: {e}")
+        if budgeted(name):
+            ap.error(f"--settings: {name} manages memory; a turn here has no memory budget")
         if learns(name) or tunes_mpl(name):
             ap.error(
                 f"--settings: {name} carries state from one turn to the next (learning or a "
