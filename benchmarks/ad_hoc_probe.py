@@ -22,7 +22,6 @@ import argparse
 import os
 import shlex
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,8 @@ import time
 from pathlib import Path
 
 import psycopg
+
+from testing.pgcluster import free_port
 
 __all__ = ["LONG", "SHORT", "main", "probe"]
 
@@ -47,14 +48,8 @@ SHORT = (
 DEFAULTS = ("none=--no-learn", "default=", "default, release off=--release-after 0")
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start(tpch: float, args: list[str]) -> tuple[subprocess.Popen[str], str]:
-    port = _port()
+    port = free_port()
     command = [
         str(Path(sys.executable).with_name("admission")),
         "serve",

@@ -442,9 +442,8 @@ ReleaseAfterOption = Annotated[
         "runs on beside the MPL (its threads and memory still held), at most MPL of them at "
         "once: a few long statements cannot hold every slot while short ones wait behind "
         "them. In service there are then at most 2 × MPL statements. Default: 1 s where "
-        "serve chooses the MPL itself (no --mpl: the model's recommended MPL or, without a "
-        "model, --mpl auto; or --mpl auto), in session pooling; with an --mpl number, never "
-        "(0).",
+        "serve chooses the MPL itself (no --mpl, or --mpl auto), in session pooling; with "
+        "an --mpl number, never (0).",
         envvar=env("release_after"),
         min=0,
     ),
