@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from admission.contention import ContentionConfig
 from admission.model import EtaModel, ModelError
 from admission.policies import POLICIES
 from admission.scheduler import MAX_CLASSES
@@ -301,6 +302,19 @@ def serve(
             min=1,
         ),
     ] = 200,
+    contention: Annotated[
+        bool | None,
+        typer.Option(
+            "--contention/--no-contention",
+            help="The embedded DuckDB: limit how many writing transactions are in progress at "
+            "once while they fail on one another's rows (serialization failures, 40001): no "
+            "limit until one does, then halved on each such failure and raised by one as "
+            'transactions commit (README: "Transactions that write the same rows"). '
+            "Default: on for the embedded DuckDB; PostgreSQL makes such writers wait on its "
+            "row locks instead, and in front of it this is not available.",
+            envvar=env("contention"),
+        ),
+    ] = None,
     max_message: Annotated[
         int,
         typer.Option(
@@ -429,6 +443,11 @@ def serve(
     tuned = learning_here and mpl is None
     chosen = policy or (RECOMMENDED_POLICY if model is not None or learning_here else "fcfs")
     _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
+    if contention and backend is not None:
+        raise fail(
+            "--contention belongs to the embedded DuckDB: PostgreSQL makes writers of the same "
+            "rows wait on its row locks instead of failing them"
+        )
     if explain_dsn is not None and backend is None:
         raise fail("--explain-dsn belongs to --backend: the embedded DuckDB plans by itself")
     if explain_dsn is not None and not learn:
@@ -596,6 +615,7 @@ def serve(
             startup_timeout=startup_timeout,
             pool=pool,
             max_client_conn=max_client_conn,
+            contention=ContentionConfig() if backend is None and contention is not False else None,
         )
     except (ValueError, ModelError) as e:
         raise fail(str(e)) from None

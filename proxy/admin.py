@@ -158,6 +158,8 @@ class AdminMetrics:
         self.pools: Any = None
         # the embedded DuckDB's connections shared by its sessions (its ``Cursors``), likewise
         self.cursors: Any = None
+        # the embedded DuckDB's limit on writing transactions (proxy.contention), likewise
+        self.contention: Any = None
         self.recent: deque[tuple[float, str, float, float]] = deque(maxlen=500)
 
     def on_finish(self, job: Job, now: float) -> None:
@@ -267,6 +269,8 @@ class AdminMetrics:
             yield from _pool_metrics(self.pools)
         if self.cursors is not None:
             yield from _duckdb_connection_metrics(self.cursors.status())
+        if self.contention is not None:
+            yield from _contention_metrics(self.contention.status())
         c = self.coordinator
         if c is not None:
             shared = (
@@ -286,6 +290,32 @@ class AdminMetrics:
             )
             for name, doc, value in shared:
                 yield GaugeMetricFamily(name, doc, value=float(value))
+
+
+def _contention_metrics(status: dict[str, Any]) -> Iterator[Metric]:
+    """The limit on writing transactions (proxy.contention)."""
+    yield GaugeMetricFamily(
+        "admission_contention_limit",
+        "Writing transactions allowed in progress at once (0: no limit)",
+        value=float(status["limit"] or 0),
+    )
+    yield GaugeMetricFamily(
+        "admission_contention_holders",
+        "Writing transactions in progress",
+        value=float(status["holders"]),
+    )
+    yield GaugeMetricFamily(
+        "admission_contention_waiting",
+        "Transactions waiting for a place under the limit",
+        value=float(status["waiting"]),
+    )
+    counters = (
+        ("admission_contention_aborts", "Writing transactions ended by a conflict", "aborts"),
+        ("admission_contention_commits", "Writing transactions ended otherwise", "commits"),
+        ("admission_contention_waited", "Transactions that waited for a place", "waited"),
+    )
+    for name, doc, key in counters:
+        yield CounterMetricFamily(name, doc, value=float(status[key]))
 
 
 def _pool_metrics(pools: Any) -> Iterator[Metric]:
@@ -553,6 +583,9 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         # the embedded DuckDB: its connections lent to sessions now, idle, opened, reused and
         # closed (None: in front of PostgreSQL)
         "duckdb_connections": None if gate.cursors is None else gate.cursors.status(),
+        # the embedded DuckDB: writing transactions in progress and their limit, lowered while
+        # they abort on one another (serve --contention; None: off or in front of PostgreSQL)
+        "contention": None if gate.contention is None else gate.contention.status(),
         # workload classes: per tenant its weight, share of service, queue and waits (None:
         # the proxy serves one tenant)
         "tenants": _tenants_json(scheduler),

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from admission.contention import ContentionConfig
 from admission.model import EtaModel
 from admission.mpl import MplController
 from admission.scheduler import MAX_CLASSES, Limits, Scheduler
 from admission.workloads import WorkloadConfig
 from proxy.admin import AdminMetrics
 from proxy.autompl import AutoMpl
+from proxy.contention import ContentionGate
 from proxy.cpu import CpuMeter
 from proxy.gate import AdmissionGate
 from proxy.learning import LiveModel, Planner
@@ -106,6 +108,9 @@ class ProxyConfig:
     # per client
     pool: PoolConfig | None = None
     max_client_conn: int | None = None  # clients at once, at most (53300 beyond)
+    # the embedded DuckDB: limit writing transactions while they abort on one another
+    # (admission.contention; None: no limit)
+    contention: ContentionConfig | None = None
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -176,6 +181,9 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         embedded = embedded_server(config, gate, progress)
         listener, planner = embedded, embedded.backend.plan_cost
         metrics.cursors = embedded.backend.cursors
+        if config.contention is not None:
+            embedded.backend.contention = ContentionGate(config.contention)
+            gate.contention = metrics.contention = embedded.backend.contention
     else:
         if config.explain_dsn is not None:
             planner = PostgresPlanner(config.explain_dsn).plan_cost

@@ -267,6 +267,10 @@ def test_classify_from_arguments_and_stdin() -> None:
         (["--mpl", "-1"], "--mpl must be 0 (unlimited) or more"),
         (["--explain-dsn", "host=x"], "--explain-dsn belongs to --backend"),
         (
+            ["--backend", "postgresql://127.0.0.1:1", "--contention"],
+            "--contention belongs to the embedded DuckDB",
+        ),
+        (
             ["--backend", "postgresql://127.0.0.1:1", "--explain-dsn", "host=x", "--no-learn"],
             "it has none with --no-learn",
         ),

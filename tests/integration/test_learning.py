@@ -169,14 +169,16 @@ def test_serve_learns_without_a_model_and_saves_it(tmp_path: Any) -> None:
 def test_serve_without_a_model_learns_and_tunes_its_mpl() -> None:
     """``admission serve`` on the embedded DuckDB with no model and no --mpl: the recommended
     policy, learning, under ``--mpl auto`` started from this machine's cores, a statement in
-    service a second giving its slot to the queue (an MPL or a release given is kept); with
-    --no-learn (nothing to order by) everything is admitted, as before."""
+    service a second giving its slot to the queue (an MPL or a release given is kept), writing
+    transactions under the contention limit; with --no-learn (nothing to order by) everything
+    is admitted, as before."""
     # (arguments, policy, --mpl auto, MPL, --release-after)
     cases: tuple[tuple[list[str], str, bool, int | None, float | None], ...] = (
         ([], "latency", True, os.cpu_count(), 1.0),
         (["--release-after", "0"], "latency", True, os.cpu_count(), None),  # (asked: off)
         (["--mpl", "3"], "latency", False, 3, None),  # (an MPL given: kept, the policy too)
         (["--no-learn"], "fcfs", False, None, None),
+        (["--no-contention"], "latency", True, os.cpu_count(), 1.0),
     )
     for extra, policy, auto, mpl, release in cases:
         with socket.socket() as s:
@@ -188,6 +190,8 @@ def test_serve_without_a_model_learns_and_tunes_its_mpl() -> None:
         assert status["policy"] == policy, status["policy"]
         assert status["limits"]["mpl"] == mpl, status["limits"]
         assert status["limits"]["release_after"] == release, status["limits"]
+        # writing transactions limited while they conflict, unless asked not to
+        assert (status["contention"] is None) == ("--no-contention" in extra), status
         if auto:
             assert status["mpl_auto"]["enabled"], status["mpl_auto"]
             assert status["learning"] is not None

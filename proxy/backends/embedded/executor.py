@@ -43,6 +43,7 @@ from proxy.backends.pgtypes import (
     pg_type,
     text_encoder,
 )
+from proxy.contention import ContentionGate
 from proxy.planner import PARAM as _PARAM
 from proxy.planner import PLANNABLE_HEAD as _PLANNABLE_HEAD
 from proxy.wire import protocol as pg
@@ -116,6 +117,9 @@ class DuckDBBackend:
         self._planner: duckdb.DuckDBPyConnection | None = None  # plan_cost's own cursor
         self.version_string = f"PostgreSQL {self.server_version}"
         self.advisory = AdvisoryLocks()  # (every session's pg_advisory_lock keys)
+        # writing transactions in progress, limited while they abort on one another
+        # (proxy.contention; None: no limit)
+        self.contention: ContentionGate | None = None
         self.connection.execute(  # (compat.VERSION_CALL)
             f"create or replace macro {catalog.S}.version() as "
             f"{catalog.literal(self.version_string)}"

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import duckdb
 
+from admission.classify import QueryClass
 from proxy.backends.embedded.auth import AuthenticationFailed, Exchange, Users
 from proxy.backends.embedded.executor import DuckDBBackend, Measurement, QueryError, Refused
 from proxy.backends.embedded.session import DuckDBSession
@@ -149,6 +150,9 @@ class EmbeddedConnection(asyncio.Protocol):
     @property
     def batch(self) -> Batch | None:
         return self._batch
+
+    def classify(self, sql: str) -> QueryClass:
+        return self.core.classify(sql)
 
     # transport callbacks
 

@@ -36,6 +36,8 @@ from typing import Protocol
 import duckdb
 import pglast
 
+from admission.classify import QueryClass
+from admission.contention import CONFLICT_STATES, WRITE_KINDS
 from proxy.backends.embedded import catalog, compat, copy, lockdown
 from proxy.backends.embedded.advisory import AdvisoryCall, advisory_call
 from proxy.backends.embedded.executor import (
@@ -57,6 +59,7 @@ from proxy.backends.embedded.executor import (
 from proxy.backends.embedded.params import decode_param
 from proxy.backends.errors import sqlstate_for
 from proxy.backends.pgtypes import BOOL, PgType, pg_type, text_encoder
+from proxy.contention import ContentionGate, ContentionWaitCancelled
 from proxy.wire import protocol as pg
 from proxy.wire.frontend import Batch
 
@@ -198,6 +201,10 @@ class Admission(Protocol):
     def batch(self) -> Batch | None: ...
 
     async def admit(self, sql: str) -> None: ...
+
+    def classify(self, sql: str) -> QueryClass:
+        """The statement shape of ``sql``, as admission classifies it."""
+        ...
 
     async def drain(self) -> bool:
         """Write the replies so far, and wait while the client is slower to read them;
@@ -405,6 +412,8 @@ class DuckDBSession:
         "started",
         "statements",
         "status",
+        "tx_aborted",
+        "tx_starter",
         "user",
         "xact_locks",
     )
@@ -441,6 +450,10 @@ class DuckDBSession:
         self.started = 0  # statements started on DuckDB so far
         self.gone = False  # the client's connection is lost
         self.open: Result | None = None  # a long result not yet read to its end
+        # the open transaction, for the contention limit (admission.contention): the shape of
+        # its first statement, and whether a statement of it failed on a conflict
+        self.tx_starter: str | None = None
+        self.tx_aborted = False
 
     def interrupt(self) -> None:
         """Stop the statement running now, if any (it fails with 57014). DuckDB loses an
@@ -449,6 +462,9 @@ class DuckDBSession:
         every INTERRUPT_AGAIN seconds — never the next statement."""
         if self.lock_wait:
             self.lock_wait = False  # (its wait sees it and fails with 57014)
+        contention = self.backend.contention
+        if contention is not None:
+            contention.cancel(self)  # (waiting for a place: fails with 57014)
         if self.running and self.lease is not None:
             self.lease.cursor.interrupt()
             with contextlib.suppress(RuntimeError):  # (no loop: nobody to try again)
@@ -508,6 +524,8 @@ class DuckDBSession:
         (in a worker thread, after ``release`` and a rollback), no longer counted as lent."""
         self.idle()
         self.backend.advisory.give_all(self)
+        if self.backend.contention is not None:
+            self.backend.contention.forget(self)
         lease, self.lease = self.lease, None
         if lease is None:
             return None
@@ -1049,9 +1067,73 @@ class DuckDBSession:
         if not statements:
             self.out += pg.message(b"I")
             return
-        await self.connection.admit(text)
-        for query, kind in statements:
-            await self._send_result(await self._run(query, (), kind))
+        await self._admit(text, [kind for _, kind in statements])
+        try:
+            for query, kind in statements:
+                await self._send_result(await self._run(query, (), kind))
+        except BaseException as e:
+            self._contended(e)
+            raise
+        self._contended(None)
+
+    async def _admit(self, sql: str, kinds: Sequence[str]) -> None:
+        """Admission for the running batch; before it, where the contention limit applies
+        (``backend.contention``), a place for a writing transaction (admission.contention):
+        an autocommit statement that writes; in a transaction block its first statement if
+        it writes or if transactions that began with the same shape wrote, else its first
+        statement that writes (and that shape is noted). Waiting for a place holds nothing
+        (no MPL slot). ``_contended`` must follow once the statements ran (or failed)."""
+        gate = self.backend.contention
+        if gate is not None:
+            try:
+                await self._take_place(gate, sql, kinds)
+            except BaseException as e:
+                self._contended(e)
+                raise
+        try:
+            await self.connection.admit(sql)
+        except BaseException as e:
+            self._contended(e)
+            raise
+
+    async def _take_place(self, gate: ContentionGate, sql: str, kinds: Sequence[str]) -> None:
+        if gate.holds(self):
+            gate.touch(self, running=True)
+            return
+        writes = not WRITE_KINDS.isdisjoint(kinds)
+        if self.status != b"I":
+            starter = self.tx_starter
+            if starter is None:  # the transaction's first statement
+                starter = self.tx_starter = self.connection.classify(sql).fingerprint
+                if not writes and not gate.control.starts_writer(starter):
+                    return
+            elif writes:  # it read first: its kind is held back at its first statement
+                gate.control.learn_starter(starter)
+            else:
+                return
+        elif not writes:
+            return
+        try:
+            await gate.acquire(self)
+        except ContentionWaitCancelled:
+            raise QueryError("57014", "canceling statement due to user request") from None
+        gate.touch(self, running=True)
+
+    def _contended(self, error: BaseException | None) -> None:
+        """After a batch's statements (see ``_admit``): a holder's statement ended, or its
+        transaction — on a conflict (40001, 40P01) or not."""
+        gate = self.backend.contention
+        if gate is None:
+            return
+        if isinstance(error, QueryError) and error.sqlstate in CONFLICT_STATES:
+            self.tx_aborted = True
+        if self.status == b"I":
+            if gate.holds(self):
+                gate.finish(self, self.tx_aborted)
+            self.tx_starter = None
+            self.tx_aborted = False
+        elif gate.holds(self):
+            gate.touch(self, running=False)
 
     def _rewritten_kind(self, statement: str) -> str | None:
         """The kind of one statement that DuckDB's parser refuses (an identity column, an
@@ -1291,10 +1373,15 @@ class DuckDBSession:
             portal.result = await self._advisory(call, portal.params, portal.formats)
         if portal.result is None:
             statement = portal.statement
-            await self.connection.admit(statement.query)
-            portal.result = await self._run(
-                statement.query, portal.params, statement.kind, portal.formats, statement.text
-            )
+            await self._admit(statement.query, (statement.kind,))
+            try:
+                portal.result = await self._run(
+                    statement.query, portal.params, statement.kind, portal.formats, statement.text
+                )
+            except BaseException as e:
+                self._contended(e)
+                raise
+            self._contended(None)
         return portal.result
 
     async def execute(self, body: bytes) -> None:

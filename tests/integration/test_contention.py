@@ -1,0 +1,259 @@
+"""The limit on writing transactions on the embedded DuckDB (admission.contention), with real
+clients: pgbench's TPC-B-like script, whose every transaction updates the one branch row, and
+psycopg sessions that write the same row, read only, wait, cancel and go away."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from admission import Limits
+from admission.contention import ContentionConfig
+from proxy.admin import _status
+from proxy.app import BackgroundProxy, ProxyConfig
+
+
+def _proxy(contention: ContentionConfig | None) -> BackgroundProxy:
+    return BackgroundProxy(
+        ProxyConfig(backend=None, listen_port=0, limits=Limits(mpl=4), contention=contention)
+    )
+
+
+@pytest.fixture
+def proxy() -> Iterator[BackgroundProxy]:
+    # (idle_after long enough that a holder idle between the test's steps still counts)
+    proxy = _proxy(ContentionConfig(idle_after=5.0))
+    try:
+        with psycopg.connect(proxy.conninfo(), autocommit=True) as conn:
+            conn.execute("create table t (id int primary key, v int)")
+            conn.execute("insert into t values (1, 0), (2, 0), (3, 0)")
+        yield proxy
+    finally:
+        proxy.close()
+
+
+def _contention(proxy: BackgroundProxy) -> dict[str, Any]:
+    shown: dict[str, Any] = proxy.call(lambda: _status(proxy.gate))["contention"]
+    return shown
+
+
+def _pgbench(proxy: BackgroundProxy, *args: str) -> str:
+    dsn = proxy.conninfo()
+    run = subprocess.run(
+        ["pgbench", *args, dsn], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode in (0, 2), run.stderr  # (2: some transactions failed)
+    return run.stdout
+
+
+def _failed(stdout: str) -> tuple[int, int]:
+    processed = failed = None
+    for line in stdout.splitlines():
+        if line.startswith("number of transactions actually processed:"):
+            processed = int(line.split(":")[1].split("/")[0])
+        if line.startswith("number of failed transactions:"):
+            failed = int(line.split(":")[1].split("(")[0])
+    assert processed is not None and failed is not None, stdout
+    return processed, failed
+
+
+def test_pgbench_tpcb_stops_failing_on_its_branch_row_under_the_limit() -> None:
+    """Eight pgbench clients, no retries: without the limit most transactions fail on the
+    branch row (40001); with it almost none do, and no update is lost either way."""
+    shares = {}
+    for contention in (None, ContentionConfig()):
+        proxy = _proxy(contention)
+        try:
+            init = subprocess.run(
+                ["pgbench", "-i", "-s", "1", "-q", proxy.conninfo()],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert init.returncode == 0, init.stderr
+            out = _pgbench(proxy, "-c", "8", "-j", "2", "-T", "4", "-n")
+            processed, failed = _failed(out)
+            shares[contention is not None] = failed / (processed + failed)
+            if contention is not None:
+                shown = _contention(proxy)
+                assert shown["limit"] in (1, 2) and shown["cuts"] >= 1, shown
+                assert shown["holders"] == 0 and shown["waiting"] == 0, shown
+            with psycopg.connect(proxy.conninfo(), autocommit=True) as conn:
+                assert conn.execute(
+                    "select (select sum(bbalance) from pgbench_branches) = (select sum(delta) "
+                    "from pgbench_history)"
+                ).fetchone() == (True,)
+        finally:
+            proxy.close()
+    assert shares[False] > 0.4, shares
+    assert shares[True] < 0.1, shares
+
+
+def _conflict(proxy: BackgroundProxy) -> None:
+    """Two transactions write row 1: the second fails (40001) and the limit is set, to 1."""
+    with (
+        psycopg.connect(proxy.conninfo()) as a,
+        psycopg.connect(proxy.conninfo()) as b,
+    ):
+        a.execute("update t set v = v + 1 where id = 1")
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            b.execute("update t set v = v + 1 where id = 1")
+        b.rollback()
+        a.commit()
+    assert _contention(proxy)["limit"] == 1
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception as e:  # (the test reads it)
+            out.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _wait_for(predicate: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_writer_waits_for_the_holder_and_goes_on_when_it_commits(
+    proxy: BackgroundProxy,
+) -> None:
+    _conflict(proxy)
+    with (
+        psycopg.connect(proxy.conninfo()) as a,
+        psycopg.connect(proxy.conninfo()) as b,
+    ):
+        a.execute("update t set v = v + 1 where id = 1")  # holds the one place
+        thread, out = _in_thread(lambda: b.execute("update t set v = v + 1 where id = 2"))
+        _wait_for(lambda: _contention(proxy)["waiting"] == 1)
+        assert not out  # (it did not run beside a)
+        a.commit()
+        thread.join(10)
+        assert out and not isinstance(out[0], Exception), out
+        b.commit()
+    shown = _contention(proxy)
+    assert shown["holders"] == 0 and shown["waiting"] == 0 and shown["waited"] >= 1
+
+
+def test_read_only_transactions_and_autocommit_reads_take_no_place(
+    proxy: BackgroundProxy,
+) -> None:
+    _conflict(proxy)
+    with (
+        psycopg.connect(proxy.conninfo()) as a,
+        psycopg.connect(proxy.conninfo()) as reader,
+        psycopg.connect(proxy.conninfo(), autocommit=True) as auto,
+    ):
+        a.execute("update t set v = v + 1 where id = 1")  # holds the one place
+        assert reader.execute("select sum(v) from t").fetchone() is not None
+        assert reader.execute("select count(*) from t").fetchone() == (3,)
+        reader.commit()
+        assert auto.execute("select max(v) from t").fetchone() is not None
+        assert _contention(proxy)["waiting"] == 0
+        a.commit()
+
+
+def test_a_transaction_that_read_before_it_wrote_is_held_back_at_its_first_read_next_time(
+    proxy: BackgroundProxy,
+) -> None:
+    """DuckDB's snapshot starts with a transaction's first statement: a read-then-write
+    transaction must wait before its read, which is known once one of its shape wrote."""
+    _conflict(proxy)
+    with psycopg.connect(proxy.conninfo()) as b:
+        b.execute("select v from t where id = 3")  # (its shape not known to write yet)
+        b.execute("update t set v = v + 1 where id = 3")
+        b.commit()
+    assert _contention(proxy)["writing_starters"] == 1
+    with (
+        psycopg.connect(proxy.conninfo()) as a,
+        psycopg.connect(proxy.conninfo()) as b,
+    ):
+        a.execute("update t set v = v + 1 where id = 1")  # holds the one place
+        thread, out = _in_thread(lambda: b.execute("select v from t where id = 3").fetchone())
+        _wait_for(lambda: _contention(proxy)["waiting"] == 1)
+        a.commit()
+        thread.join(10)
+        assert out and not isinstance(out[0], Exception), out
+        b.execute("update t set v = v + 1 where id = 3")
+        b.commit()
+
+
+def test_a_cancel_ends_the_wait_for_a_place(proxy: BackgroundProxy) -> None:
+    _conflict(proxy)
+    with (
+        psycopg.connect(proxy.conninfo()) as a,
+        psycopg.connect(proxy.conninfo()) as b,
+    ):
+        a.execute("update t set v = v + 1 where id = 1")
+        thread, out = _in_thread(lambda: b.execute("update t set v = v + 1 where id = 2"))
+        _wait_for(lambda: _contention(proxy)["waiting"] == 1)
+        b.cancel_safe()  # (cancel() holds the GIL the in-process server needs)
+        thread.join(10)
+        assert out and isinstance(out[0], psycopg.errors.QueryCanceled), out
+        b.rollback()
+        assert _contention(proxy)["waiting"] == 0
+        a.commit()
+    assert _contention(proxy)["holders"] == 0
+
+
+def test_clients_that_go_away_give_their_place_and_their_turn_up(
+    proxy: BackgroundProxy,
+) -> None:
+    _conflict(proxy)
+    a = psycopg.connect(proxy.conninfo())
+    b = psycopg.connect(proxy.conninfo())
+    a.execute("update t set v = v + 1 where id = 1")
+    thread, _ = _in_thread(lambda: b.execute("update t set v = v + 1 where id = 2"))
+    _wait_for(lambda: _contention(proxy)["waiting"] == 1)
+    # gone while it waits (its socket shut under the waiting thread, the way a dying
+    # client's is: psycopg's own close would wait for the statement)
+    gone = socket.socket(fileno=os.dup(b.pgconn.socket))
+    gone.shutdown(socket.SHUT_RDWR)
+    gone.close()
+    a.close()  # (gone while it holds: rolled back)
+    thread.join(10)
+    b.close()
+    _wait_for(lambda: _contention(proxy)["holders"] == 0)
+    assert _contention(proxy)["waiting"] == 0
+    with psycopg.connect(proxy.conninfo()) as c:  # the place is free
+        c.execute("update t set v = v + 1 where id = 2")
+        c.commit()
+        assert c.execute("select v from t where id = 1").fetchone() == (1,)
+
+
+def test_a_holder_idle_in_its_transaction_holds_no_one_back_past_idle_after() -> None:
+    proxy = _proxy(ContentionConfig(idle_after=0.3))
+    try:
+        with psycopg.connect(proxy.conninfo(), autocommit=True) as conn:
+            conn.execute("create table t (id int primary key, v int)")
+            conn.execute("insert into t values (1, 0), (2, 0), (3, 0)")
+        _conflict(proxy)
+        with (
+            psycopg.connect(proxy.conninfo()) as a,
+            psycopg.connect(proxy.conninfo()) as b,
+        ):
+            a.execute("update t set v = v + 1 where id = 1")  # then sits idle
+            started = time.monotonic()
+            b.execute("update t set v = v + 1 where id = 2")
+            assert time.monotonic() - started < 5.0  # (0.3 s, on a slow machine more)
+            b.commit()
+            a.commit()
+    finally:
+        proxy.close()
