@@ -24,13 +24,18 @@ between whole transactions. So this is a second limit, on *holders* — transact
 * **Counted while busy.** A holder counts while one of its statements runs and for
   ``idle_after`` seconds after each; a client that sits idle inside its transaction does not
   hold the others back longer than that.
-* **The limit adapts (AIMD)**, with no limit at all until a transaction aborts: on a
-  serialization failure or deadlock (40001, 40P01) of a holder that began after the last
-  change, the limit is halved (from the holders counted then, the first time); after
-  ``limit`` commits of holders that began after the last change and ``backoff`` seconds
-  since the last cut, it grows by one. A raise that the next abort takes back doubles the
-  backoff (up to ``max_backoff``); two raises in a row halve it. With no abort for
-  ``forget_after`` seconds the limit is lifted: workloads that stop contending run free.
+* **The limit adapts (AIMD)**, with no limit at all until transactions abort in earnest. The
+  outcomes of holders that began after the limit last changed are counted in windows of
+  ``window``; when at least two of them aborted on a conflict (40001, 40P01) and aborts are
+  more than ``abort_share`` of them, the limit is halved (from the holders counted then, the
+  first time). When aborts are at most half that share, ``limit`` of them committed,
+  ``backoff`` seconds have passed since the last cut and the limit holds someone back, it
+  grows by one. A raise that the next cut takes back doubles the backoff (up to
+  ``max_backoff``); two raises in a row halve it. Aborts are a price worth paying up to a
+  point — a transaction in five lost, to run eight at once rather than one — so an abort now
+  and then does not cut: on one hot row (every pair conflicts) the limit settles at one; on
+  writers that rarely meet it stays off. With no abort for ``forget_after`` seconds the limit
+  is lifted: workloads that stop contending run free.
 * **Waiting is FIFO**, outside the admission scheduler's queue (a transaction waiting for a
   place holds no MPL slot); the shell wakes the waiters this module returns.
 
@@ -60,6 +65,8 @@ class ContentionConfig:
     min_backoff: float = 0.5  # s from a cut to the next raise, at least
     max_backoff: float = 5.0  # … and at most (how soon a changed workload is tried higher)
     forget_after: float = 60.0  # s without an abort: the limit is lifted
+    abort_share: float = 0.2  # aborts above this share of outcomes (and two at least) cut
+    window: int = 32  # outcomes counted at most before the count starts again
     max_starters: int = 4096  # statement shapes remembered as starting writing transactions
 
     def __post_init__(self) -> None:
@@ -67,6 +74,8 @@ class ContentionConfig:
             raise ValueError("idle_after and forget_after must be positive")
         if not 0 < self.min_backoff <= self.max_backoff:
             raise ValueError("backoffs must satisfy 0 < min_backoff <= max_backoff")
+        if not 0 < self.abort_share < 1 or self.window < 2:
+            raise ValueError("abort_share must be in (0, 1) and window at least 2")
 
 
 @dataclass(slots=True)
@@ -87,7 +96,9 @@ class ContentionControl:
         self._seq = 0
         self._change_seq = 0  # the last place given before the limit last changed
         self._raised = False  # the last change was a raise
-        self._good = 0  # commits since the last change, of holders that began after it
+        # outcomes and aborts of holders that began after the last change, in this window
+        self._outcomes = 0
+        self._aborted = 0
         self._last_cut = float("-inf")
         self._last_abort = float("-inf")
         self.aborts = 0  # holders that ended on a conflict
@@ -139,10 +150,7 @@ class ContentionControl:
         holder = self.holders.pop(tx, None)
         if holder is None:
             return self.withdraw(tx, now)
-        if aborted:
-            self._aborted(holder, now)
-        else:
-            self._committed(holder, now)
+        self._outcome(holder, now, aborted)
         return self._admit(now)
 
     def withdraw(self, tx: Hashable, now: float) -> list[Hashable]:
@@ -209,39 +217,54 @@ class ContentionControl:
             admitted.append(tx)
         return admitted
 
-    def _aborted(self, holder: _Holder, now: float) -> None:
-        self.aborts += 1
-        self._last_abort = now
+    def _outcome(self, holder: _Holder, now: float, aborted: bool) -> None:
+        if aborted:
+            self.aborts += 1
+            self._last_abort = now
+        else:
+            self.commits += 1
         if self.limit is not None and holder.seq <= self._change_seq:
             return  # it began before the last change: that change is not judged by it
-        counted = self.counted(now) + 1  # (itself, no longer a holder)
+        config = self.config
+        if self._outcomes >= config.window:
+            self._outcomes = self._aborted = 0
+        self._outcomes += 1
+        if aborted:
+            self._aborted += 1
+            if self._aborted >= 2 and self._aborted > config.abort_share * self._outcomes:
+                self._cut(now)
+            return
+        limit = self.limit
+        if (
+            limit is not None
+            and self._outcomes - self._aborted >= limit
+            and self._aborted <= config.abort_share / 2 * self._outcomes
+            and now - self._last_cut >= self.backoff
+            and (self.waiting or self.counted(now) + 1 >= limit)  # (it holds someone back)
+        ):
+            if self._raised:
+                self.backoff = max(config.min_backoff, self.backoff / 2)
+            self.limit = limit + 1
+            self.raises += 1
+            self._changed(raised=True)
+
+    def _cut(self, now: float) -> None:
+        counted = self.counted(now) + 1  # (the holder just ended, with them)
         base = counted if self.limit is None else min(self.limit, counted)
         cut = max(1, base // 2)
         if self.limit is not None and cut >= self.limit:
             return  # (at 1 already)
-        if self._raised:  # the raise before this is what the abort takes back
+        if self._raised:  # the raise before this is what the cut takes back
             self.backoff = min(self.config.max_backoff, self.backoff * 2)
         self.limit = cut
         self.cuts += 1
         self._changed(raised=False)
         self._last_cut = now
 
-    def _committed(self, holder: _Holder, now: float) -> None:
-        self.commits += 1
-        if self.limit is None or holder.seq <= self._change_seq:
-            return
-        self._good += 1
-        if self._good >= self.limit and now - self._last_cut >= self.backoff:
-            if self._raised:
-                self.backoff = max(self.config.min_backoff, self.backoff / 2)
-            self.limit += 1
-            self.raises += 1
-            self._changed(raised=True)
-
     def _changed(self, raised: bool) -> None:
         self._raised = raised
         self._change_seq = self._seq
-        self._good = 0
+        self._outcomes = self._aborted = 0
 
     def _forget(self, now: float) -> None:
         if self.limit is not None and now - self._last_abort >= self.config.forget_after:

@@ -98,15 +98,18 @@ def test_pgbench_tpcb_stops_failing_on_its_branch_row_under_the_limit() -> None:
 
 
 def _conflict(proxy: BackgroundProxy) -> None:
-    """Two transactions write row 1: the second fails (40001) and the limit is set, to 1."""
+    """Three transactions write row 1: the second and third fail (40001), and with two of
+    two aborted the limit is set, to 1."""
     with (
         psycopg.connect(proxy.conninfo()) as a,
         psycopg.connect(proxy.conninfo()) as b,
+        psycopg.connect(proxy.conninfo()) as c,
     ):
         a.execute("update t set v = v + 1 where id = 1")
-        with pytest.raises(psycopg.errors.SerializationFailure):
-            b.execute("update t set v = v + 1 where id = 1")
-        b.rollback()
+        for late in (b, c):
+            with pytest.raises(psycopg.errors.SerializationFailure):
+                late.execute("update t set v = v + 1 where id = 1")
+            late.rollback()
         a.commit()
     assert _contention(proxy)["limit"] == 1
 
