@@ -16,6 +16,11 @@ serve`` (an in-memory DuckDB; ``pgbench -i -s 1`` first) and pgbench runs each w
   FROM pgbench_accounts; END``), each script's numbers apart: what the limit costs readers;
 * ``select``: ``select-only``, no writes (the limit never engages).
 
+Without pgbench on the machine (or with ``--driver python``) ``tpcb`` is run by a client of its
+own (psycopg, a thread per client): the same tables (built with ``CREATE TABLE … AS`` of
+``range``) and the same five statements per transaction, its parameters drawn as pgbench draws
+them; the other workloads need pgbench. ``scripts/demo`` runs it that way.
+
 Settings: ``none`` — no admission control (``--no-learn --no-contention``); ``off`` — ``serve``'s
 default without the contention limit (``--no-contention``); ``on`` — ``serve``'s default.
 
@@ -27,11 +32,17 @@ throughput to ``none``'s in the same round (median [least, most]).
 from __future__ import annotations
 
 import argparse
+import random
 import re
+import shutil
 import statistics
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
+
+import psycopg
 
 from benchmarks.coordinator import ADMISSION, _wait
 from benchmarks.pooling import stop
@@ -107,6 +118,102 @@ def run_pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
     return row
 
 
+TPCB_TABLES = (
+    "create table pgbench_branches as select i::int as bid, 0::int as bbalance, "
+    "''::varchar as filler from range(1, 2) t(i)",
+    "create table pgbench_tellers as select i::int as tid, 1::int as bid, 0::int as tbalance, "
+    "''::varchar as filler from range(1, 11) t(i)",
+    "create table pgbench_accounts as select i::int as aid, 1::int as bid, 0::int as abalance, "
+    "''::varchar as filler from range(1, 100001) t(i)",
+    "create table pgbench_history (tid int, bid int, aid int, delta int, mtime timestamp, "
+    "filler varchar)",
+    "alter table pgbench_branches add primary key (bid)",
+    "alter table pgbench_tellers add primary key (tid)",
+    "alter table pgbench_accounts add primary key (aid)",
+)
+TPCB = (
+    "update pgbench_accounts set abalance = abalance + %(delta)s where aid = %(aid)s",
+    "select abalance from pgbench_accounts where aid = %(aid)s",
+    "update pgbench_tellers set tbalance = tbalance + %(delta)s where tid = %(tid)s",
+    "update pgbench_branches set bbalance = bbalance + %(delta)s where bid = %(bid)s",
+    "insert into pgbench_history (tid, bid, aid, delta, mtime) "
+    "values (%(tid)s, %(bid)s, %(aid)s, %(delta)s, current_timestamp)",
+)
+
+
+def python_init(port: int) -> None:
+    """pgbench's tables at scale 1, built by this client (no pgbench needed)."""
+    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in TPCB_TABLES:
+            conn.execute(statement)
+
+
+def python_tpcb(port: int, clients: int, seconds: float, tries: int) -> dict[str, float]:
+    """pgbench's TPC-B-like transactions from ``clients`` threads of this process for
+    ``seconds``, a serialization failure (40001) retried up to ``tries`` tries in all: the same
+    fields as ``run_pgbench``."""
+    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+    lock = threading.Lock()
+    totals = {"done": 0, "failed": 0, "retried": 0, "latency": 0.0}
+    connections = [psycopg.connect(dsn) for _ in range(clients)]
+    start = time.monotonic()
+    deadline = start + seconds
+
+    def client(conn: psycopg.Connection, seed: int) -> None:
+        rng = random.Random(seed)
+        done = failed = retried = 0
+        latency = 0.0
+        while time.monotonic() < deadline:
+            params = {
+                "aid": rng.randint(1, 100_000),
+                "tid": rng.randint(1, 10),
+                "bid": 1,
+                "delta": rng.randint(-5000, 5000),
+            }
+            began = time.monotonic()
+            for attempt in range(tries):
+                try:
+                    for statement in TPCB:
+                        conn.execute(statement, params)
+                    conn.commit()
+                except psycopg.errors.SerializationFailure:
+                    conn.rollback()
+                    if attempt + 1 == tries:
+                        failed += 1
+                    else:
+                        retried += attempt == 0
+                    continue
+                done += 1
+                break
+            latency += time.monotonic() - began
+        with lock:
+            totals["done"] += done
+            totals["failed"] += failed
+            totals["retried"] += retried
+            totals["latency"] += latency
+
+    threads = [
+        threading.Thread(target=client, args=(conn, n), daemon=True)
+        for n, conn in enumerate(connections)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - start
+    for conn in connections:
+        conn.close()
+    finished = totals["done"] + totals["failed"]
+    return {
+        "tps": totals["done"] / elapsed,
+        "done": float(totals["done"]),
+        "failed": float(totals["failed"]),
+        "retried": float(totals["retried"]),
+        "latency_ms": 1000 * totals["latency"] / finished if finished else float("nan"),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--settings", default="none,off,on", help="none, off, on")
@@ -115,6 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tries", type=int, default=1, help="pgbench --max-tries")
+    parser.add_argument(
+        "--driver",
+        choices=("pgbench", "python"),
+        default="pgbench" if shutil.which("pgbench") else "python",
+        help="what runs the transactions (python: tpcb only; the default without pgbench)",
+    )
     args = parser.parse_args(argv)
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -124,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     for w in workloads:
         if w not in WORKLOADS:
             parser.error(f"--workloads: {w!r} is not one of {', '.join(WORKLOADS)}")
+    if args.driver == "python" and workloads != ["tpcb"]:
+        if args.workloads != ",".join(WORKLOADS):
+            parser.error("--driver python runs the tpcb workload only (the others need pgbench)")
+        workloads = ["tpcb"]
     if "none" not in settings:
         settings.insert(0, "none")  # (what every ratio is to)
     if args.clients < 1 or args.seconds < 1 or args.rounds < 1 or args.tries < 1:
@@ -132,9 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="admission-contention-") as work:
         reader = Path(work) / "reader.sql"
         reader.write_text(READER)
+        client = (
+            f"pgbench -c {args.clients} -j 2"
+            if args.driver == "pgbench"
+            else f"{args.clients} psycopg clients (pgbench's TPC-B-like transactions)"
+        )
         print(
-            f"pgbench -c {args.clients} -j 2 --max-tries {args.tries}, {args.seconds:g} s, "
-            f"scale 1, embedded DuckDB (in memory); {args.rounds} rounds",
+            f"{client}, {args.tries} {'try' if args.tries == 1 else 'tries'} a transaction, "
+            f"{args.seconds:g} s, scale 1, embedded DuckDB (in memory); {args.rounds} rounds",
             flush=True,
         )
         rows: dict[tuple[str, str], list[dict[str, float]]] = {}
@@ -142,13 +264,26 @@ def main(argv: list[str] | None = None) -> int:
             for setting in run_order(settings, 0, rnd):
                 proc, port = serve(setting)
                 try:
-                    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-                    init = subprocess.run(
-                        ["pgbench", "-i", "-s", "1", "-q", dsn], capture_output=True, text=True
-                    )
-                    if init.returncode != 0:
-                        raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
+                    if args.driver == "python":
+                        python_init(port)
+                    else:
+                        dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+                        init = subprocess.run(
+                            ["pgbench", "-i", "-s", "1", "-q", dsn],
+                            capture_output=True,
+                            text=True,
+                        )
+                        if init.returncode != 0:
+                            raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
                     for workload in workloads:
+                        if args.driver == "python":
+                            row = python_tpcb(port, args.clients, args.seconds, args.tries)
+                            rows.setdefault((workload, setting), []).append(row)
+                            print(
+                                f"round {rnd + 1} {setting:4} {workload:7} {_line(row)}",
+                                flush=True,
+                            )
+                            continue
                         extra = [
                             *_workload(workload, reader),
                             "-c",
@@ -180,7 +315,39 @@ def main(argv: list[str] | None = None) -> int:
                             f"[{min(ratios):.2f}, {max(ratios):.2f}]"
                         )
                 print(line)
+        if "on" in settings:
+            print()
+            for workload in workloads:
+                print(_verdict(workload, rows[(workload, "none")], rows[(workload, "on")]))
     return 0
+
+
+def _failed_share(runs: list[dict[str, float]]) -> float:
+    done = sum(r["done"] for r in runs)
+    failed = sum(r["failed"] for r in runs)
+    return failed / (done + failed) if done + failed else float("nan")
+
+
+def _verdict(workload: str, none: list[dict[str, float]], on: list[dict[str, float]]) -> str:
+    """In words: the limit against no admission, paired by round."""
+    ratios = [a["tps"] / b["tps"] for a, b in zip(on, none, strict=True) if b["tps"] > 0]
+    if not ratios:
+        return f"{workload}: no throughput measured without admission"
+    median, low, high = statistics.median(ratios), min(ratios), max(ratios)
+    if low > 1.05:
+        said = f"{median:.2f}x the commits of no admission control in every round"
+    elif high < 0.95:
+        said = f"{median:.2f}x the commits of no admission control: fewer in every round"
+    else:
+        said = (
+            f"{median:.2f}x the commits of no admission control: no difference beyond the "
+            "rounds' spread"
+        )
+    return (
+        f"{workload}: with the contention limit {said} ({low:.2f}–{high:.2f}); transactions "
+        f"failed {_failed_share(none):.1%} without admission, {_failed_share(on):.1%} with the "
+        "limit"
+    )
 
 
 def _median(runs: list[dict[str, float]]) -> dict[str, float]:
