@@ -27,8 +27,8 @@ between whole transactions. So this is a second limit, on *holders* — transact
 * **The limit adapts (AIMD)**, with no limit at all until transactions abort in earnest. The
   outcomes of holders that began after the limit last changed are counted in windows of
   ``window``; when at least two of them aborted on a conflict (40001, 40P01) and aborts are
-  more than ``abort_share`` of them, the limit is halved (from the holders counted then, the
-  first time). When aborts are at most half that share, ``limit`` of them committed,
+  more than ``abort_share`` of them, the limit is halved — from the holders counted then, if
+  fewer (and the first time). When aborts are at most half that share, ``limit`` of them committed,
   ``backoff`` seconds have passed since the last cut and the limit holds someone back, it
   grows by one. A raise that the next cut takes back doubles the backoff (up to
   ``max_backoff``); two raises in a row halve it. Aborts are a price worth paying up to a
@@ -124,13 +124,15 @@ class ContentionControl:
 
     # -- places -----------------------------------------------------------------------------
 
-    def request(self, tx: Hashable, now: float) -> bool:
+    def request(self, tx: Hashable, now: float, *, at_once: bool = False) -> bool:
         """``tx`` is about to write: True if it holds a place now; False if it waits (first
-        come, first served) until a call returns it."""
+        come, first served) until a call returns it. ``at_once``: a place now whatever the
+        limit (for a statement whose waiting could hold up the holders: see the embedded
+        session's ``_take_place``)."""
         if tx in self.holders:
             return True
         self._forget(now)
-        if not self.waiting and self._room(now):
+        if at_once or (not self.waiting and self._room(now)):
             self._hold(tx, now)
             return True
         self.waiting[tx] = None
@@ -168,9 +170,12 @@ class ContentionControl:
 
     def next_deadline(self, now: float) -> float | None:
         """When ``tick`` may admit someone with nothing else happening; None: only an end
-        will."""
-        if not self.waiting or self.limit is None:
+        will. ``now`` when someone waits though there is room (the limit lifted, or a holder
+        gone idle, since the last admission)."""
+        if not self.waiting:
             return None
+        if self.limit is None or self._forgotten(now) or self._room(now):
+            return now
         idle_after = self.config.idle_after
         times = [
             h.since + idle_after
@@ -187,7 +192,7 @@ class ContentionControl:
 
     def status(self, now: float) -> dict[str, Any]:
         return {
-            "limit": self.limit,
+            "limit": None if self._forgotten(now) else self.limit,
             "holders": len(self.holders),
             "counted": self.counted(now),
             "waiting": len(self.waiting),
@@ -266,8 +271,11 @@ class ContentionControl:
         self._change_seq = self._seq
         self._outcomes = self._aborted = 0
 
+    def _forgotten(self, now: float) -> bool:
+        return self.limit is not None and now - self._last_abort >= self.config.forget_after
+
     def _forget(self, now: float) -> None:
-        if self.limit is not None and now - self._last_abort >= self.config.forget_after:
+        if self._forgotten(now):
             self.limit = None
             self.backoff = self.config.min_backoff
             self._changed(raised=False)

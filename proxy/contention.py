@@ -35,10 +35,11 @@ class ContentionGate:
         self._timer_at: float | None = None
         self.waited_seconds = 0.0  # all waits for a place, summed
 
-    async def acquire(self, tx: Hashable) -> None:
-        """Return once ``tx`` holds a place (at once unless the limit is reached)."""
+    async def acquire(self, tx: Hashable, *, at_once: bool = False) -> None:
+        """Return once ``tx`` holds a place (at once unless the limit is reached, or with
+        ``at_once`` whatever the limit)."""
         started = self._clock()
-        if self.control.request(tx, started):
+        if self.control.request(tx, started, at_once=at_once):
             return
         future = asyncio.get_running_loop().create_future()
         self._futures[tx] = future
@@ -83,11 +84,6 @@ class ContentionGate:
             **self.control.status(self._clock()),
             "waited_s": round(self.waited_seconds, 3),
         }
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
 
     def _wake(self, admitted: list[Hashable]) -> None:
         pending = list(admitted)

@@ -165,11 +165,13 @@ def test_read_only_transactions_and_autocommit_reads_take_no_place(
         psycopg.connect(proxy.conninfo(), autocommit=True) as auto,
     ):
         a.execute("update t set v = v + 1 where id = 1")  # holds the one place
+        waited = _contention(proxy)["waited"]
         assert reader.execute("select sum(v) from t").fetchone() is not None
         assert reader.execute("select count(*) from t").fetchone() == (3,)
         reader.commit()
         assert auto.execute("select max(v) from t").fetchone() is not None
-        assert _contention(proxy)["waiting"] == 0
+        shown = _contention(proxy)
+        assert shown["waited"] == waited and shown["holders"] == 1, shown
         a.commit()
 
 
@@ -230,9 +232,11 @@ def test_clients_that_go_away_give_their_place_and_their_turn_up(
     gone = socket.socket(fileno=os.dup(b.pgconn.socket))
     gone.shutdown(socket.SHUT_RDWR)
     gone.close()
-    a.close()  # (gone while it holds: rolled back)
     thread.join(10)
     b.close()
+    _wait_for(lambda: _contention(proxy)["waiting"] == 0)  # (its turn given up: a still holds)
+    assert _contention(proxy)["holders"] == 1
+    a.close()  # (gone while it holds: rolled back)
     _wait_for(lambda: _contention(proxy)["holders"] == 0)
     assert _contention(proxy)["waiting"] == 0
     with psycopg.connect(proxy.conninfo()) as c:  # the place is free
@@ -253,9 +257,11 @@ def test_a_holder_idle_in_its_transaction_holds_no_one_back_past_idle_after() ->
             psycopg.connect(proxy.conninfo()) as b,
         ):
             a.execute("update t set v = v + 1 where id = 1")  # then sits idle
+            waited = _contention(proxy)["waited"]
             started = time.monotonic()
             b.execute("update t set v = v + 1 where id = 2")
             assert time.monotonic() - started < 5.0  # (0.3 s, on a slow machine more)
+            assert _contention(proxy)["waited"] == waited + 1  # (it did wait for a)
             b.commit()
             a.commit()
     finally:

@@ -146,6 +146,36 @@ def test_the_limit_is_forgotten_after_forget_after_without_an_abort() -> None:
     assert control.request("free", 11.0)
 
 
+def test_waiters_queued_when_the_limit_is_lifted_are_not_left_waiting() -> None:
+    """A writer asking after the limit's time is up but before the tick that lifts it: the
+    limit is lifted then and there, and the next deadline is at once, for everyone queued."""
+    control = ContentionControl(ContentionConfig(forget_after=10.0))
+    holder = _engaged(control, 0.0)
+    assert not control.request("d", 1.0)
+    assert not control.request("e", 10.0005)  # (queued behind d, FIFO)
+    assert control.limit is None
+    assert control.next_deadline(10.0005) == 10.0005
+    assert control.tick(10.001) == ["d", "e"]
+    assert control.status(10.001)["limit"] is None and holder in control.holders
+
+
+def test_the_status_shows_a_limit_lifted_by_time_before_anyone_asks() -> None:
+    control = ContentionControl(ContentionConfig(forget_after=10.0))
+    _engaged(control, 0.0)
+    assert control.status(5.0)["limit"] == 1
+    assert control.status(10.0)["limit"] is None
+
+
+def test_a_place_at_once_whatever_the_limit() -> None:
+    control = ContentionControl()
+    holder = _engaged(control, 0.0)
+    assert not control.request("queued", 0.1)
+    assert control.request("batch", 0.1, at_once=True)  # (beyond the limit, ahead of the queue)
+    assert control.counted(0.1) == 2 and list(control.waiting) == ["queued"]
+    control.finish("batch", 0.2, aborted=False)
+    assert control.finish(holder, 0.3, aborted=False) == ["queued"]
+
+
 def test_withdrawn_waiters_and_holders_give_their_turn_and_place_up() -> None:
     control = ContentionControl()
     holder = _engaged(control, 1.0)

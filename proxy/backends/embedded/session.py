@@ -413,6 +413,7 @@ class DuckDBSession:
         "statements",
         "status",
         "tx_aborted",
+        "tx_nesting",
         "tx_starter",
         "user",
         "xact_locks",
@@ -454,6 +455,7 @@ class DuckDBSession:
         # its first statement, and whether a statement of it failed on a conflict
         self.tx_starter: str | None = None
         self.tx_aborted = False
+        self.tx_nesting = 0  # _admit calls not yet followed by _contended
 
     def interrupt(self) -> None:
         """Stop the statement running now, if any (it fails with 57014). DuckDB loses an
@@ -1082,23 +1084,26 @@ class DuckDBSession:
         an autocommit statement that writes; in a transaction block its first statement if
         it writes or if transactions that began with the same shape wrote, else its first
         statement that writes (and that shape is noted). Waiting for a place holds nothing
-        (no MPL slot). ``_contended`` must follow once the statements ran (or failed)."""
+        (no MPL slot), and a holder counts as running only once admitted. ``_contended`` must
+        follow once the statements ran (or failed); a statement run inside another (a
+        cursor's query at its DECLARE or first FETCH) goes under the outer one's place."""
         gate = self.backend.contention
-        if gate is not None:
-            try:
-                await self._take_place(gate, sql, kinds)
-            except BaseException as e:
-                self._contended(e)
-                raise
+        if gate is None:
+            await self.connection.admit(sql)
+            return
+        self.tx_nesting += 1
         try:
+            if self.tx_nesting == 1:
+                await self._take_place(gate, sql, kinds)
             await self.connection.admit(sql)
         except BaseException as e:
             self._contended(e)
             raise
+        if self.tx_nesting == 1 and gate.holds(self):
+            gate.touch(self, running=True)
 
     async def _take_place(self, gate: ContentionGate, sql: str, kinds: Sequence[str]) -> None:
         if gate.holds(self):
-            gate.touch(self, running=True)
             return
         writes = not WRITE_KINDS.isdisjoint(kinds)
         if self.status != b"I":
@@ -1113,11 +1118,16 @@ class DuckDBSession:
                 return
         elif not writes:
             return
+        if self.gone:
+            raise QueryError("57014", "canceling statement: the client went away")
+        # a later Execute of a batch already admitted holds the batch's MPL slot till its
+        # Sync: waiting there could hold up a holder queued for that slot (it takes a place
+        # at once, beyond the limit, instead)
+        batch = self.connection.batch
         try:
-            await gate.acquire(self)
+            await gate.acquire(self, at_once=batch is not None and batch.job is not None)
         except ContentionWaitCancelled:
             raise QueryError("57014", "canceling statement due to user request") from None
-        gate.touch(self, running=True)
 
     def _contended(self, error: BaseException | None) -> None:
         """After a batch's statements (see ``_admit``): a holder's statement ended, or its
@@ -1125,8 +1135,11 @@ class DuckDBSession:
         gate = self.backend.contention
         if gate is None:
             return
+        self.tx_nesting -= 1
         if isinstance(error, QueryError) and error.sqlstate in CONFLICT_STATES:
             self.tx_aborted = True
+        if self.tx_nesting:
+            return  # (a statement inside another: the outer one ends the place's turn)
         if self.status == b"I":
             if gate.holds(self):
                 gate.finish(self, self.tx_aborted)
