@@ -21,9 +21,11 @@ between whole transactions. So this is a second limit, on *holders* — transact
   engine's snapshot starts with the first statement, so a transaction that reads and then
   writes must be held back before its read); else before its first write. Read-only
   transactions and autocommit reads never take one.
-* **Counted while busy.** A holder counts while one of its statements runs and for
-  ``idle_after`` seconds after each; a client that sits idle inside its transaction does not
-  hold the others back longer than that.
+* **Counted while busy.** A holder counts while one of its statements runs — for
+  ``run_after`` seconds of it at most: a long bulk write holds the other writers back no
+  longer than that, as the MPL's release does for long statements — and for ``idle_after``
+  seconds after each; a client that sits idle inside its transaction does not hold the others
+  back longer than that.
 * **The limit adapts (AIMD)**, with no limit at all until transactions abort in earnest. The
   outcomes of holders that began after the limit last changed are counted in windows of
   ``window``; when at least two of them aborted on a conflict (40001, 40P01) and aborts are
@@ -62,6 +64,7 @@ WRITE_KINDS = frozenset(
 @dataclass(frozen=True, slots=True)
 class ContentionConfig:
     idle_after: float = 1.0  # s: a holder idle inside its transaction stops counting
+    run_after: float = 5.0  # s: … and one whose statement has run this long
     min_backoff: float = 0.5  # s from a cut to the next raise, at least
     max_backoff: float = 5.0  # … and at most (how soon a changed workload is tried higher)
     forget_after: float = 60.0  # s without an abort: the limit is lifted
@@ -70,8 +73,8 @@ class ContentionConfig:
     max_starters: int = 4096  # statement shapes remembered as starting writing transactions
 
     def __post_init__(self) -> None:
-        if self.idle_after <= 0 or self.forget_after <= 0:
-            raise ValueError("idle_after and forget_after must be positive")
+        if self.idle_after <= 0 or self.run_after <= 0 or self.forget_after <= 0:
+            raise ValueError("idle_after, run_after and forget_after must be positive")
         if not 0 < self.min_backoff <= self.max_backoff:
             raise ValueError("backoffs must satisfy 0 < min_backoff <= max_backoff")
         if not 0 < self.abort_share < 1 or self.window < 2:
@@ -176,19 +179,23 @@ class ContentionControl:
             return None
         if self.limit is None or self._forgotten(now) or self._room(now):
             return now
-        idle_after = self.config.idle_after
+        idle_after, run_after = self.config.idle_after, self.config.run_after
         times = [
-            h.since + idle_after
+            h.since + (run_after if h.running else idle_after)
             for h in self.holders.values()
-            if not h.running and h.since + idle_after > now
+            if h.since + (run_after if h.running else idle_after) > now
         ]
         times.append(self._last_abort + self.config.forget_after)
         return max(min(times), now)
 
     def counted(self, now: float) -> int:
         """Holders that count against the limit now."""
-        idle_after = self.config.idle_after
-        return sum(1 for h in self.holders.values() if h.running or now - h.since < idle_after)
+        idle_after, run_after = self.config.idle_after, self.config.run_after
+        return sum(
+            1
+            for h in self.holders.values()
+            if now - h.since < (run_after if h.running else idle_after)
+        )
 
     def status(self, now: float) -> dict[str, Any]:
         return {

@@ -81,10 +81,12 @@ def test_a_holder_idle_in_its_transaction_stops_counting_after_idle_after() -> N
     assert control.next_deadline(1.1) == pytest.approx(1.5)
     assert control.tick(1.4) == []
     assert control.tick(1.5) == ["w"]
-    # a running statement keeps counting however long it runs
+    # a running statement counts for run_after (5 s) of its run
     control.touch("w", 1.5, running=True)
-    assert not control.request("x", 9.0)
-    assert control.next_deadline(9.0) == pytest.approx(1.0 + 60.0)  # (only the forgetting)
+    assert not control.request("x", 6.0)
+    assert control.next_deadline(6.0) == pytest.approx(6.5)
+    assert control.tick(6.4) == []
+    assert control.tick(6.5) == ["x"]
 
 
 def test_raised_by_one_after_limit_commits_and_the_backoff_while_it_holds_back() -> None:
@@ -137,7 +139,7 @@ def test_the_backoff_never_passes_its_maximum() -> None:
 
 
 def test_the_limit_is_forgotten_after_forget_after_without_an_abort() -> None:
-    control = ContentionControl(ContentionConfig(forget_after=10.0))
+    control = ContentionControl(ContentionConfig(forget_after=10.0, run_after=100.0))
     _engaged(control, 1.0)
     assert not control.request("w", 2.0)
     assert control.next_deadline(2.0) == pytest.approx(11.0)
@@ -204,6 +206,8 @@ def test_bad_configuration_is_refused() -> None:
         ContentionConfig(min_backoff=2.0, max_backoff=1.0)
     with pytest.raises(ValueError):
         ContentionConfig(abort_share=1.0)
+    with pytest.raises(ValueError):
+        ContentionConfig(run_after=0)
 
 
 @settings(max_examples=200, deadline=None)
