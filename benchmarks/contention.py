@@ -9,8 +9,8 @@ serve`` (an in-memory DuckDB; ``pgbench -i -s 1`` first) and pgbench runs each w
 ``--seconds`` with ``--clients`` clients (``-j 2``) and ``--tries`` tries per transaction
 (pgbench retries a serialization failure, 40001, that many times in all):
 
-* ``tpcb``: pgbench's TPC-B-like script — every transaction updates the one branch row (at
-  scale 1), so any two in progress at once conflict;
+* ``tpcb``: pgbench's TPC-B-like script — every transaction updates one of ``--scale`` branch
+  rows (at scale 1 the one row: any two in progress at once conflict);
 * ``update``: ``simple-update`` — one of 100,000 accounts per transaction, conflicts rare;
 * ``mixed``: half TPC-B-like, half a read-only transaction (``BEGIN; SELECT sum(abalance)
   FROM pgbench_accounts; END``), each script's numbers apart: what the limit costs readers;
@@ -120,11 +120,11 @@ def run_pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
 
 TPCB_TABLES = (
     "create table pgbench_branches as select i::int as bid, 0::int as bbalance, "
-    "''::varchar as filler from range(1, 2) t(i)",
-    "create table pgbench_tellers as select i::int as tid, 1::int as bid, 0::int as tbalance, "
-    "''::varchar as filler from range(1, 11) t(i)",
-    "create table pgbench_accounts as select i::int as aid, 1::int as bid, 0::int as abalance, "
-    "''::varchar as filler from range(1, 100001) t(i)",
+    "''::varchar as filler from range(1, {scale} + 1) t(i)",
+    "create table pgbench_tellers as select i::int as tid, ((i - 1) // 10 + 1)::int as bid, "
+    "0::int as tbalance, ''::varchar as filler from range(1, 10 * {scale} + 1) t(i)",
+    "create table pgbench_accounts as select i::int as aid, ((i - 1) // 100000 + 1)::int as bid, "
+    "0::int as abalance, ''::varchar as filler from range(1, 100000 * {scale} + 1) t(i)",
     "create table pgbench_history (tid int, bid int, aid int, delta int, mtime timestamp, "
     "filler varchar)",
     "alter table pgbench_branches add primary key (bid)",
@@ -141,15 +141,17 @@ TPCB = (
 )
 
 
-def python_init(port: int) -> None:
-    """pgbench's tables at scale 1, built by this client (no pgbench needed)."""
+def python_init(port: int, scale: int) -> None:
+    """pgbench's tables at ``scale``, built by this client (no pgbench needed)."""
     dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
     with psycopg.connect(dsn, autocommit=True) as conn:
         for statement in TPCB_TABLES:
-            conn.execute(statement)
+            conn.execute(statement.format(scale=scale))
 
 
-def python_tpcb(port: int, clients: int, seconds: float, tries: int) -> dict[str, float]:
+def python_tpcb(
+    port: int, clients: int, seconds: float, tries: int, scale: int
+) -> dict[str, float]:
     """pgbench's TPC-B-like transactions from ``clients`` threads of this process for
     ``seconds``, a serialization failure (40001) retried up to ``tries`` tries in all: the same
     fields as ``run_pgbench``."""
@@ -166,9 +168,9 @@ def python_tpcb(port: int, clients: int, seconds: float, tries: int) -> dict[str
         latency = 0.0
         while time.monotonic() < deadline:
             params = {
-                "aid": rng.randint(1, 100_000),
-                "tid": rng.randint(1, 10),
-                "bid": 1,
+                "aid": rng.randint(1, 100_000 * scale),
+                "tid": rng.randint(1, 10 * scale),
+                "bid": rng.randint(1, scale),
                 "delta": rng.randint(-5000, 5000),
             }
             began = time.monotonic()
@@ -223,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tries", type=int, default=1, help="pgbench --max-tries")
     parser.add_argument(
+        "--scale", type=int, default=1, help="pgbench's scale: branch rows (the hot rows)"
+    )
+    parser.add_argument(
         "--driver",
         choices=("pgbench", "python"),
         default="pgbench" if shutil.which("pgbench") else "python",
@@ -243,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         workloads = ["tpcb"]
     if "none" not in settings:
         settings.insert(0, "none")  # (what every ratio is to)
-    if args.clients < 1 or args.seconds < 1 or args.rounds < 1 or args.tries < 1:
-        parser.error("--clients, --seconds, --rounds and --tries must be at least 1")
+    if min(args.clients, args.seconds, args.rounds, args.tries, args.scale) < 1:
+        parser.error("--clients, --seconds, --rounds, --tries and --scale must be at least 1")
 
     with tempfile.TemporaryDirectory(prefix="admission-contention-") as work:
         reader = Path(work) / "reader.sql"
@@ -256,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"{client}, {args.tries} {'try' if args.tries == 1 else 'tries'} a transaction, "
-            f"{args.seconds:g} s, scale 1, embedded DuckDB (in memory); {args.rounds} rounds",
+            f"{args.seconds:g} s, scale {args.scale}, embedded DuckDB (in memory); "
+            f"{args.rounds} rounds",
             flush=True,
         )
         rows: dict[tuple[str, str], list[dict[str, float]]] = {}
@@ -265,11 +271,11 @@ def main(argv: list[str] | None = None) -> int:
                 proc, port = serve(setting)
                 try:
                     if args.driver == "python":
-                        python_init(port)
+                        python_init(port, args.scale)
                     else:
                         dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
                         init = subprocess.run(
-                            ["pgbench", "-i", "-s", "1", "-q", dsn],
+                            ["pgbench", "-i", "-s", str(args.scale), "-q", dsn],
                             capture_output=True,
                             text=True,
                         )
@@ -277,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
                             raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
                     for workload in workloads:
                         if args.driver == "python":
-                            row = python_tpcb(port, args.clients, args.seconds, args.tries)
+                            row = python_tpcb(
+                                port, args.clients, args.seconds, args.tries, args.scale
+                            )
                             rows.setdefault((workload, setting), []).append(row)
                             print(
                                 f"round {rnd + 1} {setting:4} {workload:7} {_line(row)}",

@@ -266,3 +266,19 @@ def test_a_holder_idle_in_its_transaction_holds_no_one_back_past_idle_after() ->
             a.commit()
     finally:
         proxy.close()
+
+
+def test_the_benchmark_runs_without_pgbench_as_the_demo_runs_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``scripts/demo``'s last step: ``benchmarks.contention`` with its own TPC-B-like client
+    against real ``admission serve`` processes (no figures asserted: a smoke run)."""
+    from benchmarks.contention import main
+
+    assert (
+        main(["--driver", "python", "--settings", "none,on", "--rounds", "1", "--seconds", "1"])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "tpcb    none tps" in out and "tpcb    on   tps" in out, out
+    assert "tpcb: with the contention limit" in out, out
