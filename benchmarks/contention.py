@@ -4,10 +4,11 @@ against no limit and no admission at all.
     python -m benchmarks.contention [--settings none,off,on] [--clients 8] [--seconds 10]
         [--rounds 3] [--tries 1] [--workloads tpcb,update,mixed,select]
 
-Per round, in a balanced order (``lab.bench.run_order``), each setting gets a fresh ``admission
-serve`` (an in-memory DuckDB; ``pgbench -i -s 1`` first) and pgbench runs each workload for
-``--seconds`` with ``--clients`` clients (``-j 2``) and ``--tries`` tries per transaction
-(pgbench retries a serialization failure, 40001, that many times in all):
+Per round, in a balanced order (``lab.bench.run_order``), each setting and workload gets a
+fresh ``admission serve`` (an in-memory DuckDB; ``pgbench -i -s 1`` first: nothing learned on
+one workload carries over to the next) and pgbench runs the workload for ``--seconds`` with
+``--clients`` clients (``-j 2``) and ``--tries`` tries per transaction (pgbench retries a
+serialization failure, 40001, that many times in all):
 
 * ``tpcb``: pgbench's TPC-B-like script — every transaction updates one of ``--scale`` branch
   rows (at scale 1 the one row: any two in progress at once conflict);
@@ -23,6 +24,10 @@ them; the other workloads need pgbench. ``scripts/demo`` runs it that way.
 
 Settings: ``none`` — no admission control (``--no-learn --no-contention``); ``off`` — ``serve``'s
 default without the contention limit (``--no-contention``); ``on`` — ``serve``'s default.
+``--backend postgres`` runs the same against a PostgreSQL server of its own whose transactions
+run at ``--isolation`` (SERIALIZABLE by default: where two write a row, the second fails with
+40001 as on DuckDB): ``none`` is ``serve``'s default there (everything admitted), ``on`` the
+same with ``--contention``.
 
 Prints each run (transactions/s by pgbench, without the connection time; failed transactions
 and retries), then per workload and setting the median over rounds and the ratio of its
@@ -47,7 +52,7 @@ import psycopg
 from benchmarks.coordinator import ADMISSION, _wait
 from benchmarks.pooling import stop
 from lab.bench import run_order
-from testing.pgcluster import free_port
+from testing.pgcluster import Cluster, free_port, start_cluster
 
 SETTINGS = {
     "none": ["--no-learn", "--no-contention"],
@@ -67,8 +72,15 @@ def _workload(name: str, reader: Path) -> list[str]:
     }[name]
 
 
-def serve(setting: str) -> tuple[subprocess.Popen[bytes], int]:
+# in front of PostgreSQL serve admits everything by default (no model): "none" is the default,
+# "on" the default with --contention
+PG_SETTINGS = {"none": [], "on": ["--contention"]}
+
+
+def serve(setting: str, backend: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    """``admission serve`` with ``setting``'s options (in front of ``backend`` if given)."""
     port = free_port()
+    where = ["--backend", backend, *PG_SETTINGS[setting]] if backend else SETTINGS[setting]
     proc = subprocess.Popen(
         [
             ADMISSION,
@@ -77,7 +89,7 @@ def serve(setting: str) -> tuple[subprocess.Popen[bytes], int]:
             f"127.0.0.1:{port}",
             "--log-level",
             "warning",
-            *SETTINGS[setting],
+            *where,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -119,12 +131,18 @@ def run_pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
 
 
 TPCB_TABLES = (
+    "drop table if exists pgbench_branches",
+    "drop table if exists pgbench_tellers",
+    "drop table if exists pgbench_accounts",
     "create table pgbench_branches as select i::int as bid, 0::int as bbalance, "
-    "''::varchar as filler from range(1, {scale} + 1) t(i)",
-    "create table pgbench_tellers as select i::int as tid, ((i - 1) // 10 + 1)::int as bid, "
-    "0::int as tbalance, ''::varchar as filler from range(1, 10 * {scale} + 1) t(i)",
-    "create table pgbench_accounts as select i::int as aid, ((i - 1) // 100000 + 1)::int as bid, "
-    "0::int as abalance, ''::varchar as filler from range(1, 100000 * {scale} + 1) t(i)",
+    "''::varchar as filler from generate_series(1, {scale}) t(i)",
+    "create table pgbench_tellers as select i::int as tid, "
+    "cast(floor((i - 1) / 10.0) as int) + 1 as bid, 0::int as tbalance, ''::varchar as filler "
+    "from generate_series(1, 10 * {scale}) t(i)",
+    "create table pgbench_accounts as select i::int as aid, "
+    "cast(floor((i - 1) / 100000.0) as int) + 1 as bid, 0::int as abalance, "
+    "''::varchar as filler from generate_series(1, 100000 * {scale}) t(i)",
+    "drop table if exists pgbench_history",
     "create table pgbench_history (tid int, bid int, aid int, delta int, mtime timestamp, "
     "filler varchar)",
     "alter table pgbench_branches add primary key (bid)",
@@ -218,7 +236,9 @@ def python_tpcb(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--settings", default="none,off,on", help="none, off, on")
+    parser.add_argument(
+        "--settings", help="none, off, on (default all; with --backend postgres none, on)"
+    )
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=", ".join(WORKLOADS))
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=10)
@@ -228,17 +248,33 @@ def main(argv: list[str] | None = None) -> int:
         "--scale", type=int, default=1, help="pgbench's scale: branch rows (the hot rows)"
     )
     parser.add_argument(
+        "--backend",
+        choices=("embedded", "postgres"),
+        default="embedded",
+        help="postgres: a PostgreSQL server of its own whose transactions run at --isolation "
+        "(settings none and on only: in front of PostgreSQL serve admits everything unless "
+        "told)",
+    )
+    parser.add_argument(
+        "--isolation",
+        default="serializable",
+        choices=("serializable", "repeatable read", "read committed"),
+        help="with --backend postgres: default_transaction_isolation",
+    )
+    parser.add_argument(
         "--driver",
         choices=("pgbench", "python"),
         default="pgbench" if shutil.which("pgbench") else "python",
         help="what runs the transactions (python: tpcb only; the default without pgbench)",
     )
     args = parser.parse_args(argv)
-    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    chosen = args.settings or ("none,on" if args.backend == "postgres" else "none,off,on")
+    settings = [s.strip() for s in chosen.split(",") if s.strip()]
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    known = PG_SETTINGS if args.backend == "postgres" else SETTINGS
     for s in settings:
-        if s not in SETTINGS:
-            parser.error(f"--settings: {s!r} is not one of {', '.join(SETTINGS)}")
+        if s not in known:
+            parser.error(f"--settings: {s!r} is not one of {', '.join(known)}")
     for w in workloads:
         if w not in WORKLOADS:
             parser.error(f"--workloads: {w!r} is not one of {', '.join(WORKLOADS)}")
@@ -251,6 +287,24 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.clients, args.seconds, args.rounds, args.tries, args.scale) < 1:
         parser.error("--clients, --seconds, --rounds, --tries and --scale must be at least 1")
 
+    pg = None
+    if args.backend == "postgres":
+        pg = start_cluster()
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            conn.execute(
+                f"alter database postgres set default_transaction_isolation = '{args.isolation}'"
+            )
+    try:
+        return _run(args, settings, workloads, pg)
+    finally:
+        if pg is not None:
+            pg.stop()
+
+
+def _run(
+    args: argparse.Namespace, settings: list[str], workloads: list[str], pg: Cluster | None
+) -> int:
+    backend = pg.url if pg is not None else None
     with tempfile.TemporaryDirectory(prefix="admission-contention-") as work:
         reader = Path(work) / "reader.sql"
         reader.write_text(READER)
@@ -261,51 +315,22 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(
             f"{client}, {args.tries} {'try' if args.tries == 1 else 'tries'} a transaction, "
-            f"{args.seconds:g} s, scale {args.scale}, embedded DuckDB (in memory); "
-            f"{args.rounds} rounds",
+            f"{args.seconds:g} s, scale {args.scale}, "
+            + (
+                f"PostgreSQL at {args.isolation}"
+                if pg is not None
+                else "embedded DuckDB (in memory)"
+            )
+            + f"; {args.rounds} rounds",
             flush=True,
         )
         rows: dict[tuple[str, str], list[dict[str, float]]] = {}
         for rnd in range(args.rounds):
             for setting in run_order(settings, 0, rnd):
-                proc, port = serve(setting)
-                try:
-                    if args.driver == "python":
-                        python_init(port, args.scale)
-                    else:
-                        dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-                        init = subprocess.run(
-                            ["pgbench", "-i", "-s", str(args.scale), "-q", dsn],
-                            capture_output=True,
-                            text=True,
-                        )
-                        if init.returncode != 0:
-                            raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
-                    for workload in workloads:
-                        if args.driver == "python":
-                            row = python_tpcb(
-                                port, args.clients, args.seconds, args.tries, args.scale
-                            )
-                            rows.setdefault((workload, setting), []).append(row)
-                            print(
-                                f"round {rnd + 1} {setting:4} {workload:7} {_line(row)}",
-                                flush=True,
-                            )
-                            continue
-                        extra = [
-                            *_workload(workload, reader),
-                            "-c",
-                            str(args.clients),
-                            "-j",
-                            "2",
-                            "--max-tries",
-                            str(args.tries),
-                        ]
-                        row = run_pgbench(port, extra, args.seconds)
-                        rows.setdefault((workload, setting), []).append(row)
-                        print(f"round {rnd + 1} {setting:4} {workload:7} {_line(row)}", flush=True)
-                finally:
-                    stop(proc)
+                for workload in workloads:  # (a server of its own: nothing carried over)
+                    row = _one_run(args, setting, workload, backend, pg, reader)
+                    rows.setdefault((workload, setting), []).append(row)
+                    print(f"round {rnd + 1} {setting:4} {workload:7} {_line(row)}", flush=True)
         print("\nmedian over rounds (throughput vs none in the same round: median [least, most])")
         for workload in workloads:
             for setting in settings:
@@ -356,6 +381,39 @@ def _verdict(workload: str, none: list[dict[str, float]], on: list[dict[str, flo
         f"failed {_failed_share(none):.1%} without admission, {_failed_share(on):.1%} with the "
         "limit"
     )
+
+
+def _one_run(
+    args: argparse.Namespace,
+    setting: str,
+    workload: str,
+    backend: str | None,
+    pg: Cluster | None,
+    reader: Path,
+) -> dict[str, float]:
+    """A fresh server with ``setting``, pgbench's tables anew, ``workload`` run against it."""
+    proc, port = serve(setting, backend)
+    try:
+        if args.driver == "python":
+            python_init(pg.port if pg is not None else port, args.scale)
+            return python_tpcb(port, args.clients, args.seconds, args.tries, args.scale)
+        dsn = (
+            pg.dsn()
+            if pg is not None
+            else f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+        )
+        init = subprocess.run(
+            ["pgbench", "-i", "-s", str(args.scale), "-q", dsn], capture_output=True, text=True
+        )
+        if init.returncode != 0:
+            raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
+        extra = [
+            *_workload(workload, reader),
+            *("-c", str(args.clients), "-j", "2", "--max-tries", str(args.tries)),
+        ]
+        return run_pgbench(port, extra, args.seconds)
+    finally:
+        stop(proc)
 
 
 def _median(runs: list[dict[str, float]]) -> dict[str, float]:

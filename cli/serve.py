@@ -310,8 +310,10 @@ def serve(
             "once while they fail on one another's rows (serialization failures, 40001): no "
             "limit until one does, then halved on each such failure and raised by one as "
             'transactions commit (README: "Transactions that write the same rows"). '
-            "Default: on for the embedded DuckDB; PostgreSQL makes such writers wait on its "
-            "row locks instead, and in front of it this is not available.",
+            "Default: on for the embedded DuckDB; off in front of PostgreSQL, whose default "
+            "isolation makes such writers wait on row locks (turn it on for applications that "
+            "run SERIALIZABLE or REPEATABLE READ transactions, which fail with 40001 instead; "
+            "not with --pool-mode transaction).",
             envvar=env("contention"),
         ),
     ] = None,
@@ -426,7 +428,9 @@ def serve(
     (the latency policy, --mpl auto from this machine's cores). Wherever it chooses the MPL
     itself (no --mpl, or --mpl auto), a statement in service for a second gives its slot to
     the queue (--release-after 1), so that long ad hoc statements cannot hold a short one for
-    their whole run; an --mpl number given is a hard cap.
+    their whole run; an --mpl number given is a hard cap. On the embedded DuckDB, whose
+    transactions fail on each other's rows instead of waiting, writing transactions are
+    limited while they do (--contention).
     """
     import logging
 
@@ -443,10 +447,10 @@ def serve(
     tuned = learning_here and mpl is None
     chosen = policy or (RECOMMENDED_POLICY if model is not None or learning_here else "fcfs")
     _check_combinations(backend, tpch, database, chosen, tls_cert, tls_key)
-    if contention and backend is not None:
+    if contention and pool_mode == "transaction":
         raise fail(
-            "--contention belongs to the embedded DuckDB: PostgreSQL makes writers of the same "
-            "rows wait on its row locks instead of failing them"
+            "--contention with --pool-mode transaction is not supported: a transaction holds "
+            "its server connection, and the pool is its limit"
         )
     if explain_dsn is not None and backend is None:
         raise fail("--explain-dsn belongs to --backend: the embedded DuckDB plans by itself")
@@ -615,7 +619,11 @@ def serve(
             startup_timeout=startup_timeout,
             pool=pool,
             max_client_conn=max_client_conn,
-            contention=ContentionConfig() if backend is None and contention is not False else None,
+            # (on by default where transactions fail on each other's rows, the embedded
+            # DuckDB; in front of PostgreSQL when asked, for SERIALIZABLE applications)
+            contention=ContentionConfig()
+            if (contention if backend is not None else contention is not False)
+            else None,
         )
     except (ValueError, ModelError) as e:
         raise fail(str(e)) from None

@@ -197,6 +197,14 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
             max_buffered=config.max_buffered,
         )
         listener.max_client_conn = config.max_client_conn
+        if config.contention is not None:
+            if config.pool is not None:
+                raise ValueError(
+                    "the contention limit is not supported with transaction pooling (a "
+                    "transaction holds its server connection, and the pool is its limit)"
+                )
+            listener.contention = ContentionGate(config.contention)
+            gate.contention = metrics.contention = listener.contention
         if config.pool is not None:
             pools = Pools(config.pool, config.backend, listener.open_backend)
             listener.pool_transactions(pools)

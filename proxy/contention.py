@@ -1,8 +1,8 @@
 """Data contention control on the event loop: the pure ``admission.contention`` with futures
-for the transactions that wait for a place and a timer for its deadlines (a holder gone idle,
-the limit forgotten). Sessions call ``acquire`` before a writing transaction's first
-statement runs, ``touch`` around each of its statements, ``finish`` at its end and ``forget``
-when their client goes away."""
+(or callbacks, for the relay) for the transactions that wait for a place and a timer for its
+deadlines (a holder gone idle or running long, the limit forgotten). Sessions call ``acquire``
+(``request``) before a writing transaction's first statement runs, ``touch`` around each of
+its statements, ``finish`` at its end and ``forget`` when their client goes away."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ class ContentionGate:
         self.control = ContentionControl(config)
         self._clock = clock
         self._futures: dict[Hashable, asyncio.Future[None]] = {}
+        self._callbacks: dict[Hashable, Callable[[], None]] = {}  # the relay's waiters
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.waited_seconds = 0.0  # all waits for a place, summed
@@ -53,8 +54,18 @@ class ContentionGate:
             self._futures.pop(tx, None)
             self.waited_seconds += self._clock() - started
 
+    def request(self, tx: Hashable, granted: Callable[[], None]) -> bool:
+        """``acquire`` for callers without a task (the relay): True if ``tx`` holds a place
+        now; else ``granted`` is called, soon after the loop's current callback, once it does
+        (not if ``forget`` comes first)."""
+        if self.control.request(tx, self._clock()):
+            return True
+        self._callbacks[tx] = granted
+        self._arm()
+        return False
+
     def waiting(self, tx: Hashable) -> bool:
-        return tx in self._futures
+        return tx in self._futures or tx in self._callbacks
 
     def cancel(self, tx: Hashable) -> bool:
         """Fail ``tx``'s wait for a place (a CancelRequest); False if it is not waiting."""
@@ -76,6 +87,7 @@ class ContentionGate:
         self._wake(self.control.finish(tx, self._clock(), aborted))
 
     def forget(self, tx: Hashable) -> None:
+        self._callbacks.pop(tx, None)
         if tx in self.control.holders or tx in self.control.waiting:
             self._wake(self.control.withdraw(tx, self._clock()))
 
@@ -90,8 +102,11 @@ class ContentionGate:
         while pending:
             tx = pending.pop()
             future = self._futures.get(tx)
+            callback = self._callbacks.pop(tx, None)
             if future is not None and not future.done():
                 future.set_result(None)
+            elif callback is not None:  # (not nested in whatever freed the place)
+                asyncio.get_running_loop().call_soon(callback)
             else:  # nobody waits for it any more: the place goes on
                 pending += self.control.withdraw(tx, self._clock())
         self._arm()

@@ -24,6 +24,7 @@ import asyncio
 import functools
 import logging
 import os
+import re
 import secrets
 import ssl
 import struct
@@ -32,8 +33,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import unquote, urlsplit
 
+from admission.classify import QueryClass
 from admission.grants import default_units, grant_setting, work_mem_grant
 from admission.model import EtaModel
+from proxy.contention import ContentionGate
 from proxy.gate import AdmissionGate
 from proxy.pool import (
     RESETS_ALL,
@@ -191,6 +194,11 @@ ARRIVING_LIMIT = 64 << 10
 # Clients waiting for a free accept slot: a burst of thousands of connects is queued by the
 # kernel, not refused.
 LISTEN_BACKLOG = 4096
+# a statement that writes (the contention limit's test, on the SQL text: any of the statements
+# a simple Query holds)
+_WRITES = re.compile(
+    r"(?:^|;)\s*(?:insert|update|delete|merge|copy|create|drop|alter|truncate)\b", re.I
+)
 
 
 def startup_expired(timeout: float) -> bytes:
@@ -326,6 +334,9 @@ class ProxyServer(Listener):
         self.connect_timeout = connect_timeout
         self.connections: set[ClientConnection] = set()
         self.by_key: dict[tuple[int, int], ClientConnection] = {}
+        # writing transactions in progress, limited while they abort on one another
+        # (serve --contention, proxy.contention; None: no limit)
+        self.contention: ContentionGate | None = None
         self._work_mem_grant: int | None = None
         self._units: tuple[EtaModel | None, dict[str, float], float] = (None, {}, 0.0)
         self._renice_failed = False
@@ -561,6 +572,7 @@ class ClientConnection(asyncio.Protocol):
         "_key",
         "_login",
         "_login_replies",
+        "_parked",
         "_pending",
         "_pool",
         "_reading_paused",
@@ -572,6 +584,8 @@ class ClientConnection(asyncio.Protocol):
         "_startup_timer",
         "_terminating",
         "_to_server",
+        "_tx_aborted",
+        "_tx_starter",
         "_txn_job",
         "_waiting_link",
         "backend",
@@ -614,6 +628,12 @@ class ClientConnection(asyncio.Protocol):
         self._startup_timer: asyncio.TimerHandle | None = None
         # bytes decrypted before ``start_tls`` returned the TLS transport to answer them on
         self._early: list[bytes] | None = None
+        # the contention limit (serve --contention, proxy.contention): a statement held for a
+        # place (its job, class, bypass, SQL), the shape of its transaction's first statement,
+        # whether a statement of it failed on a conflict
+        self._parked: tuple[int, QueryClass, bool, str] | None = None
+        self._tx_starter: str | None = None
+        self._tx_aborted = False
         # transaction pooling (proxy.pool): the server connection held now, if any
         self.pooled = server.pools is not None
         self.link: Link | None = None
@@ -692,7 +712,10 @@ class ClientConnection(asyncio.Protocol):
             bypass = bypass and self.link is not None
             if may_set(sql):
                 self._note_sets(job, sql)
-        if gate.admits_at_once():
+        contention = self.server.contention
+        if contention is not None and not self._place(job, query_class, bypass, sql):
+            self._check_held()  # (held for a place, as a statement held for admission)
+        elif gate.admits_at_once():
             # Admitted at once for certain: the database starts on it
             # while the gate does its bookkeeping (about 10 µs a statement at -c 1: README).
             session.fast_sent = True
@@ -700,7 +723,11 @@ class ClientConnection(asyncio.Protocol):
             if not gate.admit(job, query_class, bypass, sql, self):  # a broken promise:
                 log.warning("statement forwarded but not admitted at once; not counted")
                 gate.release(job)  # run it uncounted rather than twice
+            elif contention is not None and contention.holds(self):
+                contention.touch(self, running=True)
         elif gate.admit(job, query_class, bypass, sql, self):
+            if contention is not None and contention.holds(self):
+                contention.touch(self, running=True)
             self.server.prioritize(self, job)
             session.fast_sent = True
             self._server_write(data)
@@ -818,6 +845,20 @@ class ClientConnection(asyncio.Protocol):
     # -- server side -----------------------------------------------------------------------
 
     def from_server(self, data: bytes) -> None:
+        contention = self.server.contention
+        if contention is None:
+            self._from_server(data)
+            return
+        holds = contention.holds(self)
+        if holds and (b"C40001\0" in data or b"C40P01\0" in data):
+            self._tx_aborted = True  # (an ErrorResponse's code: a conflict)
+        self._from_server(data)
+        # a reply's end (its ReadyForQuery, last in what the server sends): the statement
+        # ended, perhaps the transaction
+        if data[-6:-5] == b"Z" and (holds or self._tx_starter is not None):
+            self._contended(contention)
+
+    def _from_server(self, data: bytes) -> None:
         session = self.session
         done = self._fast_server(session, data)
         if done is not None:
@@ -1138,7 +1179,7 @@ class ClientConnection(asyncio.Protocol):
                     bypass = bypass and self.link is not None
                     if may_set(action.sql):
                         self._note_sets(job, action.sql)
-                if self.server.gate.admit(job, action.query_class, bypass, action.sql, self):
+                if self._admit(job, action.query_class, bypass, action.sql):
                     self.server.prioritize(self, job)
                     self._apply(self.session.granted(job, self.server.grant(job)))
             elif isinstance(action, Release):
@@ -1197,6 +1238,14 @@ class ClientConnection(asyncio.Protocol):
         """A CancelRequest named this client: withdraw its queued statement, or have the server
         stop the running one (with the key the server gave it, which the client was given).
         Returns the forwarded request, done once the server has taken it."""
+        parked = self._parked
+        if parked is not None and self.server.contention is not None:
+            self._parked = None
+            self.server.contention.forget(self)
+            self.refused(
+                parked[0], pg.SQLSTATE_QUERY_CANCELED, "canceling statement due to user request"
+            )
+            return None
         gate = self.server.gate
         for job in self.session.active_jobs:
             if gate.cancel(job):
@@ -1216,9 +1265,73 @@ class ClientConnection(asyncio.Protocol):
         task.add_done_callback(lambda _task: pool.cancel_done(link))
         return task
 
+    # -- the contention limit (serve --contention: admission.contention) ---------------------
+
+    def _admit(self, job: int, query_class: QueryClass, bypass: bool, sql: str) -> bool:
+        """``gate.admit`` behind the contention limit where it is on (``_place``)."""
+        contention = self.server.contention
+        if contention is not None and not self._place(job, query_class, bypass, sql):
+            return False
+        if not self.server.gate.admit(job, query_class, bypass, sql, self):
+            return False
+        if contention is not None and contention.holds(self):
+            contention.touch(self, running=True)
+        return True
+
+    def _place(self, job: int, query_class: QueryClass, bypass: bool, sql: str) -> bool:
+        """Before admission, where the contention limit is on: a writing transaction takes a
+        place — an autocommit statement that writes; in a transaction block its first
+        statement if it writes or transactions that began with its shape wrote, else its
+        first write (the embedded session's rule: PostgreSQL's snapshot too starts with a
+        transaction's first statement). False: it must wait, and is held here, its statement
+        queued as far as the session knows (holding no MPL slot), till ``_placed``."""
+        contention = self.server.contention
+        assert contention is not None
+        if contention.holds(self):
+            return True
+        writes = _WRITES.search(sql) is not None
+        place = writes
+        if self.session.transaction_status != b"I":
+            if self._tx_starter is None:  # the transaction's first statement
+                self._tx_starter = query_class.fingerprint
+                place = writes or contention.control.starts_writer(self._tx_starter)
+            elif writes:  # it read first: its shape is held back at its first statement
+                contention.control.learn_starter(self._tx_starter)
+        if place and not contention.request(self, self._placed):
+            self._parked = (job, query_class, bypass, sql)
+            return False
+        return True
+
+    def _placed(self) -> None:
+        """The held statement has its place: to the gate with it."""
+        parked, self._parked = self._parked, None
+        if parked is None or self._closed:
+            if self.server.contention is not None:
+                self.server.contention.forget(self)
+            return
+        job, query_class, bypass, sql = parked
+        if self.server.gate.admit(job, query_class, bypass, sql, self):
+            self.admitted(job)
+
+    def _contended(self, contention: ContentionGate) -> None:
+        """After the server's bytes: a holder's statement ended, or its transaction."""
+        session = self.session
+        if session.replies_pending or self._parked is not None:
+            return
+        if session.transaction_status == b"I":
+            if contention.holds(self):
+                contention.finish(self, self._tx_aborted)
+            self._tx_starter = None
+            self._tx_aborted = False
+        elif contention.holds(self):
+            contention.touch(self, running=False)
+
     # -- the gate's answers ------------------------------------------------------------------
 
     def admitted(self, job: int) -> None:
+        contention = self.server.contention
+        if contention is not None and contention.holds(self):
+            contention.touch(self, running=True)
         self.server.prioritize(self, job)
         data = self.session.fast_granted(job)
         if data is not None:
@@ -1260,6 +1373,9 @@ class ClientConnection(asyncio.Protocol):
             self.backend.transport.close()
 
     def _teardown(self) -> None:
+        if self.server.contention is not None:
+            self._parked = None
+            self.server.contention.forget(self)
         self._drop_link()
         if self.pooled:
             self._login_done()

@@ -385,6 +385,12 @@ class ProxySession:
             return False
         return not any(batch.forwarded for batch in self._queue)
 
+    @property
+    def replies_pending(self) -> bool:
+        """Whether the server still owes replies to what was forwarded (cheap: the fast path's
+        fields are read, not turned into a batch)."""
+        return bool(self._replies) or (self._fast_job is not None and self.fast_sent)
+
     def job_is_queued(self, job: int) -> bool:
         self._leave_fast()
         batch = self._jobs.get(job)

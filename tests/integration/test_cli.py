@@ -267,8 +267,14 @@ def test_classify_from_arguments_and_stdin() -> None:
         (["--mpl", "-1"], "--mpl must be 0 (unlimited) or more"),
         (["--explain-dsn", "host=x"], "--explain-dsn belongs to --backend"),
         (
-            ["--backend", "postgresql://127.0.0.1:1", "--contention"],
-            "--contention belongs to the embedded DuckDB",
+            [
+                "--backend",
+                "postgresql://127.0.0.1:1",
+                "--pool-mode",
+                "transaction",
+                "--contention",
+            ],
+            "--contention with --pool-mode transaction is not supported",
         ),
         (
             ["--backend", "postgresql://127.0.0.1:1", "--explain-dsn", "host=x", "--no-learn"],

@@ -19,6 +19,7 @@ from admission import Limits
 from admission.contention import ContentionConfig
 from proxy.admin import _status
 from proxy.app import BackgroundProxy, ProxyConfig
+from testing.pgcluster import Cluster
 
 
 def _proxy(contention: ContentionConfig | None) -> BackgroundProxy:
@@ -282,3 +283,126 @@ def test_the_benchmark_runs_without_pgbench_as_the_demo_runs_it(
     out = capsys.readouterr().out
     assert "tpcb    none tps" in out and "tpcb    on   tps" in out, out
     assert "tpcb: with the contention limit" in out, out
+
+
+# -- in front of PostgreSQL (serve --backend … --contention): SERIALIZABLE transactions fail
+# with 40001 where two write the same row, as DuckDB's do
+
+
+def _pg_proxy(pg: Cluster, contention: ContentionConfig | None, db: str) -> BackgroundProxy:
+    from proxy.server import parse_backend
+
+    return BackgroundProxy(
+        ProxyConfig(
+            backend=parse_backend(f"{pg.url}/{db}"),
+            listen_port=0,
+            limits=Limits(mpl=4),
+            contention=contention,
+        )
+    )
+
+
+@pytest.fixture
+def serializable_db(pg: Cluster) -> Iterator[str]:
+    """A database of its own whose transactions are SERIALIZABLE by default."""
+    name = "contention_serializable"
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        conn.execute(f"drop database if exists {name}")
+        conn.execute(f"create database {name}")
+        conn.execute(f"alter database {name} set default_transaction_isolation = serializable")
+    with psycopg.connect(pg.dsn(dbname=name), autocommit=True) as conn:
+        conn.execute("create table t (id int primary key, v int)")
+        conn.execute("insert into t values (1, 0), (2, 0), (3, 0)")
+    try:
+        yield name
+    finally:
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            conn.execute(f"drop database if exists {name} with (force)")
+
+
+def test_pgbench_serializable_through_the_relay_stops_failing_under_the_limit(
+    pg: Cluster, serializable_db: str
+) -> None:
+    init = subprocess.run(
+        ["pgbench", "-i", "-s", "1", "-q", pg.dsn(dbname=serializable_db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert init.returncode == 0, init.stderr
+    shares = {}
+    for contention in (None, ContentionConfig()):
+        proxy = _pg_proxy(pg, contention, serializable_db)
+        try:
+            dsn = proxy.conninfo(user="postgres", dbname=serializable_db)
+            run = subprocess.run(
+                ["pgbench", "-c", "8", "-j", "2", "-T", "4", "-n", dsn],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert run.returncode in (0, 2), run.stderr
+            processed, failed = _failed(run.stdout)
+            shares[contention is not None] = failed / (processed + failed)
+            if contention is not None:
+                shown = _contention(proxy)
+                assert shown["cuts"] >= 1 and shown["holders"] == 0, shown
+        finally:
+            proxy.close()
+    assert shares[False] > 0.3, shares
+    assert shares[True] < 0.1, shares
+
+
+def test_the_relay_holds_a_writer_for_its_place_and_a_cancel_ends_the_wait(
+    pg: Cluster, serializable_db: str
+) -> None:
+    proxy = _pg_proxy(pg, ContentionConfig(idle_after=5.0), serializable_db)
+    dsn = proxy.conninfo(user="postgres", dbname=serializable_db)
+    try:
+        with (
+            psycopg.connect(dsn) as a,
+            psycopg.connect(dsn) as b,
+            psycopg.connect(dsn) as c,
+        ):
+            a.execute("update t set v = v + 1 where id = 1")
+            waits = [
+                _in_thread(
+                    lambda conn=conn: conn.execute(  # type: ignore[misc]
+                        "update t set v = v + 1 where id = 1"
+                    )
+                )
+                for conn in (b, c)
+            ]
+            time.sleep(0.3)  # (both wait on a's row lock in PostgreSQL)
+            a.commit()
+            for thread, out in waits:
+                thread.join(10)
+                assert out and isinstance(out[0], psycopg.errors.SerializationFailure), out
+            b.rollback()
+            c.rollback()
+        assert _contention(proxy)["limit"] == 1
+        with (
+            psycopg.connect(dsn) as a,
+            psycopg.connect(dsn) as b,
+            psycopg.connect(dsn) as c,
+        ):
+            a.execute("update t set v = v + 1 where id = 1")  # holds the one place
+            thread, out = _in_thread(lambda: b.execute("update t set v = v + 1 where id = 2"))
+            _wait_for(lambda: _contention(proxy)["waiting"] == 1)
+            b.cancel_safe()
+            thread.join(10)
+            assert out and isinstance(out[0], psycopg.errors.QueryCanceled), out
+            b.rollback()
+            thread, out = _in_thread(lambda: c.execute("update t set v = v + 1 where id = 3"))
+            _wait_for(lambda: _contention(proxy)["waiting"] == 1)
+            assert not out
+            a.commit()
+            thread.join(10)
+            assert out and not isinstance(out[0], Exception), out
+            c.commit()
+        shown = _contention(proxy)
+        assert shown["holders"] == 0 and shown["waiting"] == 0, shown
+        with psycopg.connect(dsn) as check:
+            assert check.execute("select v from t order by id").fetchall() == [(2,), (0,), (1,)]
+    finally:
+        proxy.close()
