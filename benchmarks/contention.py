@@ -50,7 +50,7 @@ from pathlib import Path
 import psycopg
 
 from benchmarks.coordinator import ADMISSION, _wait
-from benchmarks.pooling import stop
+from benchmarks.pooling import pgbench_output, stop
 from lab.bench import run_order
 from testing.pgcluster import Cluster, free_port, start_cluster
 
@@ -106,14 +106,7 @@ def _number(pattern: str, text: str) -> float:
 def run_pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
     """One pgbench run: throughput, failed and retried transactions, and per script (when
     there are several) its throughput, failures and mean latency."""
-    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-    result = subprocess.run(
-        ["pgbench", *args, "-T", str(int(seconds)), "-n", dsn],
-        capture_output=True,
-        text=True,
-        timeout=seconds * 10 + 120,
-    )
-    out = result.stdout + result.stderr
+    out, _ = pgbench_output(port, args, seconds)
     row = {
         "tps": _number(r"tps = ([\d.]+) \(without initial connection time\)", out),
         "done": _number(r"number of transactions actually processed: (\d+)", out),

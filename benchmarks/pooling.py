@@ -127,7 +127,8 @@ class Sampler:
         return self.most
 
 
-def pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
+def pgbench_output(port: int, args: list[str], seconds: float) -> tuple[str, int]:
+    """``pgbench ARGS -T SECONDS -n`` through ``port``: what it printed, and its exit code."""
     dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
     result = subprocess.run(
         ["pgbench", *args, "-T", str(int(seconds)), "-n", dsn],
@@ -135,7 +136,11 @@ def pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
         text=True,
         timeout=seconds * 10 + 120,
     )
-    out = result.stdout + result.stderr
+    return result.stdout + result.stderr, result.returncode
+
+
+def pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
+    out, returncode = pgbench_output(port, args, seconds)
     tps = re.search(r"tps = ([\d.]+) \(without initial connection time\)", out)
     done = re.search(r"number of transactions actually processed: (\d+)", out)
     failed = re.search(r"number of failed transactions: (\d+)", out)
@@ -146,7 +151,7 @@ def pgbench(port: int, args: list[str], seconds: float) -> dict[str, float]:
         "transactions": float(done.group(1)) if done else 0.0,
         "failed": float(failed.group(1)) if failed else float("nan"),
         "connect_ms": float(connect.group(1)) if connect else float("nan"),
-        "errors": float(errors + (result.returncode != 0)),
+        "errors": float(errors + (returncode != 0)),
     }
 
 

@@ -158,7 +158,7 @@ class AdminMetrics:
         self.pools: Any = None
         # the embedded DuckDB's connections shared by its sessions (its ``Cursors``), likewise
         self.cursors: Any = None
-        # the embedded DuckDB's limit on writing transactions (proxy.contention), likewise
+        # the limit on writing transactions (proxy.contention), likewise
         self.contention: Any = None
         self.recent: deque[tuple[float, str, float, float]] = deque(maxlen=500)
 
@@ -583,8 +583,8 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         # the embedded DuckDB: its connections lent to sessions now, idle, opened, reused and
         # closed (None: in front of PostgreSQL)
         "duckdb_connections": None if gate.cursors is None else gate.cursors.status(),
-        # the embedded DuckDB: writing transactions in progress and their limit, lowered while
-        # they abort on one another (serve --contention; None: off or in front of PostgreSQL)
+        # writing transactions in progress and their limit, lowered while they abort on one
+        # another (serve --contention; None: off)
         "contention": None if gate.contention is None else gate.contention.status(),
         # workload classes: per tenant its weight, share of service, queue and waits (None:
         # the proxy serves one tenant)

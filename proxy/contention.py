@@ -31,7 +31,8 @@ class ContentionGate:
         self.control = ContentionControl(config)
         self._clock = clock
         self._futures: dict[Hashable, asyncio.Future[None]] = {}
-        self._callbacks: dict[Hashable, Callable[[], None]] = {}  # the relay's waiters
+        # the relay's waiters: what to call once placed, and since when they wait
+        self._callbacks: dict[Hashable, tuple[Callable[[], None], float]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.waited_seconds = 0.0  # all waits for a place, summed
@@ -58,9 +59,10 @@ class ContentionGate:
         """``acquire`` for callers without a task (the relay): True if ``tx`` holds a place
         now; else ``granted`` is called, soon after the loop's current callback, once it does
         (not if ``forget`` comes first)."""
-        if self.control.request(tx, self._clock()):
+        now = self._clock()
+        if self.control.request(tx, now):
             return True
-        self._callbacks[tx] = granted
+        self._callbacks[tx] = (granted, now)
         self._arm()
         return False
 
@@ -82,6 +84,17 @@ class ContentionGate:
         self.control.touch(tx, self._clock(), running)
         if not running and self.control.waiting:
             self._arm()  # (it may go idle long enough to let a waiter in)
+
+    def statement_ended(self, tx: Hashable, transaction_over: bool, aborted: bool) -> None:
+        """A statement of ``tx``'s ended (the sessions' common step): its transaction too
+        when ``transaction_over`` — the place's turn ends, on a conflict (``aborted``) or not
+        — else the holder goes idle."""
+        if tx not in self.control.holders:
+            return
+        if transaction_over:
+            self.finish(tx, aborted)
+        else:
+            self.touch(tx, running=False)
 
     def finish(self, tx: Hashable, aborted: bool) -> None:
         self._wake(self.control.finish(tx, self._clock(), aborted))
@@ -106,7 +119,8 @@ class ContentionGate:
             if future is not None and not future.done():
                 future.set_result(None)
             elif callback is not None:  # (not nested in whatever freed the place)
-                asyncio.get_running_loop().call_soon(callback)
+                asyncio.get_running_loop().call_soon(callback[0])
+                self.waited_seconds += self._clock() - callback[1]
             else:  # nobody waits for it any more: the place goes on
                 pending += self.control.withdraw(tx, self._clock())
         self._arm()

@@ -89,7 +89,8 @@ class AdmissionGate:
         self.pools: Any = None
         # the embedded DuckDB's connections shared by its sessions (its ``Cursors``), or None
         self.cursors: Any = None
-        # the embedded DuckDB's limit on writing transactions (proxy.contention), or None
+        # the limit on writing transactions (proxy.contention: the embedded DuckDB's, or the
+        # relay's with --contention), or None
         self.contention: Any = None
         # job ids: unique among everything this gate sees (sessions draw from it directly)
         self.job_ids = itertools.count(1)

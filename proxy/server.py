@@ -197,7 +197,11 @@ LISTEN_BACKLOG = 4096
 # a statement that writes (the contention limit's test, on the SQL text: any of the statements
 # a simple Query holds)
 _WRITES = re.compile(
-    r"(?:^|;)\s*(?:insert|update|delete|merge|copy|create|drop|alter|truncate)\b", re.I
+    r"(?:^|;)(?:\s|\(|/\*.*?\*/|--[^\n]*(?:\n|$))*"  # (comments, parentheses)
+    r"(?:insert|update|delete|merge|copy|create|drop|alter|truncate|call|do|execute)\b"
+    r"|^\s*with\b.*?\b(?:insert|update|delete)\b"  # (a CTE that writes)
+    r"|\bfor\s+(?:no\s+key\s+)?update\b|\bfor\s+(?:key\s+)?share\b",  # (row locks)
+    re.I | re.S,
 )
 
 
@@ -853,10 +857,8 @@ class ClientConnection(asyncio.Protocol):
         if holds and (b"C40001\0" in data or b"C40P01\0" in data):
             self._tx_aborted = True  # (an ErrorResponse's code: a conflict)
         self._from_server(data)
-        # a reply's end (its ReadyForQuery, last in what the server sends): the statement
-        # ended, perhaps the transaction
-        if data[-6:-5] == b"Z" and (holds or self._tx_starter is not None):
-            self._contended(contention)
+        if holds or self._tx_starter is not None:
+            self._contended(contention)  # (nothing until the replies are all in)
 
     def _from_server(self, data: bytes) -> None:
         session = self.session
@@ -1297,19 +1299,27 @@ class ClientConnection(asyncio.Protocol):
                 place = writes or contention.control.starts_writer(self._tx_starter)
             elif writes:  # it read first: its shape is held back at its first statement
                 contention.control.learn_starter(self._tx_starter)
-        if place and not contention.request(self, self._placed):
+        if place and not contention.request(self, functools.partial(self._placed, job)):
             self._parked = (job, query_class, bypass, sql)
             return False
         return True
 
-    def _placed(self) -> None:
-        """The held statement has its place: to the gate with it."""
-        parked, self._parked = self._parked, None
-        if parked is None or self._closed:
-            if self.server.contention is not None:
-                self.server.contention.forget(self)
+    def _placed(self, job: int) -> None:
+        """Held statement ``job`` has its place: to the gate with it — if it is still the one
+        held (a cancel or the client's end may have come between the grant and this call;
+        they gave the place up themselves)."""
+        parked = self._parked
+        contention = self.server.contention
+        if (
+            parked is None
+            or parked[0] != job
+            or self._closed
+            or contention is None
+            or not contention.holds(self)
+        ):
             return
-        job, query_class, bypass, sql = parked
+        self._parked = None
+        _, query_class, bypass, sql = parked
         if self.server.gate.admit(job, query_class, bypass, sql, self):
             self.admitted(job)
 
@@ -1318,13 +1328,11 @@ class ClientConnection(asyncio.Protocol):
         session = self.session
         if session.replies_pending or self._parked is not None:
             return
-        if session.transaction_status == b"I":
-            if contention.holds(self):
-                contention.finish(self, self._tx_aborted)
+        over = session.transaction_status == b"I"
+        contention.statement_ended(self, over, self._tx_aborted)
+        if over:
             self._tx_starter = None
             self._tx_aborted = False
-        elif contention.holds(self):
-            contention.touch(self, running=False)
 
     # -- the gate's answers ------------------------------------------------------------------
 
@@ -1341,6 +1349,13 @@ class ClientConnection(asyncio.Protocol):
 
     def refused(self, job: int, sqlstate: str, message: str) -> None:
         self._apply(self.session.rejected(job, sqlstate, message))
+        contention = self.server.contention
+        if contention is not None and contention.holds(self):
+            # refused before the server saw it (queue full, timed out, cancelled while
+            # queued): an autocommit statement's place goes back unused — no reply will end it
+            session = self.session
+            if session.transaction_status == b"I" and not session.replies_pending:
+                contention.forget(self)
 
     def warn(self, job: int, message: str) -> None:
         self._apply(self.session.notice(message))

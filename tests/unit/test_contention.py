@@ -350,3 +350,27 @@ def test_commits_against_no_limit_on_two_cores_from_one_hot_row_to_none(
     commits, aborts = _closed_loop(control, clients, rows, 10.0)
     assert commits >= least * free_commits, (commits, free_commits, control.status(10.0))
     assert aborts <= max(0.1 * (commits + aborts), 1), (aborts, commits)
+
+
+@pytest.mark.parametrize(
+    ("sql", "writes"),
+    [
+        ("UPDATE t SET a = 1", True),
+        ("/* the ORM's comment */ update t set a = 1", True),
+        ("-- a comment\ninsert into t values (1)", True),
+        ("(update t set a = 1)", True),
+        ("with x as (select 1) update t set a = 1", True),
+        ("select * from t where id = 1 for update", True),  # (row locks: 40001 too)
+        ("execute upd(1)", True),
+        ("begin; delete from t", True),
+        ("call p()", True),
+        ("select last_update, updated from t", False),
+        ("SELECT abalance FROM pgbench_accounts WHERE aid = 1", False),
+        ("begin", False),
+        ("commit", False),
+    ],
+)
+def test_the_relay_tells_statements_that_write_by_their_text(sql: str, writes: bool) -> None:
+    from proxy.server import _WRITES
+
+    assert (_WRITES.search(sql) is not None) is writes

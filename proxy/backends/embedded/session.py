@@ -1140,13 +1140,11 @@ class DuckDBSession:
             self.tx_aborted = True
         if self.tx_nesting:
             return  # (a statement inside another: the outer one ends the place's turn)
-        if self.status == b"I":
-            if gate.holds(self):
-                gate.finish(self, self.tx_aborted)
+        over = self.status == b"I"
+        gate.statement_ended(self, over, self.tx_aborted)
+        if over:
             self.tx_starter = None
             self.tx_aborted = False
-        elif gate.holds(self):
-            gate.touch(self, running=False)
 
     def _rewritten_kind(self, statement: str) -> str | None:
         """The kind of one statement that DuckDB's parser refuses (an identity column, an
