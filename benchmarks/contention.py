@@ -23,7 +23,9 @@ own (psycopg, a thread per client): the same tables (built with ``CREATE TABLE �
 them; the other workloads need pgbench. ``scripts/demo`` runs it that way.
 
 Settings: ``none`` — no admission control (``--no-learn --no-contention``); ``off`` — ``serve``'s
-default without the contention limit (``--no-contention``); ``on`` — ``serve``'s default.
+default without the contention limit (``--no-contention``); ``on`` — ``serve``'s default;
+``fcfs@1``, ``fcfs@2`` — FCFS pools of that MPL without the limit (a transaction's statements
+pass an MPL at once, so a pool limits autocommit statements only).
 ``--backend postgres`` runs the same against a PostgreSQL server of its own whose transactions
 run at ``--isolation`` (SERIALIZABLE by default: where two write a row, the second fails with
 40001 as on DuckDB): ``none`` is ``serve``'s default there (everything admitted), ``on`` the
@@ -58,6 +60,10 @@ SETTINGS = {
     "none": ["--no-learn", "--no-contention"],
     "off": ["--no-contention"],
     "on": [],
+    # FCFS pools (the other baseline): statements in a transaction block pass the MPL at once,
+    # so a pool limits autocommit statements only
+    "fcfs@1": ["--no-learn", "--no-contention", "--policy", "fcfs", "--mpl", "1"],
+    "fcfs@2": ["--no-learn", "--no-contention", "--policy", "fcfs", "--mpl", "2"],
 }
 READER = "BEGIN;\nSELECT sum(abalance) FROM pgbench_accounts;\nEND;\n"
 WORKLOADS = ("tpcb", "update", "mixed", "select")
@@ -230,7 +236,9 @@ def python_tpcb(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--settings", help="none, off, on (default all; with --backend postgres none, on)"
+        "--settings",
+        help="none, off, on, fcfs@1, fcfs@2 (default none, off, on; with --backend postgres "
+        "none, on)",
     )
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help=", ".join(WORKLOADS))
     parser.add_argument("--clients", type=int, default=8)
@@ -323,12 +331,12 @@ def _run(
                 for workload in workloads:  # (a server of its own: nothing carried over)
                     row = _one_run(args, setting, workload, backend, pg, reader)
                     rows.setdefault((workload, setting), []).append(row)
-                    print(f"round {rnd + 1} {setting:4} {workload:7} {_line(row)}", flush=True)
+                    print(f"round {rnd + 1} {setting:6} {workload:7} {_line(row)}", flush=True)
         print("\nmedian over rounds (throughput vs none in the same round: median [least, most])")
         for workload in workloads:
             for setting in settings:
                 runs = rows[(workload, setting)]
-                line = f"{workload:7} {setting:4} {_line(_median(runs))}"
+                line = f"{workload:7} {setting:6} {_line(_median(runs))}"
                 if setting != "none":
                     ratios = [
                         a["tps"] / b["tps"]

@@ -281,7 +281,7 @@ def test_the_benchmark_runs_without_pgbench_as_the_demo_runs_it(
         == 0
     )
     out = capsys.readouterr().out
-    assert "tpcb    none tps" in out and "tpcb    on   tps" in out, out
+    assert "tpcb    none   tps" in out and "tpcb    on     tps" in out, out
     assert "tpcb: with the contention limit" in out, out
 
 
