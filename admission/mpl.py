@@ -27,6 +27,11 @@ not read as lower throughput — and the work of the statements that arrived. A 
 MPL's capacity (work per second) closes once ``window`` seconds of saturated time and
 ``min_completions`` completions have gathered (long statements get longer samples), with the
 share of the time at the MPL it took that was saturated; each MPL keeps its last ``samples``.
+Short statements close it sooner: ``quick_completions`` (250) of them over at least
+``quick_window`` (0.5 s) count as a sample, since a count that large is as exact as the window's
+counts of longer statements (±6 % against some 40 statements of 50 ms in 2 s: ±16 %); the
+settling after a move ends as soon too. Point lookups at 1,500/s then have the MPL's first
+move after ~4 s, not ~14 s (a quarter of their throughput was lost meanwhile at the start MPL).
 A sample counts as *fresh* for ``stale`` seconds.
 
 How it moves
@@ -112,6 +117,8 @@ TOLERANCE = 0.05  # capacity given up for a lower MPL, at most
 UTILIZATION = 0.8  # the most of a lower MPL's capacity the demand may take for it to be chosen
 WINDOW = 2.0  # seconds of saturated time per capacity sample, at least
 MIN_COMPLETIONS = 10  # completions per capacity sample, at least
+QUICK_WINDOW = 0.5  # seconds of saturated time a sample of QUICK_COMPLETIONS needs, at least
+QUICK_COMPLETIONS = 250  # completions that close a sample before WINDOW (short statements)
 SAMPLES = 8  # samples kept per MPL
 MIN_SAMPLES = 6  # samples an MPL needs, taken since it was last moved to, before it is judged
 STALE = 600.0  # seconds a sample counts as fresh (and how often it looks again around)
@@ -175,6 +182,8 @@ class MplController:
         utilization: float = UTILIZATION,
         window: float = WINDOW,
         min_completions: int = MIN_COMPLETIONS,
+        quick_window: float = QUICK_WINDOW,
+        quick_completions: int = QUICK_COMPLETIONS,
         samples: int = SAMPLES,
         min_samples: int = MIN_SAMPLES,
         stale: float = STALE,
@@ -186,14 +195,15 @@ class MplController:
             raise ValueError(f"tolerance must be in [0, 1), not {tolerance}")
         if not 0 < utilization <= 1:
             raise ValueError(f"utilization must be in (0, 1], not {utilization}")
-        if window <= 0 or stale <= 0 or demand_window <= 0:
-            raise ValueError("window, stale and demand_window must be positive")
+        if window <= 0 or stale <= 0 or demand_window <= 0 or quick_window <= 0:
+            raise ValueError("window, quick_window, stale and demand_window must be positive")
         if not 1 <= min_samples <= samples:
             raise ValueError(f"need 1 ≤ min_samples ≤ samples, not {min_samples}, {samples}")
         self.low, self.high = low, high
         self.mpl = min(max(start, low), high)
         self.tolerance, self.utilization = tolerance, utilization
         self.window, self.min_completions, self.stale = window, max(0, min_completions), stale
+        self.quick_window, self.quick_completions = min(quick_window, window), quick_completions
         self.keep, self.min_samples, self.demand_window = samples, min_samples, demand_window
         self.changes = 0  # MPL changes made
         self.reason = "starting"  # why the MPL is what it is, for people
@@ -208,10 +218,11 @@ class MplController:
         self._busy = 0.0  # busy core-share × seconds in it (where the driver measures the CPU)
         self._timed = 0.0  # saturated seconds in it with the CPU measured
         self._taken = 0  # samples taken at the current MPL since it was moved to
-        # after a move: saturated seconds and completions still to let pass before measuring
-        # (the statements admitted under the old MPL are still in service for a while)
-        self._settle = window  # (at the start too: what is in service came before)
-        self._settle_done = self.mpl
+        # after a move: saturated seconds and completions let pass before measuring (the
+        # statements admitted under the old MPL are still in service for a while), and the
+        # completions that must pass at least (as many as were in service)
+        self._settle, self._settle_done = 0.0, 0
+        self._settle_least = self.mpl  # (at the start too: what is in service came before)
         self._looked_up: dict[int, float] = {}  # MPL → when it last looked one higher
         self._settled = False  # the last decision was to stay (looks up start only from there)
         self._earned: float | None = None  # the demand when this MPL last met a raised floor
@@ -250,14 +261,19 @@ class MplController:
         self._observed += elapsed
         self._n += share * (in_system - self._n)
         self._n2 += share * (in_system * in_system - self._n2)
-        settling = self._settle > 0 or self._settle_done > 0
+        settling = self._settle_least >= 0
         if not saturated:
             if not settling:
                 self._spent += elapsed
             return None
         if settling:
-            self._settle -= elapsed
-            self._settle_done -= completed
+            self._settle += elapsed
+            self._settle_done += completed
+            quick = (
+                self._settle >= self.quick_window and self._settle_done >= self.quick_completions
+            )
+            if self._settle_done >= self._settle_least and (self._settle >= self.window or quick):
+                self._settle_least = -1  # settled: measured from the next report
             return None
         self._work += work
         self._done += completed
@@ -266,7 +282,7 @@ class MplController:
         if cpu is not None:
             self._busy += min(max(cpu, 0.0), 1.0) * elapsed
             self._timed += elapsed
-        if self._filled < self.window or self._done < self.min_completions:
+        if not self._enough(self._filled, self._done):
             return None
         level = self._levels.get(self.mpl)
         if level is None:
@@ -279,6 +295,13 @@ class MplController:
         if self._taken < self.min_samples:
             return None
         return self._decide(now)
+
+    def _enough(self, seconds: float, completions: int) -> bool:
+        """A sample of ``seconds`` saturated and ``completions`` is long enough: the window
+        and a few completions, or many completions in less."""
+        if seconds >= self.window and completions >= self.min_completions:
+            return True
+        return seconds >= self.quick_window and completions >= self.quick_completions
 
     @property
     def loop(self) -> bool:
@@ -493,5 +516,5 @@ class MplController:
         self._settled, self._earned, self._probed_from = False, None, None
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
         self._spent = self._busy = self._timed = 0.0
-        self._settle, self._settle_done = self.window, old
+        self._settle, self._settle_done, self._settle_least = 0.0, 0, old
         return mpl

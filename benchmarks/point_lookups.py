@@ -8,18 +8,20 @@ Creates pgbench's tables (``pgbench -i -s SCALE``) in a DuckDB file through ``ad
 fresh ``admission serve --database FILE`` for each setting and runs ``pgbench -S -M extended -c
 C -j 2 -T S`` against it (select-only: one primary-key lookup per transaction, a closed loop).
 
-Settings: ``none`` is ``--mpl 0 --policy fcfs`` (no admission control: ``serve``'s default
-without a model); a number N is the latency policy at MPL N learning from nothing (``--model
-NEW.json --mpl N``, what a model-less default with an MPL would be); ``auto`` the same with
-``--mpl auto`` (give it ``--seconds 180``: it keeps its start MPL for the first minute; its
-moves are printed under its row).
+Settings: ``none`` is ``--mpl 0 --policy fcfs`` (no admission control); ``default`` is
+``serve`` given nothing but the database (what a new user gets: latency, learning from
+nothing, ``--mpl auto`` from the cores, ``--release-after 1``); a number N is the latency
+policy at MPL N learning from nothing (``--model NEW.json --mpl N``, what a model-less default
+with an MPL would be); ``auto`` the same with ``--mpl auto`` (its moves, and the default's,
+are printed under its row).
 
 Prints each run's throughput (pgbench's, without the connection time), then per setting the
 median over rounds and its ratio to ``none``'s in the same round (median and range).
 
 Measured (README "Why no MPL without a model" and "Past a dip, on point lookups"): MPL 2
 19–28 % less throughput than none in every pair, MPL 4 10–18 % less, MPL 8 (as many as the
-clients) equal; ``auto`` at none's throughput once it has looked past MPL 4 (about 90 s).
+clients) equal; ``auto`` at none's throughput once it has looked past MPL 4 — about 90 s at
+first, within 10–20 s since samples of many short statements close sooner (``admission.mpl``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def serve(database: Path, setting: str, work: Path) -> tuple[subprocess.Popen[by
     port = free_port()
     if setting == "none":
         args = ["--mpl", "0", "--policy", "fcfs"]
+    elif setting == "default":
+        args = []
     else:  # learning from nothing, as a model-less default would (the file is left behind)
         model = work / f"learned-{setting}-{port}.json"
         args = ["--model", str(model), "--mpl", setting]
@@ -55,7 +59,7 @@ def serve(database: Path, setting: str, work: Path) -> tuple[subprocess.Popen[by
             "--listen",
             f"127.0.0.1:{port}",
             "--log-level",
-            "info" if setting == "auto" else "warning",  # (auto's moves: a line each)
+            "info" if setting in ("auto", "default") else "warning",  # (auto's moves: a line each)
             *args,
         ],
         stdout=subprocess.DEVNULL,
@@ -67,7 +71,9 @@ def serve(database: Path, setting: str, work: Path) -> tuple[subprocess.Popen[by
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--settings", default="none,2,4,8,auto", help="none, N (an MPL), auto")
+    parser.add_argument(
+        "--settings", default="none,2,4,8,auto", help="none, default, N (an MPL), auto"
+    )
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--rounds", type=int, default=3)
@@ -75,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     for s in settings:
-        if s not in ("none", "auto") and not (s.isdigit() and int(s) >= 1):
-            parser.error(f"--settings: {s!r} is not none, auto or an MPL ≥ 1")
+        if s not in ("none", "default", "auto") and not (s.isdigit() and int(s) >= 1):
+            parser.error(f"--settings: {s!r} is not none, default, auto or an MPL ≥ 1")
     if "none" not in settings:
         settings.insert(0, "none")  # (what every ratio is to)
     if args.clients < 1 or args.seconds < 1 or args.rounds < 1 or args.scale < 1:
@@ -119,7 +125,7 @@ def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
                 stop(proc)
             moves = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
             tps[setting].append(row["tps"])
-            label = "none" if setting == "none" else f"latency, MPL {setting}"
+            label = setting if setting in ("none", "default") else f"latency, MPL {setting}"
             print(
                 f"round {rnd + 1} {label:18} tps {row['tps']:9.0f}  errors {row['errors']:.0f}",
                 flush=True,

@@ -91,6 +91,8 @@ class AutoMpl:
             utilization=old.utilization,
             window=old.window,
             min_completions=old.min_completions,
+            quick_window=old.quick_window,
+            quick_completions=old.quick_completions,
             samples=old.keep,
             min_samples=old.min_samples,
             stale=old.stale,

@@ -206,7 +206,8 @@ class _Engine:
                 start,
                 high=max(start, config.jobs, 4 * config.cores),
                 window=window,
-                stale=300 * window,  # the proxy's ratios: 600 s and 60 s to 2 s
+                quick_window=window / 4,
+                stale=300 * window,  # the proxy's ratios: 600 s, 0.5 s and 60 s to 2 s
                 demand_window=30 * window,
             )
             self.control_every = demand / 10

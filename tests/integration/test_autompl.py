@@ -157,8 +157,11 @@ def test_the_admin_api_shows_and_steers_the_tuning(
         # and how busy this host's cores were meanwhile (PostgreSQL runs here)
         assert all(0 <= level["cpu_busy_share"] <= 1 for level in auto["throughput_by_mpl"])
         assert auto["demand_work_per_second"] > 0  # what arrives, in D_r per second
-        # and the number in the system stays at the 8 clients: it reads as a closed loop
-        assert auto["arrivals"] == "closed loop"
+        # and the number in the system stays at the 8 clients: it reads as a closed loop once
+        # the clients' start (0 → 8 in the system) has left the moving average (5 s here)
+        assert wait_for(
+            lambda: admin.get("/status").json()["mpl_auto"]["arrivals"] == "closed loop", 15
+        )
         metrics = admin.get("/metrics").text
         assert f"admission_mpl {float(status['limits']['mpl'])}" in metrics
         # a number set by hand stops the tuning and stays

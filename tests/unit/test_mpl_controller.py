@@ -408,3 +408,25 @@ def test_bad_settings_are_refused() -> None:
         MplController(2, utilization=0)
     with pytest.raises(ValueError, match="min_samples"):
         MplController(2, samples=3, min_samples=4)
+
+
+def first_move(controller: MplController, curve: Curve, d: float, seconds: float) -> float:
+    """When the controller first moved, driven saturated (cores 60 % busy: room above)."""
+    rng = np.random.default_rng(0)
+    t = 0.0
+    while t < seconds and controller.changes == 0:
+        t += TICK
+        done = int(rng.poisson(curve(controller.mpl, t) * TICK / d))
+        controller.observe(
+            t, TICK, True, done * d, done, arrived=done * d, in_system=CLIENTS, cpu=0.6
+        )
+    return t if controller.changes else float("inf")
+
+
+def test_many_short_statements_close_samples_sooner() -> None:
+    # 250 completions in at least half a second make a sample (and end the settling), as a
+    # 2 s window does for longer statements: lookups of a millisecond (2,000 a second at MPL
+    # 2) have their first move (a look above, the cores being idle) after ~4 s, not ~14 s —
+    # while 50 ms statements (40 a second) still sample the 2 s window
+    assert first_move(MplController(2, high=8), knee(8), 0.001, 60) <= 5.0
+    assert 13.5 <= first_move(MplController(2, high=8), knee(8), D, 60) <= 16.0
