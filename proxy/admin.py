@@ -313,6 +313,11 @@ def _contention_metrics(status: dict[str, Any]) -> Iterator[Metric]:
         ("admission_contention_aborts", "Writing transactions ended by a conflict", "aborts"),
         ("admission_contention_commits", "Writing transactions ended otherwise", "commits"),
         ("admission_contention_waited", "Transactions that waited for a place", "waited"),
+        (
+            "admission_contention_timed_out",
+            "Waits for a place refused at the queue timeout",
+            "timed_out",
+        ),
     )
     for name, doc, key in counters:
         yield CounterMetricFamily(name, doc, value=float(status[key]))

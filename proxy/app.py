@@ -175,6 +175,10 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
     )
     metrics = AdminMetrics(scheduler)
     gate = AdmissionGate(scheduler, max_queue=config.max_queue)
+
+    def queue_timeout() -> float | None:  # (bounds a wait for a contention place too)
+        return scheduler.limits.queue_timeout
+
     listener: Listener
     planner: Planner | None = None  # what a class not yet measured may cost (for a prior)
     if config.backend is None:
@@ -182,7 +186,7 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
         listener, planner = embedded, embedded.backend.plan_cost
         metrics.cursors = embedded.backend.cursors
         if config.contention is not None:
-            embedded.backend.contention = ContentionGate(config.contention)
+            embedded.backend.contention = ContentionGate(config.contention, timeout=queue_timeout)
             gate.contention = metrics.contention = embedded.backend.contention
     else:
         if config.explain_dsn is not None:
@@ -203,7 +207,7 @@ def build(config: ProxyConfig, progress: Progress = _quiet) -> tuple[Listener, A
                     "the contention limit is not supported with transaction pooling (a "
                     "transaction holds its server connection, and the pool is its limit)"
                 )
-            listener.contention = ContentionGate(config.contention)
+            listener.contention = ContentionGate(config.contention, timeout=queue_timeout)
             gate.contention = metrics.contention = listener.contention
         if config.pool is not None:
             pools = Pools(config.pool, config.backend, listener.open_backend)

@@ -1,8 +1,13 @@
 """Data contention control on the event loop: the pure ``admission.contention`` with futures
 (or callbacks, for the relay) for the transactions that wait for a place and a timer for its
-deadlines (a holder gone idle or running long, the limit forgotten). Sessions call ``acquire``
-(``request``) before a writing transaction's first statement runs, ``touch`` around each of
-its statements, ``finish`` at its end and ``forget`` when their client goes away."""
+deadlines (a holder gone idle or running long, the limit forgotten, a wait past the queue
+timeout). Sessions call ``acquire`` (``request``) before a writing transaction's first
+statement runs, ``touch`` around each of its statements, ``finish`` at its end and ``forget``
+when their client goes away.
+
+A wait for a place is bounded by the queue timeout in force (``serve --queue-timeout``, read
+from ``timeout`` when the wait starts), as a wait for admission is: past it the statement is
+refused with 57014 and its turn goes to the next (a place granted meanwhile is given back)."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from typing import Any
 
 from admission.contention import ContentionConfig, ContentionControl
 
-__all__ = ["ContentionGate", "ContentionWaitCancelled"]
+__all__ = ["ContentionGate", "ContentionWaitCancelled", "ContentionWaitTimedOut"]
 
 TIMER_SLACK = 0.001  # s after a deadline (the loop's clock may count whole milliseconds)
 
@@ -22,20 +27,39 @@ class ContentionWaitCancelled(Exception):
     """A transaction's wait for a place was cancelled (its client's CancelRequest)."""
 
 
+class ContentionWaitTimedOut(Exception):
+    """A transaction waited longer than the queue timeout for a place."""
+
+    def __init__(self, waited: float, timeout: float) -> None:
+        super().__init__(
+            f"canceling statement due to queue timeout: it waited {waited:.1f} s for a place "
+            f"among the transactions that write (limit {timeout:g} s)"
+        )
+
+
+def _no_timeout() -> float | None:
+    return None
+
+
 class ContentionGate:
     def __init__(
         self,
         config: ContentionConfig | None = None,
         clock: Callable[[], float] = time.monotonic,
+        timeout: Callable[[], float | None] = _no_timeout,
     ) -> None:
         self.control = ContentionControl(config)
         self._clock = clock
+        self._timeout = timeout  # the queue timeout in force (None: waits are unbounded)
         self._futures: dict[Hashable, asyncio.Future[None]] = {}
         # the relay's waiters: what to call once placed, and since when they wait
         self._callbacks: dict[Hashable, tuple[Callable[[], None], float]] = {}
+        # and, with a queue timeout, when each gives up and what to call then
+        self._deadlines: dict[Hashable, tuple[float, Callable[[Exception], None]]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self.waited_seconds = 0.0  # all waits for a place, summed
+        self.timed_out = 0  # waits refused at the queue timeout
 
     async def acquire(self, tx: Hashable, *, at_once: bool = False) -> None:
         """Return once ``tx`` holds a place (at once unless the limit is reached, or with
@@ -46,8 +70,17 @@ class ContentionGate:
         future = asyncio.get_running_loop().create_future()
         self._futures[tx] = future
         self._arm()
+        timeout = self._timeout()
         try:
-            await future
+            if timeout is None:
+                await future
+            else:  # (a place granted as the time runs out is taken: wait_for returns it)
+                await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            assert timeout is not None  # (only wait_for raises it here)
+            self.timed_out += 1
+            self._wake(self.control.withdraw(tx, self._clock()))
+            raise ContentionWaitTimedOut(self._clock() - started, timeout) from None
         except BaseException:
             self._wake(self.control.withdraw(tx, self._clock()))
             raise
@@ -55,14 +88,23 @@ class ContentionGate:
             self._futures.pop(tx, None)
             self.waited_seconds += self._clock() - started
 
-    def request(self, tx: Hashable, granted: Callable[[], None]) -> bool:
+    def request(
+        self,
+        tx: Hashable,
+        granted: Callable[[], None],
+        expired: Callable[[Exception], None] | None = None,
+    ) -> bool:
         """``acquire`` for callers without a task (the relay): True if ``tx`` holds a place
         now; else ``granted`` is called, soon after the loop's current callback, once it does
-        (not if ``forget`` comes first)."""
+        (not if ``forget`` comes first) — or ``expired``, with a ``ContentionWaitTimedOut``,
+        once it has waited the queue timeout (its wait is withdrawn then)."""
         now = self._clock()
         if self.control.request(tx, now):
             return True
         self._callbacks[tx] = (granted, now)
+        timeout = self._timeout()
+        if timeout is not None and expired is not None:
+            self._deadlines[tx] = (now + timeout, expired)
         self._arm()
         return False
 
@@ -101,6 +143,7 @@ class ContentionGate:
 
     def forget(self, tx: Hashable) -> None:
         self._callbacks.pop(tx, None)
+        self._deadlines.pop(tx, None)
         if tx in self.control.holders or tx in self.control.waiting:
             self._wake(self.control.withdraw(tx, self._clock()))
 
@@ -108,6 +151,7 @@ class ContentionGate:
         return {
             **self.control.status(self._clock()),
             "waited_s": round(self.waited_seconds, 3),
+            "timed_out": self.timed_out,
         }
 
     def _wake(self, admitted: list[Hashable]) -> None:
@@ -116,6 +160,7 @@ class ContentionGate:
             tx = pending.pop()
             future = self._futures.get(tx)
             callback = self._callbacks.pop(tx, None)
+            self._deadlines.pop(tx, None)
             if future is not None and not future.done():
                 future.set_result(None)
             elif callback is not None:  # (not nested in whatever freed the place)
@@ -127,6 +172,9 @@ class ContentionGate:
 
     def _arm(self) -> None:
         deadline = self.control.next_deadline(self._clock())
+        if self._deadlines:
+            first = min(when for when, _ in self._deadlines.values())
+            deadline = first if deadline is None else min(deadline, first)
         if deadline == self._timer_at:
             return
         if self._timer is not None:
@@ -140,4 +188,17 @@ class ContentionGate:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = None
-        self._wake(self.control.tick(self._clock()))
+        now = self._clock()
+        freed: list[Hashable] = []
+        for tx, (when, expired) in list(self._deadlines.items()):
+            if when > now:
+                continue
+            del self._deadlines[tx]
+            _, since = self._callbacks.pop(tx, (None, now))
+            self.timed_out += 1
+            self.waited_seconds += now - since
+            freed += self.control.withdraw(tx, now)
+            timeout = when - since
+            error = ContentionWaitTimedOut(now - since, timeout)
+            asyncio.get_running_loop().call_soon(expired, error)
+        self._wake(freed + self.control.tick(now))

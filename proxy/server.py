@@ -1299,7 +1299,11 @@ class ClientConnection(asyncio.Protocol):
                 place = writes or contention.control.starts_writer(self._tx_starter)
             elif writes:  # it read first: its shape is held back at its first statement
                 contention.control.learn_starter(self._tx_starter)
-        if place and not contention.request(self, functools.partial(self._placed, job)):
+        placed, expired = (
+            functools.partial(self._placed, job),
+            functools.partial(self._expired, job),
+        )
+        if place and not contention.request(self, placed, expired):
             self._parked = (job, query_class, bypass, sql)
             return False
         return True
@@ -1322,6 +1326,15 @@ class ClientConnection(asyncio.Protocol):
         _, query_class, bypass, sql = parked
         if self.server.gate.admit(job, query_class, bypass, sql, self):
             self.admitted(job)
+
+    def _expired(self, job: int, error: Exception) -> None:
+        """Held statement ``job`` waited the queue timeout for a place (its wait withdrawn):
+        refused, as one that waited that long for admission is."""
+        parked = self._parked
+        if parked is None or parked[0] != job or self._closed:
+            return
+        self._parked = None
+        self.refused(job, pg.SQLSTATE_QUERY_CANCELED, str(error))
 
     def _contended(self, contention: ContentionGate) -> None:
         """After the server's bytes: a holder's statement ended, or its transaction."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from prometheus_client import generate_latest
 
 from admission import Limits
 from admission.contention import ContentionConfig
@@ -22,9 +23,14 @@ from proxy.app import BackgroundProxy, ProxyConfig
 from testing.pgcluster import Cluster
 
 
-def _proxy(contention: ContentionConfig | None) -> BackgroundProxy:
+def _proxy(contention: ContentionConfig | None, limits: Limits | None = None) -> BackgroundProxy:
     return BackgroundProxy(
-        ProxyConfig(backend=None, listen_port=0, limits=Limits(mpl=4), contention=contention)
+        ProxyConfig(
+            backend=None,
+            listen_port=0,
+            limits=limits or Limits(mpl=4),
+            contention=contention,
+        )
     )
 
 
@@ -219,6 +225,35 @@ def test_a_cancel_ends_the_wait_for_a_place(proxy: BackgroundProxy) -> None:
     assert _contention(proxy)["holders"] == 0
 
 
+def test_a_wait_for_a_place_ends_at_the_queue_timeout() -> None:
+    proxy = _proxy(ContentionConfig(idle_after=5.0), Limits(mpl=4, queue_timeout=0.5))
+    try:
+        with psycopg.connect(proxy.conninfo(), autocommit=True) as conn:
+            conn.execute("create table t (id int primary key, v int)")
+            conn.execute("insert into t values (1, 0), (2, 0), (3, 0)")
+        _conflict(proxy)
+        with (
+            psycopg.connect(proxy.conninfo()) as a,
+            psycopg.connect(proxy.conninfo()) as b,
+        ):
+            a.execute("update t set v = v + 1 where id = 1")  # holds the one place
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled, match="queue timeout"):
+                b.execute("update t set v = v + 1 where id = 2")
+            assert 0.4 < time.monotonic() - started < 5
+            b.rollback()
+            shown = _contention(proxy)
+            assert shown["waiting"] == 0 and shown["timed_out"] == 1 and shown["holders"] == 1
+            a.commit()
+            b.execute("update t set v = v + 1 where id = 2")  # its turn now, at once
+            b.commit()
+        assert _contention(proxy)["holders"] == 0
+        metrics = proxy.call(lambda: generate_latest(proxy.metrics.registry).decode())
+        assert "admission_contention_timed_out_total 1.0" in metrics
+    finally:
+        proxy.close()
+
+
 def test_clients_that_go_away_give_their_place_and_their_turn_up(
     proxy: BackgroundProxy,
 ) -> None:
@@ -289,17 +324,46 @@ def test_the_benchmark_runs_without_pgbench_as_the_demo_runs_it(
 # with 40001 where two write the same row, as DuckDB's do
 
 
-def _pg_proxy(pg: Cluster, contention: ContentionConfig | None, db: str) -> BackgroundProxy:
+def _pg_proxy(
+    pg: Cluster, contention: ContentionConfig | None, db: str, limits: Limits | None = None
+) -> BackgroundProxy:
     from proxy.server import parse_backend
 
     return BackgroundProxy(
         ProxyConfig(
             backend=parse_backend(f"{pg.url}/{db}"),
             listen_port=0,
-            limits=Limits(mpl=4),
+            limits=limits or Limits(mpl=4),
             contention=contention,
         )
     )
+
+
+def _pg_conflict(proxy: BackgroundProxy, dsn: str) -> None:
+    """Two SERIALIZABLE transactions wait on a third's row lock and fail (40001) when it
+    commits: with two of two aborted the limit is set, to 1."""
+    with (
+        psycopg.connect(dsn) as a,
+        psycopg.connect(dsn) as b,
+        psycopg.connect(dsn) as c,
+    ):
+        a.execute("update t set v = v + 1 where id = 1")
+        waits = [
+            _in_thread(
+                lambda conn=conn: conn.execute(  # type: ignore[misc]
+                    "update t set v = v + 1 where id = 1"
+                )
+            )
+            for conn in (b, c)
+        ]
+        time.sleep(0.3)  # (both wait on a's row lock in PostgreSQL)
+        a.commit()
+        for thread, out in waits:
+            thread.join(10)
+            assert out and isinstance(out[0], psycopg.errors.SerializationFailure), out
+        b.rollback()
+        c.rollback()
+    assert _contention(proxy)["limit"] == 1
 
 
 @pytest.fixture
@@ -353,34 +417,49 @@ def test_pgbench_serializable_through_the_relay_stops_failing_under_the_limit(
     assert shares[True] < 0.1, shares
 
 
+def test_the_relay_refuses_a_writer_held_past_the_queue_timeout(
+    pg: Cluster, serializable_db: str
+) -> None:
+    proxy = _pg_proxy(
+        pg, ContentionConfig(idle_after=5.0), serializable_db, Limits(mpl=4, queue_timeout=0.5)
+    )
+    dsn = proxy.conninfo(user="postgres", dbname=serializable_db)
+    try:
+        _pg_conflict(proxy, dsn)
+        with (
+            psycopg.connect(dsn) as a,
+            psycopg.connect(dsn) as b,
+            psycopg.connect(dsn) as c,
+        ):
+            a.execute("update t set v = v + 1 where id = 1")  # holds the one place
+            started = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled, match="queue timeout"):
+                b.execute("update t set v = v + 1 where id = 2")
+            assert 0.4 < time.monotonic() - started < 5
+            b.rollback()
+            assert _contention(proxy)["timed_out"] == 1
+            # the next waiter is placed when a commits, and b's session goes on
+            thread, out = _in_thread(lambda: c.execute("update t set v = v + 1 where id = 3"))
+            _wait_for(lambda: _contention(proxy)["waiting"] == 1)
+            a.commit()
+            thread.join(10)
+            assert out and not isinstance(out[0], Exception), out
+            c.commit()
+            assert b.execute("select v from t order by id").fetchall() == [(2,), (0,), (1,)]
+            b.commit()
+        shown = _contention(proxy)
+        assert shown["holders"] == 0 and shown["waiting"] == 0, shown
+    finally:
+        proxy.close()
+
+
 def test_the_relay_holds_a_writer_for_its_place_and_a_cancel_ends_the_wait(
     pg: Cluster, serializable_db: str
 ) -> None:
     proxy = _pg_proxy(pg, ContentionConfig(idle_after=5.0), serializable_db)
     dsn = proxy.conninfo(user="postgres", dbname=serializable_db)
     try:
-        with (
-            psycopg.connect(dsn) as a,
-            psycopg.connect(dsn) as b,
-            psycopg.connect(dsn) as c,
-        ):
-            a.execute("update t set v = v + 1 where id = 1")
-            waits = [
-                _in_thread(
-                    lambda conn=conn: conn.execute(  # type: ignore[misc]
-                        "update t set v = v + 1 where id = 1"
-                    )
-                )
-                for conn in (b, c)
-            ]
-            time.sleep(0.3)  # (both wait on a's row lock in PostgreSQL)
-            a.commit()
-            for thread, out in waits:
-                thread.join(10)
-                assert out and isinstance(out[0], psycopg.errors.SerializationFailure), out
-            b.rollback()
-            c.rollback()
-        assert _contention(proxy)["limit"] == 1
+        _pg_conflict(proxy, dsn)
         with (
             psycopg.connect(dsn) as a,
             psycopg.connect(dsn) as b,

@@ -59,7 +59,7 @@ from proxy.backends.embedded.executor import (
 from proxy.backends.embedded.params import decode_param
 from proxy.backends.errors import sqlstate_for
 from proxy.backends.pgtypes import BOOL, PgType, pg_type, text_encoder
-from proxy.contention import ContentionGate, ContentionWaitCancelled
+from proxy.contention import ContentionGate, ContentionWaitCancelled, ContentionWaitTimedOut
 from proxy.wire import protocol as pg
 from proxy.wire.frontend import Batch
 
@@ -1128,6 +1128,8 @@ class DuckDBSession:
             await gate.acquire(self, at_once=batch is not None and batch.job is not None)
         except ContentionWaitCancelled:
             raise QueryError("57014", "canceling statement due to user request") from None
+        except ContentionWaitTimedOut as e:
+            raise QueryError("57014", str(e)) from None
 
     def _contended(self, error: BaseException | None) -> None:
         """After a batch's statements (see ``_admit``): a holder's statement ended, or its
