@@ -2,7 +2,7 @@
 against no limit and no admission at all.
 
     python -m benchmarks.contention [--settings none,off,on] [--clients 8] [--seconds 10]
-        [--rounds 3] [--tries 1] [--workloads tpcb,update,mixed,select]
+        [--rounds 3] [--tries 1] [--workloads tpcb,update,mixed,select,zipf] [--zipf 1.2]
 
 Per round, in a balanced order (``lab.bench.run_order``), each setting and workload gets a
 fresh ``admission serve`` (an in-memory DuckDB; ``pgbench -i -s 1`` first: nothing learned on
@@ -15,7 +15,10 @@ serialization failure, 40001, that many times in all):
 * ``update``: ``simple-update`` — one of 100,000 accounts per transaction, conflicts rare;
 * ``mixed``: half TPC-B-like, half a read-only transaction (``BEGIN; SELECT sum(abalance)
   FROM pgbench_accounts; END``), each script's numbers apart: what the limit costs readers;
-* ``select``: ``select-only``, no writes (the limit never engages).
+* ``select``: ``select-only``, no writes (the limit never engages);
+* ``zipf``: one account updated and read back per transaction, chosen under a Zipf law of
+  exponent ``--zipf`` (pgbench's ``random_zipfian``; at 1.05 about one transaction in twenty
+  meets another on its row, at 1.5 one in three): contention between the two above.
 
 Without pgbench on the machine (or with ``--driver python``) ``tpcb`` is run by a client of its
 own (psycopg, a thread per client): the same tables (built with ``CREATE TABLE … AS`` of
@@ -66,15 +69,25 @@ SETTINGS = {
     "fcfs@2": ["--no-learn", "--no-contention", "--policy", "fcfs", "--mpl", "2"],
 }
 READER = "BEGIN;\nSELECT sum(abalance) FROM pgbench_accounts;\nEND;\n"
-WORKLOADS = ("tpcb", "update", "mixed", "select")
+ZIPF = (
+    "\\set aid random_zipfian(1, 100000 * :scale, {s})\n"
+    "\\set delta random(-5000, 5000)\n"
+    "BEGIN;\n"
+    "UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;\n"
+    "SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
+    "END;\n"
+)
+WORKLOADS = ("tpcb", "update", "mixed", "select", "zipf")
 
 
-def _workload(name: str, reader: Path) -> list[str]:
+def _workload(name: str, scripts: Path) -> list[str]:
+    """pgbench's arguments for workload ``name`` (its scripts in the directory ``scripts``)."""
     return {
         "tpcb": ["-b", "tpcb-like"],
         "update": ["-b", "simple-update"],
-        "mixed": ["-b", "tpcb-like@1", "-f", f"{reader}@1"],
+        "mixed": ["-b", "tpcb-like@1", "-f", f"{scripts / 'reader.sql'}@1"],
         "select": ["-b", "select-only"],
+        "zipf": ["-f", str(scripts / "zipf.sql")],
     }[name]
 
 
@@ -246,6 +259,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tries", type=int, default=1, help="pgbench --max-tries")
     parser.add_argument(
+        "--zipf",
+        type=float,
+        default=1.2,
+        help="the zipf workload's exponent (pgbench's random_zipfian: 1.001–1000)",
+    )
+    parser.add_argument(
         "--scale", type=int, default=1, help="pgbench's scale: branch rows (the hot rows)"
     )
     parser.add_argument(
@@ -285,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         workloads = ["tpcb"]
     if "none" not in settings:
         settings.insert(0, "none")  # (what every ratio is to)
+    if not 1.001 <= args.zipf <= 1000:
+        parser.error("--zipf must be within 1.001 and 1000 (pgbench's random_zipfian)")
     if min(args.clients, args.seconds, args.rounds, args.tries, args.scale) < 1:
         parser.error("--clients, --seconds, --rounds, --tries and --scale must be at least 1")
 
@@ -307,8 +328,9 @@ def _run(
 ) -> int:
     backend = pg.url if pg is not None else None
     with tempfile.TemporaryDirectory(prefix="admission-contention-") as work:
-        reader = Path(work) / "reader.sql"
-        reader.write_text(READER)
+        scripts = Path(work)
+        (scripts / "reader.sql").write_text(READER)
+        (scripts / "zipf.sql").write_text(ZIPF.format(s=args.zipf))
         client = (
             f"pgbench -c {args.clients} -j 2"
             if args.driver == "pgbench"
@@ -317,6 +339,7 @@ def _run(
         print(
             f"{client}, {args.tries} {'try' if args.tries == 1 else 'tries'} a transaction, "
             f"{args.seconds:g} s, scale {args.scale}, "
+            + (f"zipf exponent {args.zipf:g}, " if "zipf" in workloads else "")
             + (
                 f"PostgreSQL at {args.isolation}"
                 if pg is not None
@@ -329,7 +352,7 @@ def _run(
         for rnd in range(args.rounds):
             for setting in run_order(settings, 0, rnd):
                 for workload in workloads:  # (a server of its own: nothing carried over)
-                    row = _one_run(args, setting, workload, backend, pg, reader)
+                    row = _one_run(args, setting, workload, backend, pg, scripts)
                     rows.setdefault((workload, setting), []).append(row)
                     print(f"round {rnd + 1} {setting:6} {workload:7} {_line(row)}", flush=True)
         print("\nmedian over rounds (throughput vs none in the same round: median [least, most])")
@@ -390,7 +413,7 @@ def _one_run(
     workload: str,
     backend: str | None,
     pg: Cluster | None,
-    reader: Path,
+    scripts: Path,
 ) -> dict[str, float]:
     """A fresh server with ``setting``, pgbench's tables anew, ``workload`` run against it."""
     proc, port = serve(setting, backend)
@@ -409,7 +432,7 @@ def _one_run(
         if init.returncode != 0:
             raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
         extra = [
-            *_workload(workload, reader),
+            *_workload(workload, scripts),
             *("-c", str(args.clients), "-j", "2", "--max-tries", str(args.tries)),
         ]
         return run_pgbench(port, extra, args.seconds)

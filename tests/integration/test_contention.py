@@ -105,15 +105,17 @@ def test_pgbench_tpcb_stops_failing_on_its_branch_row_under_the_limit() -> None:
 
 
 def _conflict(proxy: BackgroundProxy) -> None:
-    """Three transactions write row 1: the second and third fail (40001), and with two of
-    two aborted the limit is set, to 1."""
+    """Five transactions write row 1: all but the first fail (40001), and with four of four
+    aborted (overwhelming: judged before the window is whole) the limit is set, to 1."""
     with (
         psycopg.connect(proxy.conninfo()) as a,
         psycopg.connect(proxy.conninfo()) as b,
         psycopg.connect(proxy.conninfo()) as c,
+        psycopg.connect(proxy.conninfo()) as d,
+        psycopg.connect(proxy.conninfo()) as e,
     ):
         a.execute("update t set v = v + 1 where id = 1")
-        for late in (b, c):
+        for late in (b, c, d, e):
             with pytest.raises(psycopg.errors.SerializationFailure):
                 late.execute("update t set v = v + 1 where id = 1")
             late.rollback()
@@ -340,29 +342,32 @@ def _pg_proxy(
 
 
 def _pg_conflict(proxy: BackgroundProxy, dsn: str) -> None:
-    """Two SERIALIZABLE transactions wait on a third's row lock and fail (40001) when it
-    commits: with two of two aborted the limit is set, to 1."""
+    """Four SERIALIZABLE transactions wait on a fifth's row lock and fail (40001) when it
+    commits: with four of five aborted (overwhelming) the limit is set, to 1."""
     with (
         psycopg.connect(dsn) as a,
         psycopg.connect(dsn) as b,
         psycopg.connect(dsn) as c,
+        psycopg.connect(dsn) as d,
+        psycopg.connect(dsn) as e,
     ):
         a.execute("update t set v = v + 1 where id = 1")
+        late = (b, c, d, e)
         waits = [
             _in_thread(
                 lambda conn=conn: conn.execute(  # type: ignore[misc]
                     "update t set v = v + 1 where id = 1"
                 )
             )
-            for conn in (b, c)
+            for conn in late
         ]
-        time.sleep(0.3)  # (both wait on a's row lock in PostgreSQL)
+        time.sleep(0.3)  # (all wait on a's row lock in PostgreSQL)
         a.commit()
         for thread, out in waits:
             thread.join(10)
             assert out and isinstance(out[0], psycopg.errors.SerializationFailure), out
-        b.rollback()
-        c.rollback()
+        for conn in late:
+            conn.rollback()
     assert _contention(proxy)["limit"] == 1
 
 

@@ -19,23 +19,55 @@ def _holding(control: ContentionControl, n: int, now: float = 0.0) -> list[str]:
 
 
 def _engaged(control: ContentionControl, now: float = 0.0) -> str:
-    """Three writers in progress, two abort: the limit is set, to 1. Returns the third."""
-    txs = _holding(control, 3, now)
-    control.finish(txs[0], now, aborted=True)
-    control.finish(txs[1], now, aborted=True)
+    """Five writers in progress, four abort (overwhelming: judged before the window is
+    whole): the limit is set, to 1. Returns the fifth."""
+    txs = _holding(control, 5, now)
+    for tx in txs[:3]:
+        control.finish(tx, now, aborted=True)
+        assert control.limit is None
+    control.finish(txs[3], now, aborted=True)
     assert control.limit == 1
-    return txs[2]
+    return txs[4]
 
 
 def test_no_limit_until_transactions_abort_in_earnest_then_half_of_those_in_progress() -> None:
     control = ContentionControl()
-    txs = _holding(control, 8)
+    txs = _holding(control, 12)
     assert control.finish(txs[0], 1.0, aborted=False) == []
-    control.finish(txs[1], 1.0, aborted=True)
-    assert control.limit is None  # (one abort: a price worth paying)
-    control.finish(txs[2], 1.0, aborted=True)
-    assert control.limit == 3  # six in progress with it: half of them
-    assert control.cuts == 1 and control.aborts == 2 and control.commits == 1
+    for tx in txs[1:4]:
+        control.finish(tx, 1.0, aborted=True)
+        assert control.limit is None  # (a few aborts: judged on the whole window)
+    control.finish(txs[4], 1.0, aborted=True)  # four of five: overwhelming, judged now
+    assert control.limit == 4  # seven in progress with it: half of them
+    assert control.cuts == 1 and control.aborts == 4 and control.commits == 1
+
+
+def test_a_window_with_more_than_a_fifth_aborted_cuts_at_its_end() -> None:
+    control = ContentionControl(ContentionConfig(abort_share=0.2, window=32))
+    now = 0.0
+    for i in range(31):  # seven aborts spread over the window: never overwhelming
+        now += 0.01
+        assert control.request(i, now)
+        control.finish(i, now, aborted=i % 4 == 2)
+        assert control.limit is None
+    assert control.request(31, now)
+    control.finish(31, now, aborted=False)  # the window is whole: 8 of 32 aborted, in 0.32 s
+    assert control.limit is None  # (but not yet half a second long)
+    assert control.request(32, 0.6)
+    control.finish(32, 0.6, aborted=False)  # 8 of 33 in 0.59 s
+    assert control.limit == 1 and control.cuts == 1
+
+
+def test_a_few_aborts_early_in_a_window_do_not_cut() -> None:
+    # one in twenty abort, but two of them come first: judged at every abort, that was a
+    # cut (two aborts, more than a fifth of the outcomes so far)
+    control = ContentionControl(ContentionConfig(abort_share=0.2, window=32))
+    now = 0.0
+    for i in range(640):
+        now += 0.01
+        assert control.request(i, now)
+        control.finish(i, now, aborted=i % 20 in (0, 1))
+    assert control.limit is None and control.aborts == 64
 
 
 def test_aborts_now_and_then_never_set_a_limit() -> None:
@@ -50,14 +82,15 @@ def test_aborts_now_and_then_never_set_a_limit() -> None:
 
 def test_an_abort_of_a_transaction_older_than_the_cut_does_not_cut_again() -> None:
     control = ContentionControl()
-    txs = _holding(control, 8)
-    control.finish(txs[0], 1.0, aborted=True)
-    control.finish(txs[1], 1.0, aborted=True)
+    txs = _holding(control, 12)
+    for tx in txs[:4]:
+        control.finish(tx, 1.0, aborted=True)
     first = control.limit
-    for tx in txs[2:6]:  # they began before the cut: it is not judged by them
+    assert first is not None
+    for tx in txs[4:10]:  # they began before the cut: it is not judged by them
         control.finish(tx, 1.1, aborted=True)
     assert control.limit == first
-    assert control.aborts == 6 and control.cuts == 1
+    assert control.aborts == 10 and control.cuts == 1
 
 
 def test_waiters_enter_first_come_first_served_as_places_free() -> None:
@@ -100,9 +133,10 @@ def test_raised_by_one_after_limit_commits_and_the_backoff_while_it_holds_back()
     control.finish("late", 0.6, aborted=False)
     assert control.limit == 2 and control.raises == 1
     # a raise taken back by the next cut doubles the backoff
-    assert control.request("p1", 0.7) and control.request("p2", 0.7)
-    control.finish("p1", 0.8, aborted=True)
-    control.finish("p2", 0.8, aborted=True)
+    for pair in (("p1", "p2"), ("p3", "p4")):  # (all four abort: overwhelming)
+        assert all(control.request(tx, 0.7) for tx in pair)
+        for tx in pair:
+            control.finish(tx, 0.8, aborted=True)
     assert control.limit == 1 and control.backoff == 1.0
     assert control.request("ok", 2.0)
     control.finish("ok", 2.0, aborted=False)
@@ -131,9 +165,10 @@ def test_the_backoff_never_passes_its_maximum() -> None:
         assert control.request("a", now)
         control.finish("a", now, aborted=False)
         assert control.limit == 2
-        assert control.request("b", now) and control.request("c", now)
-        control.finish("b", now, aborted=True)
-        control.finish("c", now, aborted=True)
+        for pair in (("b", "c"), ("d", "e")):
+            assert all(control.request(tx, now) for tx in pair)
+            for tx in pair:
+                control.finish(tx, now, aborted=True)
         assert control.limit == 1
     assert control.backoff == 2.0
 
@@ -185,7 +220,7 @@ def test_withdrawn_waiters_and_holders_give_their_turn_and_place_up() -> None:
     assert not control.request("b", 1.0)
     assert control.withdraw("a", 1.1) == []
     assert control.withdraw(holder, 1.2) == ["b"]  # (no feedback: neither commit nor abort)
-    assert control.commits == 0 and control.aborts == 2
+    assert control.commits == 0 and control.aborts == 4
 
 
 def test_shapes_that_began_writers_are_remembered_within_a_bound() -> None:
@@ -349,7 +384,8 @@ def test_commits_against_no_limit_on_two_cores_from_one_hot_row_to_none(
     control = ContentionControl()
     commits, aborts = _closed_loop(control, clients, rows, 10.0)
     assert commits >= least * free_commits, (commits, free_commits, control.status(10.0))
-    assert aborts <= max(0.1 * (commits + aborts), 1), (aborts, commits)
+    # (aborts up to the share a window may have uncut: the price it accepts for concurrency)
+    assert aborts <= max(control.config.abort_share * (commits + aborts), 1), (aborts, commits)
 
 
 @pytest.mark.parametrize(
