@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -34,14 +35,33 @@ def _proxy(contention: ContentionConfig | None, limits: Limits | None = None) ->
     )
 
 
+def _table(proxy: BackgroundProxy) -> None:
+    """Table t: rows 1, 2 and 3, each v = 0."""
+    with psycopg.connect(proxy.conninfo(), autocommit=True) as conn:
+        conn.execute("create table t (id int primary key, v int)")
+        conn.execute("insert into t values (1, 0), (2, 0), (3, 0)")
+
+
 @pytest.fixture
 def proxy() -> Iterator[BackgroundProxy]:
     # (idle_after long enough that a holder idle between the test's steps still counts)
     proxy = _proxy(ContentionConfig(idle_after=5.0))
     try:
-        with psycopg.connect(proxy.conninfo(), autocommit=True) as conn:
-            conn.execute("create table t (id int primary key, v int)")
-            conn.execute("insert into t values (1, 0), (2, 0), (3, 0)")
+        _table(proxy)
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@contextmanager
+def _engaged(
+    contention: ContentionConfig, limits: Limits | None = None
+) -> Iterator[BackgroundProxy]:
+    """A proxy with table t whose limit is engaged (at 1: ``_conflict``), closed after."""
+    proxy = _proxy(contention, limits)
+    try:
+        _table(proxy)
+        _conflict(proxy)
         yield proxy
     finally:
         proxy.close()
@@ -227,23 +247,24 @@ def test_a_cancel_ends_the_wait_for_a_place(proxy: BackgroundProxy) -> None:
     assert _contention(proxy)["holders"] == 0
 
 
+def _held_past_the_queue_timeout(a: psycopg.Connection, b: psycopg.Connection) -> None:
+    """``a`` takes the one place; ``b``'s write waits for it and is refused (57014) at the
+    queue timeout (0.5 s), then rolls back."""
+    a.execute("update t set v = v + 1 where id = 1")
+    started = time.monotonic()
+    with pytest.raises(psycopg.errors.QueryCanceled, match="queue timeout"):
+        b.execute("update t set v = v + 1 where id = 2")
+    assert 0.4 < time.monotonic() - started < 5
+    b.rollback()
+
+
 def test_a_wait_for_a_place_ends_at_the_queue_timeout() -> None:
-    proxy = _proxy(ContentionConfig(idle_after=5.0), Limits(mpl=4, queue_timeout=0.5))
-    try:
-        with psycopg.connect(proxy.conninfo(), autocommit=True) as conn:
-            conn.execute("create table t (id int primary key, v int)")
-            conn.execute("insert into t values (1, 0), (2, 0), (3, 0)")
-        _conflict(proxy)
+    with _engaged(ContentionConfig(idle_after=5.0), Limits(mpl=4, queue_timeout=0.5)) as proxy:
         with (
             psycopg.connect(proxy.conninfo()) as a,
             psycopg.connect(proxy.conninfo()) as b,
         ):
-            a.execute("update t set v = v + 1 where id = 1")  # holds the one place
-            started = time.monotonic()
-            with pytest.raises(psycopg.errors.QueryCanceled, match="queue timeout"):
-                b.execute("update t set v = v + 1 where id = 2")
-            assert 0.4 < time.monotonic() - started < 5
-            b.rollback()
+            _held_past_the_queue_timeout(a, b)
             shown = _contention(proxy)
             assert shown["waiting"] == 0 and shown["timed_out"] == 1 and shown["holders"] == 1
             a.commit()
@@ -252,8 +273,6 @@ def test_a_wait_for_a_place_ends_at_the_queue_timeout() -> None:
         assert _contention(proxy)["holders"] == 0
         metrics = proxy.call(lambda: generate_latest(proxy.metrics.registry).decode())
         assert "admission_contention_timed_out_total 1.0" in metrics
-    finally:
-        proxy.close()
 
 
 def test_clients_that_go_away_give_their_place_and_their_turn_up(
@@ -284,26 +303,19 @@ def test_clients_that_go_away_give_their_place_and_their_turn_up(
 
 
 def test_a_holder_idle_in_its_transaction_holds_no_one_back_past_idle_after() -> None:
-    proxy = _proxy(ContentionConfig(idle_after=0.3))
-    try:
-        with psycopg.connect(proxy.conninfo(), autocommit=True) as conn:
-            conn.execute("create table t (id int primary key, v int)")
-            conn.execute("insert into t values (1, 0), (2, 0), (3, 0)")
-        _conflict(proxy)
-        with (
-            psycopg.connect(proxy.conninfo()) as a,
-            psycopg.connect(proxy.conninfo()) as b,
-        ):
-            a.execute("update t set v = v + 1 where id = 1")  # then sits idle
-            waited = _contention(proxy)["waited"]
-            started = time.monotonic()
-            b.execute("update t set v = v + 1 where id = 2")
-            assert time.monotonic() - started < 5.0  # (0.3 s, on a slow machine more)
-            assert _contention(proxy)["waited"] == waited + 1  # (it did wait for a)
-            b.commit()
-            a.commit()
-    finally:
-        proxy.close()
+    with (
+        _engaged(ContentionConfig(idle_after=0.3)) as proxy,
+        psycopg.connect(proxy.conninfo()) as a,
+        psycopg.connect(proxy.conninfo()) as b,
+    ):
+        a.execute("update t set v = v + 1 where id = 1")  # then sits idle
+        waited = _contention(proxy)["waited"]
+        started = time.monotonic()
+        b.execute("update t set v = v + 1 where id = 2")
+        assert time.monotonic() - started < 5.0  # (0.3 s, on a slow machine more)
+        assert _contention(proxy)["waited"] == waited + 1  # (it did wait for a)
+        b.commit()
+        a.commit()
 
 
 def test_the_benchmark_runs_without_pgbench_as_the_demo_runs_it(
@@ -436,12 +448,7 @@ def test_the_relay_refuses_a_writer_held_past_the_queue_timeout(
             psycopg.connect(dsn) as b,
             psycopg.connect(dsn) as c,
         ):
-            a.execute("update t set v = v + 1 where id = 1")  # holds the one place
-            started = time.monotonic()
-            with pytest.raises(psycopg.errors.QueryCanceled, match="queue timeout"):
-                b.execute("update t set v = v + 1 where id = 2")
-            assert 0.4 < time.monotonic() - started < 5
-            b.rollback()
+            _held_past_the_queue_timeout(a, b)
             assert _contention(proxy)["timed_out"] == 1
             # the next waiter is placed when a commits, and b's session goes on
             thread, out = _in_thread(lambda: c.execute("update t set v = v + 1 where id = 3"))
