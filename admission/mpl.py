@@ -27,22 +27,27 @@ not read as lower throughput — and the work of the statements that arrived. A 
 MPL's capacity (work per second) closes once ``window`` seconds of saturated time and
 ``min_completions`` completions have gathered (long statements get longer samples), with the
 share of the time at the MPL it took that was saturated; each MPL keeps its last ``samples``.
-Short statements close it sooner: ``quick_completions`` (250) of them over at least
-``quick_window`` (0.5 s) count as a sample, since a count that large is as exact as the window's
-counts of longer statements (±6 % against some 40 statements of 50 ms in 2 s: ±16 %); the
-settling after a move ends as soon too. Point lookups at 1,500/s then have the MPL's first
-move after ~4 s, not ~14 s (a quarter of their throughput was lost meanwhile at the start MPL).
+Many completions close it sooner: ``quick_completions`` (250) over at least ``quick_window``
+(0.5 s) count as a sample — wherever more than 125 statements a second complete while
+saturated, i.e. statements shorter on average than 8 ms × the MPL — since a count that large is
+as exact as the window's count of longer statements (±6 %, against ±16 % for some 40
+statements of 50 ms in 2 s); the settling after a move ends as soon too. Where the driver
+tells the sum of the squared work (``work_squared``), the count is the *effective* one,
+(Σw)²/Σw²: a few long statements among many short ones carry most of the work, and a sample
+is as exact as their number. Point lookups at 1,500/s have the MPL's first move after ~4 s,
+not ~14 s (a quarter of their throughput was lost meanwhile at the start MPL).
 A sample counts as *fresh* for ``stale`` seconds.
 
 How it moves
 ------------
-After a move it lets the statements admitted under the old MPL finish (a window and as many
-completions as there were statements in service) and then judges the new MPL only on
-``min_samples`` samples of its own. With best = the MPL whose capacity is surely highest (its
-mean less one standard error; fresh, or the last measured if it went stale, so that re-measuring
-nearby levels cannot compound the tolerance step by step) and floor = (1 − tolerance) × best,
-raised toward best while the demand would load the lower MPL beyond ``utilization`` (waiting
-grows steeply as a server fills; giving up capacity is only cheap while there is some to spare):
+After a move it lets the statements admitted under the old MPL finish (a window, or a quick
+sample's time and count, and as many completions as there were statements in service) and then
+judges the new MPL only on ``min_samples`` samples of its own. With best = the MPL whose
+capacity is surely highest (its mean less one standard error; fresh, or the last measured if it
+went stale, so that re-measuring nearby levels cannot compound the tolerance step by step) and
+floor = (1 − tolerance) × best, raised toward best while the demand would load the lower MPL
+beyond ``utilization`` (waiting grows steeply as a server fills; giving up capacity is only
+cheap while there is some to spare):
 
 1. below the floor (see *Doubt* below): one step toward the best MPL;
 2. else look one higher (where the MPL above has no fresh samples) — when this MPL is the
@@ -197,6 +202,11 @@ class MplController:
             raise ValueError(f"utilization must be in (0, 1], not {utilization}")
         if window <= 0 or stale <= 0 or demand_window <= 0 or quick_window <= 0:
             raise ValueError("window, quick_window, stale and demand_window must be positive")
+        if quick_completions < max(1, min_completions):
+            raise ValueError(
+                f"quick_completions ({quick_completions}) must be at least min_completions "
+                f"({min_completions}) and 1"
+            )
         if not 1 <= min_samples <= samples:
             raise ValueError(f"need 1 ≤ min_samples ≤ samples, not {min_samples}, {samples}")
         self.low, self.high = low, high
@@ -212,6 +222,7 @@ class MplController:
         self._observed = 0.0  # seconds observed since the start (or ``forget``)
         self._levels: dict[int, _Level] = {}
         self._work = 0.0  # work completed in the current sample's saturated time
+        self._work2 = 0.0  # … the sum of its squares, per statement (nan: not told)
         self._done = 0  # completions in it
         self._filled = 0.0  # saturated seconds in it
         self._spent = 0.0  # seconds at this MPL, saturated or not, while it was gathered
@@ -222,6 +233,7 @@ class MplController:
         # statements admitted under the old MPL are still in service for a while), and the
         # completions that must pass at least (as many as were in service)
         self._settle, self._settle_done = 0.0, 0
+        self._settle_work = self._settle_work2 = 0.0
         self._settle_least = self.mpl  # (at the start too: what is in service came before)
         self._looked_up: dict[int, float] = {}  # MPL → when it last looked one higher
         self._settled = False  # the last decision was to stay (looks up start only from there)
@@ -246,12 +258,15 @@ class MplController:
         arrived: float,
         in_system: int,
         cpu: float | None = None,
+        work_squared: float | None = None,
     ) -> int | None:
         """``elapsed`` seconds ending at ``now`` passed, saturated or not, in which
         ``completed`` statements completed with ``work`` seconds of expected service in all,
         and statements with ``arrived`` seconds of it arrived; ``in_system`` statements are
         queued or in service now; the database's cores were busy ``cpu`` of the time (0–1;
-        None where the driver cannot tell). Returns the new MPL when it changes."""
+        None where the driver cannot tell); ``work_squared``: the sum over the completed
+        statements of their work squared (None: not told — then every completion counts as
+        one toward a quick sample). Returns the new MPL when it changes."""
         self._now = max(self._now, now)
         if elapsed <= 0:
             return None
@@ -266,16 +281,20 @@ class MplController:
             if not settling:
                 self._spent += elapsed
             return None
+        squares = math.nan if work_squared is None else work_squared
         if settling:
             self._settle += elapsed
             self._settle_done += completed
-            quick = (
-                self._settle >= self.quick_window and self._settle_done >= self.quick_completions
+            self._settle_work += work
+            self._settle_work2 += squares
+            quick = self._quick(
+                self._settle, self._settle_done, self._settle_work, self._settle_work2
             )
             if self._settle_done >= self._settle_least and (self._settle >= self.window or quick):
                 self._settle_least = -1  # settled: measured from the next report
             return None
         self._work += work
+        self._work2 += squares
         self._done += completed
         self._filled += elapsed
         self._spent += elapsed
@@ -290,7 +309,7 @@ class MplController:
         busy = self._busy / self._timed if self._timed > 0 else math.nan
         level.add(self._work / self._filled, self._filled / self._spent, busy, now, self.stale)
         self._work, self._done, self._filled, self._spent = 0.0, 0, 0.0, 0.0
-        self._busy = self._timed = 0.0
+        self._busy = self._timed = self._work2 = 0.0
         self._taken += 1
         if self._taken < self.min_samples:
             return None
@@ -301,7 +320,17 @@ class MplController:
         and a few completions, or many completions in less."""
         if seconds >= self.window and completions >= self.min_completions:
             return True
-        return seconds >= self.quick_window and completions >= self.quick_completions
+        return self._quick(seconds, completions, self._work, self._work2)
+
+    def _quick(self, seconds: float, completions: int, work: float, squares: float) -> bool:
+        """``completions`` with ``work`` in all (``squares``: its squares summed; nan: not
+        told) over ``seconds`` make a quick sample: the quick window, and as many completions
+        — effective ones, (Σw)²/Σw², where the squares are told."""
+        if seconds < self.quick_window or completions < self.quick_completions:
+            return False
+        if math.isnan(squares) or squares <= 0:
+            return True  # (not told the squares: a completion counts as one)
+        return work * work / squares >= self.quick_completions
 
     @property
     def loop(self) -> bool:
@@ -337,7 +366,7 @@ class MplController:
         self._levels.clear()
         self._looked_up.clear()
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
-        self._spent = self._busy = self._timed = 0.0
+        self._spent = self._busy = self._timed = self._work2 = 0.0
 
     # -- what it knows ---------------------------------------------------------------------
 
@@ -515,6 +544,7 @@ class MplController:
         self.changes += 1
         self._settled, self._earned, self._probed_from = False, None, None
         self._work, self._done, self._filled, self._taken = 0.0, 0, 0.0, 0
-        self._spent = self._busy = self._timed = 0.0
+        self._spent = self._busy = self._timed = self._work2 = 0.0
         self._settle, self._settle_done, self._settle_least = 0.0, 0, old
+        self._settle_work = self._settle_work2 = 0.0
         return mpl

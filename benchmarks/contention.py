@@ -80,14 +80,16 @@ ZIPF = (
 WORKLOADS = ("tpcb", "update", "mixed", "select", "zipf")
 
 
-def _workload(name: str, scripts: Path) -> list[str]:
-    """pgbench's arguments for workload ``name`` (its scripts in the directory ``scripts``)."""
+def _workload(name: str, scripts: Path, scale: int) -> list[str]:
+    """pgbench's arguments for workload ``name`` (its scripts in the directory ``scripts``;
+    ``scale``: what a custom script's ``:scale`` is — pgbench reads it from the tables for
+    its built-in scripts only)."""
     return {
         "tpcb": ["-b", "tpcb-like"],
         "update": ["-b", "simple-update"],
         "mixed": ["-b", "tpcb-like@1", "-f", f"{scripts / 'reader.sql'}@1"],
         "select": ["-b", "select-only"],
-        "zipf": ["-f", str(scripts / "zipf.sql")],
+        "zipf": ["-f", str(scripts / "zipf.sql"), "-s", str(scale)],
     }[name]
 
 
@@ -432,7 +434,7 @@ def _one_run(
         if init.returncode != 0:
             raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
         extra = [
-            *_workload(workload, scripts),
+            *_workload(workload, scripts, args.scale),
             *("-c", str(args.clients), "-j", "2", "--max-tries", str(args.tries)),
         ]
         return run_pgbench(port, extra, args.seconds)

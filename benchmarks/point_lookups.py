@@ -10,7 +10,8 @@ C -j 2 -T S`` against it (select-only: one primary-key lookup per transaction, a
 
 Settings: ``none`` is ``--mpl 0 --policy fcfs`` (no admission control); ``default`` is
 ``serve`` given nothing but the database (what a new user gets: latency, learning from
-nothing, ``--mpl auto`` from the cores, ``--release-after 1``); a number N is the latency
+nothing, ``--mpl auto`` from the cores, ``--release-after 1``, the contention limit — which
+never engages on reads); a number N is the latency
 policy at MPL N learning from nothing (``--model NEW.json --mpl N``, what a model-less default
 with an MPL would be); ``auto`` the same with ``--mpl auto`` (its moves, and the default's,
 are printed under its row).

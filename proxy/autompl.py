@@ -54,6 +54,7 @@ class AutoMpl:
         self.cpu = cpu
         self.enabled = True
         self._work = 0.0  # expected seconds of service completed since the last tick
+        self._work2 = 0.0  # … the sum of each statement's squared
         self._done = 0  # statements completed since the last tick
         self._demands: dict[str, float] = {}  # class → the D_r its work is counted in
         self._arrivals: dict[str, int] = dict(gate.scheduler.arrivals_by_class())  # seen so far
@@ -99,7 +100,7 @@ class AutoMpl:
             demand_window=old.demand_window,
         )
         self.enabled = True
-        self._work, self._done = 0.0, 0
+        self._work, self._work2, self._done = 0.0, 0.0, 0
         self._arrived()  # what arrived while it was not tuning is not this controller's
         self._apply(self.controller.mpl)
 
@@ -117,7 +118,9 @@ class AutoMpl:
     def _finished(self, job: Job, _now: float) -> None:
         if job.state is not JobState.DONE or job.bypass:
             return
-        self._work += self._demand(job.klass.fingerprint)
+        demand = self._demand(job.klass.fingerprint)
+        self._work += demand
+        self._work2 += demand * demand
         self._done += 1
 
     def _arrived(self) -> float:
@@ -147,6 +150,7 @@ class AutoMpl:
                     arrived=self._arrived(),
                     in_system=scheduler.queued + scheduler.running,
                     cpu=busy,
+                    work_squared=self._work2,
                 )
                 if moved is not None:
                     log.info("MPL %d: %s", moved, self.controller.reason)
@@ -154,7 +158,7 @@ class AutoMpl:
             self._saturated = self._is_saturated()
         except Exception:  # the tuning must never stop the proxy
             log.exception("the adaptive MPL failed")
-        self._work, self._done = 0.0, 0
+        self._work, self._work2, self._done = 0.0, 0.0, 0
         self._last = now
         self._timer = loop.call_later(self.tick, self._tick)
 

@@ -7,7 +7,9 @@ when their client goes away.
 
 A wait for a place is bounded by the queue timeout in force (``serve --queue-timeout``, read
 from ``timeout`` when the wait starts), as a wait for admission is: past it the statement is
-refused with 57014 and its turn goes to the next (a place granted meanwhile is given back)."""
+refused with 57014 and its turn goes to the next (a place granted meanwhile is given back).
+The proxy-wide timeout only: a workload class's own ``queue_timeout`` bounds its statements'
+wait for admission, not this one (the place is taken before the class's statement is queued)."""
 
 from __future__ import annotations
 
@@ -189,6 +191,9 @@ class ContentionGate:
         self._timer = None
         self._timer_at = None
         now = self._clock()
+        # places freed by now go first: a waiter whose deadline passes at the same time as
+        # a holder went idle (the timer late by its slack, or the loop) takes the place
+        self._wake(self.control.tick(now))
         freed: list[Hashable] = []
         for tx, (when, expired) in list(self._deadlines.items()):
             if when > now:
@@ -201,4 +206,5 @@ class ContentionGate:
             timeout = when - since
             error = ContentionWaitTimedOut(now - since, timeout)
             asyncio.get_running_loop().call_soon(expired, error)
-        self._wake(freed + self.control.tick(now))
+        if freed:
+            self._wake(freed)

@@ -206,6 +206,8 @@ class _Engine:
                 start,
                 high=max(start, config.jobs, 4 * config.cores),
                 window=window,
+                # (quick samples — 250 completions in a quarter window — would need an MPL
+                # over 60 here: a window scaled to the statements' length is already short)
                 quick_window=window / 4,
                 stale=300 * window,  # the proxy's ratios: 600 s, 0.5 s and 60 s to 2 s
                 demand_window=30 * window,

@@ -353,7 +353,7 @@ def _pg_proxy(
     )
 
 
-def _pg_conflict(proxy: BackgroundProxy, dsn: str) -> None:
+def _pg_conflict(proxy: BackgroundProxy, dsn: str, pg: Cluster) -> None:
     """Four SERIALIZABLE transactions wait on a fifth's row lock and fail (40001) when it
     commits: with four of five aborted (overwhelming) the limit is set, to 1."""
     with (
@@ -373,7 +373,16 @@ def _pg_conflict(proxy: BackgroundProxy, dsn: str) -> None:
             )
             for conn in late
         ]
-        time.sleep(0.3)  # (all wait on a's row lock in PostgreSQL)
+        # (straight to PostgreSQL: the four hold the proxy's four MPL slots)
+        with psycopg.connect(pg.dsn(), autocommit=True) as watch:
+
+            def blocked() -> int:
+                row = watch.execute(
+                    "select count(*) from pg_stat_activity where wait_event_type = 'Lock'"
+                ).fetchone()
+                return row[0] if row else 0
+
+            _wait_for(lambda: blocked() == len(late))  # all wait on a's row lock
         a.commit()
         for thread, out in waits:
             thread.join(10)
@@ -442,7 +451,7 @@ def test_the_relay_refuses_a_writer_held_past_the_queue_timeout(
     )
     dsn = proxy.conninfo(user="postgres", dbname=serializable_db)
     try:
-        _pg_conflict(proxy, dsn)
+        _pg_conflict(proxy, dsn, pg)
         with (
             psycopg.connect(dsn) as a,
             psycopg.connect(dsn) as b,
@@ -471,7 +480,7 @@ def test_the_relay_holds_a_writer_for_its_place_and_a_cancel_ends_the_wait(
     proxy = _pg_proxy(pg, ContentionConfig(idle_after=5.0), serializable_db)
     dsn = proxy.conninfo(user="postgres", dbname=serializable_db)
     try:
-        _pg_conflict(proxy, dsn)
+        _pg_conflict(proxy, dsn, pg)
         with (
             psycopg.connect(dsn) as a,
             psycopg.connect(dsn) as b,

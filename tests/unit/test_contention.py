@@ -45,13 +45,13 @@ def test_no_limit_until_transactions_abort_in_earnest_then_half_of_those_in_prog
 def test_a_window_with_more_than_a_fifth_aborted_cuts_at_its_end() -> None:
     control = ContentionControl(ContentionConfig(abort_share=0.2, window=32))
     now = 0.0
-    for i in range(31):  # seven aborts spread over the window: never overwhelming
+    for i in range(31):  # eight aborts spread over the window: never overwhelming
         now += 0.01
         assert control.request(i, now)
         control.finish(i, now, aborted=i % 4 == 2)
         assert control.limit is None
     assert control.request(31, now)
-    control.finish(31, now, aborted=False)  # the window is whole: 8 of 32 aborted, in 0.32 s
+    control.finish(31, now, aborted=False)  # 32 outcomes, 8 aborted, in 0.30 s
     assert control.limit is None  # (but not yet half a second long)
     assert control.request(32, 0.6)
     control.finish(32, 0.6, aborted=False)  # 8 of 33 in 0.59 s
@@ -59,8 +59,8 @@ def test_a_window_with_more_than_a_fifth_aborted_cuts_at_its_end() -> None:
 
 
 def test_a_few_aborts_early_in_a_window_do_not_cut() -> None:
-    # one in twenty abort, but two of them come first: judged at every abort, that was a
-    # cut (two aborts, more than a fifth of the outcomes so far)
+    # one in ten abort, two in a row: judged at every abort, as it once was, two aborts
+    # among the first outcomes were a cut (more than a fifth of the outcomes so far)
     control = ContentionControl(ContentionConfig(abort_share=0.2, window=32))
     now = 0.0
     for i in range(640):

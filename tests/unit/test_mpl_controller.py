@@ -430,3 +430,42 @@ def test_many_short_statements_close_samples_sooner() -> None:
     # while 50 ms statements (40 a second) still sample the 2 s window
     assert first_move(MplController(2, high=8), knee(8), 0.001, 60) <= 5.0
     assert 13.5 <= first_move(MplController(2, high=8), knee(8), D, 60) <= 16.0
+
+
+def test_a_few_long_statements_among_many_short_ones_keep_the_window() -> None:
+    # 600 statements of 2 ms a second and one of 300 ms every 0.3 s: the long ones carry
+    # nearly half the work, so a half-second sample is as noisy as their count (about two),
+    # not as the 300 short ones. Told the squared work, it keeps the 2 s window; not told, a
+    # completion counts as one
+    def first(told: bool) -> float:
+        controller = MplController(2, high=8)
+        t = 0.0
+        for tick in range(600):
+            t += TICK
+            long = 1 if tick % 3 == 0 else 0
+            work = 60 * 0.002 + long * 0.3
+            squares = 60 * 0.002**2 + long * 0.3**2
+            controller.observe(
+                t,
+                TICK,
+                True,
+                work,
+                60 + long,
+                arrived=work,
+                in_system=CLIENTS,
+                cpu=0.6,
+                work_squared=squares if told else None,
+            )
+            if controller.changes:
+                return t
+        return float("inf")
+
+    assert first(told=False) <= 5.0
+    assert 13.5 <= first(told=True) <= 16.0
+
+
+def test_quick_samples_are_validated() -> None:
+    with pytest.raises(ValueError, match="quick_completions"):
+        MplController(2, quick_completions=5, min_completions=10)
+    with pytest.raises(ValueError, match="quick_window"):
+        MplController(2, quick_window=0)
