@@ -1299,11 +1299,10 @@ class ClientConnection(asyncio.Protocol):
                 place = writes or contention.control.starts_writer(self._tx_starter)
             elif writes:  # it read first: its shape is held back at its first statement
                 contention.control.learn_starter(self._tx_starter)
-        placed, expired = (
-            functools.partial(self._placed, job),
-            functools.partial(self._expired, job),
-        )
-        if place and not contention.request(self, placed, expired):
+        if not place:
+            return True
+        placed = functools.partial(self._placed, job)
+        if not contention.request(self, placed, functools.partial(self._expired, job)):
             self._parked = (job, query_class, bypass, sql)
             return False
         return True

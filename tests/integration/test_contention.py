@@ -353,6 +353,21 @@ def _pg_proxy(
     )
 
 
+@contextmanager
+def _pg_engaged(
+    pg: Cluster, db: str, limits: Limits | None = None
+) -> Iterator[tuple[BackgroundProxy, str]]:
+    """A relay to ``db`` whose limit is engaged (at 1: ``_pg_conflict``; holders idle up to
+    5 s still count), and its DSN; closed after."""
+    proxy = _pg_proxy(pg, ContentionConfig(idle_after=5.0), db, limits)
+    dsn = proxy.conninfo(user="postgres", dbname=db)
+    try:
+        _pg_conflict(proxy, dsn, pg)
+        yield proxy, dsn
+    finally:
+        proxy.close()
+
+
 def _pg_conflict(proxy: BackgroundProxy, dsn: str, pg: Cluster) -> None:
     """Four SERIALIZABLE transactions wait on a fifth's row lock and fail (40001) when it
     commits: with four of five aborted (overwhelming) the limit is set, to 1."""
@@ -446,12 +461,7 @@ def test_pgbench_serializable_through_the_relay_stops_failing_under_the_limit(
 def test_the_relay_refuses_a_writer_held_past_the_queue_timeout(
     pg: Cluster, serializable_db: str
 ) -> None:
-    proxy = _pg_proxy(
-        pg, ContentionConfig(idle_after=5.0), serializable_db, Limits(mpl=4, queue_timeout=0.5)
-    )
-    dsn = proxy.conninfo(user="postgres", dbname=serializable_db)
-    try:
-        _pg_conflict(proxy, dsn, pg)
+    with _pg_engaged(pg, serializable_db, Limits(mpl=4, queue_timeout=0.5)) as (proxy, dsn):
         with (
             psycopg.connect(dsn) as a,
             psycopg.connect(dsn) as b,
@@ -470,17 +480,12 @@ def test_the_relay_refuses_a_writer_held_past_the_queue_timeout(
             b.commit()
         shown = _contention(proxy)
         assert shown["holders"] == 0 and shown["waiting"] == 0, shown
-    finally:
-        proxy.close()
 
 
 def test_the_relay_holds_a_writer_for_its_place_and_a_cancel_ends_the_wait(
     pg: Cluster, serializable_db: str
 ) -> None:
-    proxy = _pg_proxy(pg, ContentionConfig(idle_after=5.0), serializable_db)
-    dsn = proxy.conninfo(user="postgres", dbname=serializable_db)
-    try:
-        _pg_conflict(proxy, dsn, pg)
+    with _pg_engaged(pg, serializable_db) as (proxy, dsn):
         with (
             psycopg.connect(dsn) as a,
             psycopg.connect(dsn) as b,
@@ -504,5 +509,3 @@ def test_the_relay_holds_a_writer_for_its_place_and_a_cancel_ends_the_wait(
         assert shown["holders"] == 0 and shown["waiting"] == 0, shown
         with psycopg.connect(dsn) as check:
             assert check.execute("select v from t order by id").fetchall() == [(2,), (0,), (1,)]
-    finally:
-        proxy.close()
