@@ -27,7 +27,8 @@ once, counted apart (``released_in_service``) and still within the thread and me
 ``release_after`` gives the slot of a statement in service that long to the queue, and the
 *short lane* (``short_lane``) admits a queued statement whose class's D_r is at most
 1/short_lane of the least expected remaining time of those holding the MPL (D_r minus time in
-service). The MPL cannot preempt a long statement for a short one; the lane gets most of what
+service; once a statement has overrun its D_r, or its class is not measured yet, as long as it
+has run). The MPL cannot preempt a long statement for a short one; the lane gets most of what
 preemption would (shortest remaining first), for about the short statement's own D_r of delay
 to those in service.
 
@@ -781,11 +782,10 @@ class Scheduler:
         return None
 
     def _lane_at(self) -> float | None:
-        """When the short lane opens by time alone: a statement in service of a class not
-        measured yet counts as having as long to go as it has run, so it lets more through
-        the longer it runs (one of a measured class only fewer). None when no time will: the
-        lane is off, has no room, the MPL is not full, nothing queued is of a measured class,
-        or a statement of a measured class in service already has too little left."""
+        """When the short lane opens by time alone: a statement in service has, by
+        ``_left``, as long to go as it has run once its class's D_r is a prior or behind it,
+        so it lets more through the longer it runs. None when no time will: the lane is off,
+        has no room, the MPL is not full, or nothing queued is of a measured class."""
         factor, mpl = self._lane_factor, self.limits.mpl
         if factor is None or mpl is None or self._multi or self._released >= mpl:
             return None
@@ -803,12 +803,18 @@ class Scheduler:
         for job in self._in_service.values():
             if job.released or job.admitted_at is None:
                 continue
+            if _left(job, now) >= need:
+                continue
+            # it has too little left until it has run ``need`` past any D_r it still has
             st = job.klass
-            if st.known:
-                if st.demand - (now - job.admitted_at) < need:
-                    return None
-            elif job.admitted_at + need > at:
-                at = job.admitted_at + need
+            start = job.admitted_at
+            opens = (
+                start + max(st.demand, need)
+                if st.known and now - start < st.demand
+                else start + need
+            )
+            if opens > at:
+                at = opens
         # (a nanosecond after: at that tick what it ran is past the need, rounding included)
         return at + 1e-9 if at > now else None
 
@@ -1699,23 +1705,20 @@ class Scheduler:
     def _admit_short(self, now: float, mpl: int, factor: float, granted: list[Job]) -> None:
         """The short lane: with the MPL full, admit beside it the oldest statement of the
         shortest class whose D_r is at most 1/``factor`` of the least expected remaining time
-        of the statements holding the MPL (their class's D_r minus their time in service; for
-        a class whose D_r is still a prior, their time in service) — while
-        fewer than MPL statements run beside it. Shortest remaining first is what minimizes the
-        mean response time (SRPT); the MPL cannot preempt, so a statement that would wait for a
-        slot much longer than it runs is let in to share the cores instead, and what it costs
-        the statements in service is about its own D_r. Only classes with a measured D_r (not
-        a prior), within the thread and memory budgets, and without tenants (a tenant's MPL
-        and DRR share decide there). O(in service + K) per admission."""
+        of the statements holding the MPL (``_left``: their class's D_r minus their time in
+        service; past it, or for a class whose D_r is still a prior, their time in service) —
+        while fewer than MPL statements run beside it. Shortest remaining first is what
+        minimizes the mean response time (SRPT); the MPL cannot preempt, so a statement that
+        would wait for a slot much longer than it runs is let in to share the cores instead,
+        and what it costs the statements in service is about its own D_r. Only classes with a
+        measured D_r (not a prior), within the thread and memory budgets, and without tenants
+        (a tenant's MPL and DRR share decide there). O(in service + K) per admission."""
         if self._multi or self.running - self._bg_running - self._released < mpl:
             return  # (not the MPL that holds the queue back)
         remaining = _FOREVER
         for job in self._in_service.values():
             if not job.released and job.admitted_at is not None:
-                ran = now - job.admitted_at
-                # what it has left: its class's D_r less what it ran; for a class not measured
-                # yet (its D_r a prior), as long as it has run — the only evidence there is
-                left = job.klass.demand - ran if job.klass.known else ran
+                left = _left(job, now)
                 if left < remaining:
                     remaining = left
         limit = remaining / factor
@@ -1737,6 +1740,20 @@ class Scheduler:
             self.stats.short += 1
             self._admit(best, now)
             granted.append(best)
+
+
+def _left(job: Job, now: float) -> float:
+    """What a statement in service is expected to have left, for the short lane: its class's
+    D_r less what it has run while it is within it; once its class's D_r is a prior (a class
+    not measured yet) or behind it (it overran), as long as it has run — the only evidence
+    left. An overrun is no sign of an end at hand: a long statement sharing the cores runs
+    past the D_r it has alone, and with ``D_r − ran`` every such one shut the lane until it
+    ended (short statements waited 50–250 ms behind 150 ms ones on two cores, measured)."""
+    ran = now - job.admitted_at  # type: ignore[operator]
+    st = job.klass
+    if st.known and ran < st.demand:
+        return st.demand - ran
+    return ran
 
 
 def _cost(demand: float | None) -> float:

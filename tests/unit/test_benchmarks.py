@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks.path_instructions import run_statements
@@ -188,3 +190,22 @@ def test_switchback_counts_each_statement_for_the_setting_it_arrived_under() -> 
     assert b["mean_ratio_interval"] == pytest.approx([0.5, 0.5])
     assert b["errors"] == 1 and a["errors"] == 0
     assert segments.of(-1.0, 0, 0) is None and segments.of(39.5, 0, 1.0) is None
+
+
+def test_pgbench_mix_reads_latencies_by_script_from_pgbench_logs(tmp_path: Path) -> None:
+    from benchmarks.pgbench_mix import quantile, read_logs, settings_args
+
+    # pgbench -l: client txn time(µs) script epoch µs [lag]; failed ones say so in place of time
+    (tmp_path / "pgbench_log.123").write_text(
+        "0 0 1500 1 1764442000 10 20\n0 1 152000 0 1764442000 200 35\n0 2 failed 1 1764442001 5 0\n"
+    )
+    (tmp_path / "pgbench_log.123.1").write_text("1 0 2500 1 1764442000 30 40\n")
+    (tmp_path / "other.txt").write_text("9 9 9 9 9 9\n")
+    found = read_logs(tmp_path)
+    assert sorted(found) == [0, 1]
+    assert found[0] == [0.152] and sorted(found[1]) == [0.0015, 0.0025]
+    assert quantile([3.0, 1.0, 2.0], 0.99) == 3.0 and quantile([1.0, 2.0], 0.0) == 1.0
+    assert settings_args("fcfs@2")[-2:] == ["--mpl", "2"] and settings_args("default") == []
+    for bad in ("fcfs@0", "fcfs@x", "latency"):
+        with pytest.raises(SystemExit):
+            settings_args(bad)
