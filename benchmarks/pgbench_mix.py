@@ -36,16 +36,14 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from admission.stats import median_interval
-from benchmarks.coordinator import ADMISSION, _wait
+from benchmarks.point_lookups import init_pgbench, serve_database
 from benchmarks.pooling import pgbench_output, stop
 from lab.bench import run_order
-from testing.pgcluster import free_port
 
 LONG = (
     "\\set b random(1, 1000)\n"
@@ -67,27 +65,6 @@ def settings_args(setting: str) -> list[str]:
     if setting.startswith("fcfs@") and setting[5:].isdigit() and int(setting[5:]) > 0:
         return ["--no-learn", "--policy", "fcfs", "--mpl", setting[5:]]
     raise SystemExit(f"unknown setting {setting!r}: none, default or fcfs@N")
-
-
-def serve(database: Path, setting: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            ADMISSION,
-            "serve",
-            "--database",
-            str(database),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-            *settings_args(setting),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _wait(port, proc)
-    return proc, port
 
 
 def read_logs(directory: Path) -> dict[int, list[float]]:
@@ -183,25 +160,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rate must be > 0; --clients, --seconds and --rounds at least 1")
     if shutil.which("pgbench") is None:
         raise SystemExit("pgbench is not on PATH (PostgreSQL's client tools)")
-    work = Path(tempfile.mkdtemp(prefix="admission-pgbench-mix-"))
-    try:
-        return _run(args, settings, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="admission-pgbench-mix-") as work:
+        return _run(args, settings, Path(work))
 
 
 def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
     database = work / "pgbench.duckdb"
     (work / "long.sql").write_text(LONG)
     (work / "short.sql").write_text(SHORT)
-    proc, port = serve(database, "none")
+    proc, port = serve_database(database, settings_args("none"))
     try:
-        dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-        init = subprocess.run(
-            ["pgbench", "-i", "-s", str(args.scale), "-q", dsn], capture_output=True, text=True
-        )
-        if init.returncode != 0:
-            raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
+        init_pgbench(port, args.scale)
         alone = {}
         for name in SCRIPTS:  # each script alone: one client, closed, no admission control
             out, code = pgbench_output(
@@ -225,7 +194,7 @@ def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
     runs: dict[str, list[dict[str, float]]] = {s: [] for s in settings}
     for rnd in range(args.rounds):
         for setting in run_order(settings, 0, rnd):
-            proc, port = serve(database, setting)
+            proc, port = serve_database(database, settings_args(setting))
             try:
                 row = one_run(port, work, args, args.rate)
             finally:

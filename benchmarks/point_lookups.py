@@ -43,14 +43,23 @@ from testing.pgcluster import free_port
 def serve(database: Path, setting: str, work: Path) -> tuple[subprocess.Popen[bytes], int]:
     """``admission serve`` on ``database`` with ``setting``'s options, listening: (process,
     port)."""
-    port = free_port()
     if setting == "none":
         args = ["--mpl", "0", "--policy", "fcfs"]
     elif setting == "default":
         args = []
     else:  # learning from nothing, as a model-less default would (the file is left behind)
-        model = work / f"learned-{setting}-{port}.json"
+        model = work / f"learned-{setting}-{free_port()}.json"
         args = ["--model", str(model), "--mpl", setting]
+    # (auto's moves: a line each)
+    return serve_database(database, args, "info" if setting in ("auto", "default") else "warning")
+
+
+def serve_database(
+    database: Path, args: list[str], log_level: str = "warning"
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``admission serve --database DATABASE ARGS`` on a free port, listening: (process, port;
+    its standard error piped)."""
+    port = free_port()
     proc = subprocess.Popen(
         [
             ADMISSION,
@@ -60,7 +69,7 @@ def serve(database: Path, setting: str, work: Path) -> tuple[subprocess.Popen[by
             "--listen",
             f"127.0.0.1:{port}",
             "--log-level",
-            "info" if setting in ("auto", "default") else "warning",  # (auto's moves: a line each)
+            log_level,
             *args,
         ],
         stdout=subprocess.DEVNULL,
@@ -68,6 +77,16 @@ def serve(database: Path, setting: str, work: Path) -> tuple[subprocess.Popen[by
     )
     _wait(port, proc)
     return proc, port
+
+
+def init_pgbench(port: int, scale: int) -> None:
+    """``pgbench -i -s SCALE`` through the proxy on ``port`` (SystemExit if it fails)."""
+    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
+    init = subprocess.run(
+        ["pgbench", "-i", "-s", str(scale), "-q", dsn], capture_output=True, text=True
+    )
+    if init.returncode != 0:
+        raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,14 +119,7 @@ def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
     database = work / "pgbench.duckdb"
     proc, port = serve(database, "none", work)
     try:
-        dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-        init = subprocess.run(
-            ["pgbench", "-i", "-s", str(args.scale), "-q", dsn],
-            capture_output=True,
-            text=True,
-        )
-        if init.returncode != 0:
-            raise SystemExit(f"pgbench -i failed: {init.stderr.strip()}")
+        init_pgbench(port, args.scale)
     finally:
         stop(proc)
     print(

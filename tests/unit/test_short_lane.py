@@ -50,34 +50,31 @@ def test_a_tiny_statement_passes_a_full_mpl_held_by_long_ones() -> None:
 
 
 def test_the_remaining_time_shrinks_as_statements_run() -> None:
-    s = Scheduler(_model(), "fcfs", Limits(mpl=1, short_lane=4.0))
+    s = Scheduler(_model(), "fcfs", Limits(mpl=1, short_lane=3.0))
     s.submit("L", "long", 0.0)
-    assert s.submit("t1", "tiny", 1.98) == []  # 0.02 s left of L's 2: a tiny one waits …
-    assert _ids(s.complete("L", 1.99)) == ["t1"]  # … for the slot
-    s.complete("t1", 1.995)
-    assert s.stats.short == 0
-
-
-def test_a_statement_past_its_d_r_has_as_long_to_go_as_it_has_run() -> None:
-    """An overrun is no sign of an end at hand (a long statement sharing the cores runs past
-    the D_r it has alone): past its D_r a statement counts as having as long to go as it has
-    run, so a tiny one passes it; just before its D_r it waits, and the lane opens by a timer
-    when the D_r is behind it."""
-    s = Scheduler(_model(), "fcfs", Limits(mpl=1, short_lane=4.0))
-    s.submit("L", "long", 0.0)
-    assert _ids(s.submit("t1", "tiny", 2.5)) == ["t1"]  # L overran its 2 s: 2.5 s to go
+    assert _ids(s.submit("m1", "mid", 0.4)) == ["m1"]  # 1.6 s left of L's 2 ≥ 3 × 0.5
+    s.complete("m1", 0.5)
+    assert s.submit("m2", "mid", 0.6) == []  # 1.4 s left: a mid statement waits …
+    assert _ids(s.complete("L", 1.9)) == ["m2"]  # … for the slot
     assert s.stats.short == 1
-    s.complete("t1", 2.51)
-    s.complete("L", 3.0)
-    s.submit("L2", "long", 3.0)
-    assert s.submit("t2", "tiny", 4.98) == []  # 0.02 s left of L2's D_r: it waits …
-    assert s.next_deadline() == pytest.approx(5.0)  # … until L2's D_r is behind it
-    assert s.tick(4.99) == []
-    assert _ids(s.tick(s.next_deadline())) == ["t2"]  # type: ignore[arg-type]
-    # a mid statement needs 4 × 0.5 = 2 s to go: L2, 2.02 s past its start, has that
-    s.complete("t2", 5.01)
-    assert _ids(s.submit("m", "mid", 5.02)) == ["m"]
-    assert s.stats.short == 3
+
+
+def test_a_statement_near_or_past_its_d_r_has_half_its_d_r_left() -> None:
+    """D_r is an average: a statement near or past it is neither at its end nor at its start
+    (a long statement sharing the cores runs past the D_r it has alone). It counts as having
+    half its D_r left, so a statement 8 × shorter than that passes it however long it has
+    run; one that is not waits for the slot, and no timer opens the lane for it."""
+    s = Scheduler(_model(), "fcfs", Limits(mpl=1, short_lane=4.0))
+    s.submit("L", "long", 0.0)
+    assert _ids(s.submit("t1", "tiny", 1.99)) == ["t1"]  # 0.01 s of L's 2 s left: 1 s counted
+    s.complete("t1", 2.0)
+    assert _ids(s.submit("t2", "tiny", 5.0)) == ["t2"]  # L overran its D_r: 1 s counted
+    assert s.stats.short == 2
+    s.complete("t2", 5.02)
+    assert s.submit("m", "mid", 5.1) == []  # 4 × 0.5 s > the 1 s counted for L …
+    assert s.next_deadline() is None  # … and time will not change that
+    assert _ids(s.complete("L", 6.0)) == ["m"]  # the slot, through the MPL
+    assert s.stats.short == 2
 
 
 def test_a_class_first_seen_live_waits_until_measured() -> None:
