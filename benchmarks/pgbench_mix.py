@@ -88,10 +88,12 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def one_run(port: int, scripts: Path, args: argparse.Namespace, rate: float) -> dict[str, float]:
+def one_run(port: int, scripts: Path, args: argparse.Namespace) -> dict[str, float]:
     logs = Path(tempfile.mkdtemp(prefix="pgbench-log-", dir=scripts))
     long_w, short_w = args.weights
     bench = [
+        "-R",
+        str(args.rate),
         "-f",
         f"{scripts / 'long.sql'}@{long_w}",
         "-f",
@@ -108,8 +110,6 @@ def one_run(port: int, scripts: Path, args: argparse.Namespace, rate: float) -> 
         "--log-prefix",
         str(logs / "pgbench_log"),
     ]
-    if rate > 0:
-        bench[:0] = ["-R", str(rate)]
     out, code = pgbench_output(port, bench, args.seconds)
     if code != 0:
         raise SystemExit(f"pgbench failed ({code}): {out.strip()[-500:]}")
@@ -117,7 +117,6 @@ def one_run(port: int, scripts: Path, args: argparse.Namespace, rate: float) -> 
     shutil.rmtree(logs, ignore_errors=True)
     every = [x for xs in by_script.values() for x in xs]
     row = {
-        "done": float(len(every)),
         "rate": len(every) / args.seconds,
         "mean": statistics.fmean(every) if every else float("nan"),
         "p99": quantile(every, 0.99),
@@ -196,7 +195,7 @@ def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
         for setting in run_order(settings, 0, rnd):
             proc, port = serve_database(database, settings_args(setting))
             try:
-                row = one_run(port, work, args, args.rate)
+                row = one_run(port, work, args)
             finally:
                 stop(proc)
             runs[setting].append(row)
