@@ -32,7 +32,9 @@ moved enough to matter:
 
 The classes it changes carry ``live`` (the samples behind the estimate) and the interval, so
 the policies treat classes whose intervals overlap as tied, as they do trained ones. Nothing
-here reads a clock: the driver passes the time and decides when to call ``refresh``.
+here reads a clock: the driver passes the time and decides when to call ``refresh`` —
+``on_ready`` tells it when a class has just reached ``min_samples`` statements, so that a
+class first seen live need not wait a whole period to be told apart from the others.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from admission import stats
@@ -92,6 +94,9 @@ class OnlineEstimator:
         self.costs: dict[str, float] = {}  # the planner's cost estimate per class
         self.units: dict[str, float] = {}  # … and its plan's work_mem units (PostgreSQL)
         self.refreshes = 0  # models made
+        # called when a class has just reached ``min_samples`` statements (its first live
+        # estimate can be adopted: the live model looks sooner than its period)
+        self.on_ready: Callable[[], None] | None = None
 
     def finished(self, job: Job, now: float) -> None:
         """A statement left the scheduler: note its service time if it ran to the end."""
@@ -105,7 +110,9 @@ class OnlineEstimator:
         if times is None:
             times = self.samples[fingerprint] = deque(maxlen=self.window)
         times.append(now - admitted)
-        self.seen[fingerprint] = self.seen.get(fingerprint, 0) + 1
+        seen = self.seen[fingerprint] = self.seen.get(fingerprint, 0) + 1
+        if seen == self.min_samples and self.on_ready is not None:
+            self.on_ready()
 
     def planned(self, fingerprint: str, cost: float, work_mem_units: float | None = None) -> None:
         """The database's cost estimate of a statement of this class (see ``prior``) and, in

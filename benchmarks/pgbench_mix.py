@@ -23,9 +23,11 @@ serve --database FILE`` (nothing learned carries over) and a ``--seconds`` run. 
 ``none`` (``--mpl 0 --policy fcfs``, no admission control), ``default`` (nothing but the
 database: learning from nothing, latency, ``--mpl auto``), ``fcfs@N`` (an FCFS pool of N,
 ``--no-learn``). Prints every run (mean, p99 and each script's mean, from pgbench's
-per-transaction log) and per setting the median over rounds with the ratio of its mean and
-p99 to ``none``'s and to the better baseline's (none or the best FCFS pool of that round) in
-the same round: median and range, or a 95 % interval for the median from 6 rounds.
+per-transaction log; and the short script's mean and most in the first 2 s, the cold start
+of a server that learns from nothing) and per setting the median over rounds with the ratio
+of its mean and p99 to ``none``'s and to the better baseline's (none or the best FCFS pool of
+that round) in the same round: median and range, or a 95 % interval for the median from 6
+rounds.
 
     python -m benchmarks.pgbench_mix [--rate 140] [--clients 64] [--seconds 30] [--rounds 3]
         [--settings none,default,fcfs@2] [--weights 1,30] [--scale 10]
@@ -39,6 +41,7 @@ import statistics
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from admission.stats import median_interval
 from benchmarks.point_lookups import init_pgbench, serve_database
@@ -54,6 +57,7 @@ SHORT = (
     "SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
 )
 SCRIPTS = ("long", "short")
+COLD = 2.0  # seconds from the first transaction's start counted as the cold start
 
 
 def settings_args(setting: str) -> list[str]:
@@ -67,18 +71,29 @@ def settings_args(setting: str) -> list[str]:
     raise SystemExit(f"unknown setting {setting!r}: none, default or fcfs@N")
 
 
-def read_logs(directory: Path) -> dict[int, list[float]]:
-    """pgbench's per-transaction logs (``-l``) in ``directory``: latency in seconds by script
-    number. A line is ``client txn time script epoch us [lag]``; ``time`` (µs) counts from the
-    scheduled start under ``-R``. Failed transactions (``failed``/``skipped``) are left out."""
-    by_script: dict[int, list[float]] = {}
+class Txn(NamedTuple):
+    """One transaction of pgbench's per-transaction log."""
+
+    start: float  # seconds since the epoch: the scheduled start under -R
+    script: int  # the script's number (its -f order)
+    latency: float  # seconds from the (scheduled) start to the end
+
+
+def read_logs(directory: Path) -> list[Txn]:
+    """pgbench's per-transaction logs (``-l``) in ``directory``. A line is ``client txn time
+    script epoch us [lag]``: ``time`` (µs) counts from the scheduled start under ``-R``, and
+    ``epoch us`` is when the transaction ended. Failed transactions (``failed``/``skipped``)
+    are left out."""
+    found = []
     for log in directory.glob("pgbench_log.*"):
         for line in log.read_text().splitlines():
             parts = line.split()
-            if len(parts) < 4 or not parts[2].isdigit():
+            if len(parts) < 6 or not parts[2].isdigit():
                 continue
-            by_script.setdefault(int(parts[3]), []).append(int(parts[2]) / 1e6)
-    return by_script
+            latency = int(parts[2]) / 1e6
+            end = int(parts[4]) + int(parts[5]) / 1e6
+            found.append(Txn(end - latency, int(parts[3]), latency))
+    return found
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -113,9 +128,9 @@ def one_run(port: int, scripts: Path, args: argparse.Namespace) -> dict[str, flo
     out, code = pgbench_output(port, bench, args.seconds)
     if code != 0:
         raise SystemExit(f"pgbench failed ({code}): {out.strip()[-500:]}")
-    by_script = read_logs(logs)
+    txns = read_logs(logs)
     shutil.rmtree(logs, ignore_errors=True)
-    every = [x for xs in by_script.values() for x in xs]
+    every = [t.latency for t in txns]
     row = {
         "rate": len(every) / args.seconds,
         "mean": statistics.fmean(every) if every else float("nan"),
@@ -123,8 +138,13 @@ def one_run(port: int, scripts: Path, args: argparse.Namespace) -> dict[str, flo
         "failed": float(_failed(out)),
     }
     for number, name in enumerate(SCRIPTS):
-        xs = by_script.get(number, [])
+        xs = [t.latency for t in txns if t.script == number]
         row[name] = statistics.fmean(xs) if xs else float("nan")
+    # the cold start: a fresh server learns from nothing, so its first seconds are apart
+    began = min((t.start for t in txns), default=0.0)
+    first = [t.latency for t in txns if t.script == 1 and t.start - began < COLD]
+    row["short_cold"] = statistics.fmean(first) if first else float("nan")
+    row["short_cold_max"] = max(first, default=float("nan"))
     return row
 
 
@@ -202,7 +222,8 @@ def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
             print(
                 f"round {rnd + 1} {setting:10} {row['rate']:6.1f}/s  mean {row['mean'] * 1e3:8.1f} "
                 f"ms  p99 {row['p99'] * 1e3:8.1f} ms  long {row['long'] * 1e3:8.1f} ms  short "
-                f"{row['short'] * 1e3:7.2f} ms  failed {row['failed']:.0f}",
+                f"{row['short'] * 1e3:7.2f} ms (first {COLD:g} s {row['short_cold'] * 1e3:.1f}, "
+                f"most {row['short_cold_max'] * 1e3:.0f})  failed {row['failed']:.0f}",
                 flush=True,
             )
     print("\nmedian over rounds; ratio to none, and to the better baseline, in the same round")
@@ -214,7 +235,8 @@ def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
             f"{statistics.median(r['mean'] for r in rows) * 1e3:8.1f} ms  p99 "
             f"{statistics.median(r['p99'] for r in rows) * 1e3:8.1f} ms  long "
             f"{statistics.median(r['long'] for r in rows) * 1e3:8.1f} ms  short "
-            f"{statistics.median(r['short'] for r in rows) * 1e3:7.2f} ms"
+            f"{statistics.median(r['short'] for r in rows) * 1e3:7.2f} ms (first {COLD:g} s "
+            f"{statistics.median(r['short_cold'] for r in rows) * 1e3:.1f})"
         )
         if "none" in runs and setting != "none":
             line += _ratios(" vs none", rows, runs["none"])

@@ -1,7 +1,8 @@
 """The live proxy keeps its model current: ``admission.online`` on the event loop.
 
 ``LiveModel`` registers an ``OnlineEstimator`` as an observer of the scheduler, and every
-``every`` seconds asks it for a model that follows what the statements measured; when there is
+``every`` seconds — and within ``READY_WITHIN`` of a class reaching the statements its first
+estimate needs — asks it for a model that follows what the statements measured; when there is
 one, the gate swaps it in (``set_model``: queued statements keep their place, the policy's
 scores are rebuilt, nothing pauses). With a ``planner`` (the embedded DuckDB has one: EXPLAIN's
 estimated cardinalities) it also asks the database what each class's sample statement costs,
@@ -38,6 +39,10 @@ __all__ = ["REFRESH_EVERY", "SAVE_EVERY", "LiveModel", "Planner"]
 log = logging.getLogger("admission.learning")
 
 REFRESH_EVERY = 2.0  # seconds between looks at the estimates
+# … but no later than this after a class reached the statements its first estimate needs: a
+# fresh server knows nothing, and until a look makes its short classes "measured" they cannot
+# take the short lane (point lookups waited up to 0.4 s behind scans in the first 2 s)
+READY_WITHIN = 0.1
 PLAN_AT_ONCE = 16  # classes asked about per look
 # The database's cost estimate of a statement (a sample of a class), or None when it has none;
 # PostgreSQL's also counts the plan's work_mem units (proxy.planner.PlanEstimate).
@@ -75,6 +80,7 @@ class LiveModel:
         self.every, self.save_every = every, save_every
         self.estimator = estimator or OnlineEstimator()
         gate.scheduler.observe(finishes=self.estimator.finished)
+        self.estimator.on_ready = self._soon
         self.updates = 0  # models swapped in
         self._dirty = False
         self._saved_at = 0.0
@@ -92,6 +98,18 @@ class LiveModel:
         loop = asyncio.get_running_loop()
         self._saved_at = loop.time()
         self._timer = loop.call_later(self.every, self._tick)
+
+    def _soon(self) -> None:
+        """A class can take its first live estimate: look within ``READY_WITHIN`` seconds
+        (the timer is moved earlier, never later; before ``start`` nothing is armed)."""
+        timer = self._timer
+        if timer is None:
+            return
+        loop = asyncio.get_running_loop()
+        at = loop.time() + min(READY_WITHIN, self.every)
+        if timer.when() > at:
+            timer.cancel()
+            self._timer = loop.call_at(at, self._tick)
 
     def stop(self) -> None:
         """Stop looking; save once more if the model changed since the last save."""

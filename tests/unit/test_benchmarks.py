@@ -201,9 +201,11 @@ def test_pgbench_mix_reads_latencies_by_script_from_pgbench_logs(tmp_path: Path)
     )
     (tmp_path / "pgbench_log.123.1").write_text("1 0 2500 1 1764442000 30 40\n")
     (tmp_path / "other.txt").write_text("9 9 9 9 9 9\n")
-    found = read_logs(tmp_path)
-    assert sorted(found) == [0, 1]
-    assert found[0] == [0.152] and sorted(found[1]) == [0.0015, 0.0025]
+    found = sorted(read_logs(tmp_path), key=lambda t: (t.script, t.latency))
+    assert [(t.script, t.latency) for t in found] == [(0, 0.152), (1, 0.0015), (1, 0.0025)]
+    # the start: the end (epoch s + µs) less the latency
+    assert found[0].start == pytest.approx(1764442000.0002 - 0.152)
+    assert found[2].start == pytest.approx(1764442000.00003 - 0.0025)
     assert quantile([3.0, 1.0, 2.0], 0.99) == 3.0 and quantile([1.0, 2.0], 0.0) == 1.0
     assert settings_args("fcfs@2")[-2:] == ["--mpl", "2"] and settings_args("default") == []
     for bad in ("fcfs@0", "fcfs@x", "latency"):

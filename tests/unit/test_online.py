@@ -7,7 +7,7 @@ import random
 import pytest
 
 from admission import ClassProfile, EtaModel, Limits, Scheduler
-from admission.online import OnlineEstimator, median_interval
+from admission.online import MIN_SAMPLES, OnlineEstimator, median_interval
 
 
 def _serve(s: Scheduler, est: OnlineEstimator, fingerprint: str, service: float, n: int) -> None:
@@ -355,3 +355,47 @@ def test_memory_samples_after_the_first_are_one_in_32_and_at_most_one_a_second()
     fast = taken(30_000, 1e-4)
     assert len(fast) == pytest.approx(3 / MEMORY_GAP, abs=1)
     assert learning.memory_wanted("fp:new")  # another class starts with its first 8
+
+
+def test_a_class_reaching_its_first_estimate_is_looked_at_within_ready_within() -> None:
+    """A fresh server learns from nothing: the look that makes a class measured (and lets it
+    take the short lane) comes within READY_WITHIN of its fifth statement, not a whole period
+    later; a class that goes on completing does not move the look again."""
+    import asyncio
+
+    from proxy.gate import AdmissionGate
+    from proxy.learning import READY_WITHIN, LiveModel
+
+    async def run() -> tuple[int, int, float | None]:
+        loop = asyncio.get_running_loop()
+        gate = AdmissionGate(Scheduler(EtaModel(), "latency", Limits(mpl=2)))
+        learning = LiveModel(gate, every=60.0)
+        learning.start()
+        s = gate.scheduler
+        clock = [loop.time()]
+
+        def serve(job: str) -> None:
+            clock[0] = max(clock[0], loop.time())  # (a model swap tells the scheduler the time)
+            s.submit(job, "fp:a", clock[0])
+            clock[0] += 0.001
+            s.complete(job, clock[0])
+
+        for i in range(MIN_SAMPLES - 1):
+            serve(f"a{i}")
+        await asyncio.sleep(2 * READY_WITHIN)
+        before = learning.updates  # four statements: nothing to adopt, nothing looked at
+        serve("a-last")
+        await asyncio.sleep(2 * READY_WITHIN)
+        after = learning.updates
+        for i in range(20):  # more of the same class: the next look is a period away
+            serve(f"b{i}")
+        assert learning._timer is not None
+        left = learning._timer.when() - loop.time()
+        learning.stop()
+        d = next(c.D for c in s.model.classes if c.fingerprint == "fp:a")
+        assert d == pytest.approx(0.001)
+        return before, after, left
+
+    before, after, left = asyncio.run(run())
+    assert (before, after) == (0, 1)
+    assert left is not None and left > 50
