@@ -92,6 +92,12 @@ class ClassProfile(Profile):
     D_low: float | None = Field(default=None, ge=0, description="95 % interval of D: low end")
     D_high: float | None = Field(default=None, ge=0, description="95 % interval of D: high end")
     D_runs: int = Field(default=0, ge=0, description="isolation runs D was measured from")
+    D_tail: float | None = Field(
+        default=None,
+        ge=0,
+        description="the service time 9 in 10 of the class's statements end within (measured "
+        "live; None: not known): a statement that has run past it is in its class's tail",
+    )
     Q_low: float | None = Field(default=None, ge=0, description="95 % interval of Q: low end")
     Q_high: float | None = Field(default=None, ge=0, description="95 % interval of Q: high end")
     U_low: float | None = Field(default=None, ge=0, description="95 % interval of U: low end")

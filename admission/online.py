@@ -22,6 +22,9 @@ moved enough to matter:
   does not churn the model, and a drifted class follows within half a window), or when its
   interval has become less than half as wide as the one it was adopted with (a first estimate
   rests on a few statements; its wide interval would tie the class with its neighbours);
+- with each estimate goes the class's *tail* (``D_tail``: the service time 9 in 10 of its
+  window end within, taken anew when it moved by more than half); the short lane counts a
+  statement past it as one of the class's rare long ones;
 - until then a class never measured starts from a *prior*. With the database's own cost
   estimate of its statements (``planned``: EXPLAIN's, which the driver asks for) and at least
   ``CALIBRATE_WITH`` measured classes with one too, the prior is its cost times the median,
@@ -65,6 +68,8 @@ WINDOW = 32  # service times kept per class: a drifted class's median follows in
 MIN_SAMPLES = 5  # statements before a class's live estimate is used
 CHANGE = 0.25  # relative change of an estimate that makes a new model
 SHARP = 0.1  # an interval narrower than this (relative to its estimate) is not narrowed again
+TAIL = 0.9  # D_tail: the service time this share of a class's window ends within …
+TAIL_CHANGE = 1.5  # … taken anew when it moved more than this factor (its estimate kept)
 # trained classes with live samples needed to put live times in trained units: with fewer, one
 # drifting class would move the scale with it (and with it every other class's estimate)
 CALIBRATE_WITH = 3
@@ -180,16 +185,22 @@ class OnlineEstimator:
             times = self.samples.get(c.fingerprint)
             if times is None or len(times) < self.min_samples:
                 continue
-            median, low, high = median_interval(list(times))
+            ordered = sorted(times)
+            median, low, high = median_interval(ordered)
+            tail = scale * ordered[min(len(ordered) - 1, int(TAIL * len(ordered)))]
             estimate = scale * median
             moved = abs(estimate - c.D) > self.change * max(c.D, 1e-9)
             if _measured(c) and not moved and not _sharper(c, estimate, scale * low, scale * high):
+                if c.D_tail is None or not c.D_tail / TAIL_CHANGE <= tail <= c.D_tail * TAIL_CHANGE:
+                    classes[i] = c.model_copy(update={"D_tail": tail})
+                    changed = True
                 continue
             classes[i] = c.model_copy(
                 update={
                     "D": estimate,
                     "D_low": scale * low,
                     "D_high": scale * high,
+                    "D_tail": tail,
                     "live": self.seen.get(c.fingerprint, len(times)),
                     "converged": None,
                     "D_trained": trained_demand(c),

@@ -107,6 +107,9 @@ OTHER = "(other)"  # the fingerprint and name of the class every shape beyond th
 _RECOMPUTE_EVERY = 4096  # exact recomputation of η·N bounds floating-point drift
 _NEVER = float("-inf")
 _FOREVER = float("inf")
+# a statement that has run this many times its class's D_tail is one of the class's rare long
+# ones (see _left); under contention a statement of an even class runs past D_tail, not twice it
+_PAST_TAIL = 2.0
 
 
 class JobState(Enum):
@@ -178,6 +181,7 @@ class _ClassState:
         "live",
         "memory",
         "name",
+        "tail",
         "tasks",
     )
 
@@ -198,6 +202,8 @@ class _ClassState:
         # whether cost is a measured D_r (the model's own classes, trained or measured live)
         # rather than the prior of a class first seen live: only such may take the short lane
         self.known = known
+        # the service time 9 in 10 of the class's statements end within (D_tail; ∞: not known)
+        self.tail = _FOREVER
         self.live = 0  # queued jobs not cancelled or timed out, in every lane
         self.tasks = 0  # N_c
         self.arrived = 0  # jobs submitted to be admitted or refused (not bypass), ever
@@ -433,7 +439,8 @@ class Scheduler:
         self._base = frozenset(self.model.fingerprints)  # the model's own classes
         self._lane0 = self._lane(DEFAULT_WORKLOAD, Tier.INTERACTIVE)
         for c in self.model.classes:
-            self._add_class_state(c.fingerprint, c.name, c.f, _memory(c.M), c.D)
+            st = self._add_class_state(c.fingerprint, c.name, c.f, _memory(c.M), c.D)
+            st.tail = _PAST_TAIL * c.D_tail if c.D_tail else _FOREVER
         self._set_quantum()
         self._compile()
 
@@ -951,6 +958,7 @@ class Scheduler:
             st.index, st.fork, st.memory, st.demand = i, c.f, _memory(c.M), c.D
             st.cost = _cost(c.D)
             st.known = c.fingerprint in self._base or _measured(c)
+            st.tail = _PAST_TAIL * c.D_tail if c.D_tail else _FOREVER
             self._classes.append(st)
         self._by_fp = {st.fingerprint: st for st in self._classes}
         self._tasks = [st.tasks for st in self._classes]
@@ -1699,11 +1707,12 @@ class Scheduler:
         """The short lane: with the MPL full, admit beside it the oldest statement of the
         shortest class whose D_r is at most 1/``factor`` of the least expected remaining time
         of the statements holding the MPL (``_left``: their class's D_r minus their time in
-        service, at least half their D_r; for a class whose D_r is still a prior, their time
-        in service) — while fewer than MPL statements run beside it. Shortest remaining first
-        is what minimizes the mean response time (SRPT); the MPL cannot preempt, so a
-        statement that would wait for a slot much longer than it runs is let in to share the
-        cores instead, and what it costs the statements in service is about its own D_r.
+        service, at least half their D_r; for a class whose D_r is still a prior, or one past
+        its class's tail, their time in service) — while fewer than MPL statements run
+        beside it. Shortest remaining first is what minimizes the mean response time (SRPT);
+        the MPL cannot preempt, so a statement that would wait for a slot much longer than it
+        runs is let in to share the cores instead, and what it costs the statements in
+        service is about its own D_r.
         Only classes with a measured D_r (not a prior), within the thread and memory budgets,
         and without tenants (a tenant's MPL and DRR share decide there). O(in service + K)
         per admission."""
@@ -1746,10 +1755,16 @@ def _left(job: Job, now: float) -> float:
     shut the lane for every such statement until it ended (point lookups of 1 ms waited
     10–250 ms behind 150 ms scans on two cores, measured); counting what it ran let 15 ms
     statements in beside 150 ms ones that were about to end, and cost those the tail (in the
-    simulator on TPC-H)."""
+    simulator on TPC-H). Past its class's tail (``D_tail``: what 9 in 10 of the class's
+    statements end within), a statement is not one its D_r describes — one of the few long
+    ones of a class of mostly short ones — and counts as having as long to go as it ran, like
+    one of a class not measured: with half its class's D_r left, a 2 ms range query's rare
+    160 ms run shut the lane, and point lookups queued behind it."""
     ran = now - job.admitted_at  # type: ignore[operator]
     st = job.klass
     if st.known:
+        if ran > st.tail:
+            return max(ran, st.demand / 2)
         return max(st.demand - ran, st.demand / 2)
     return ran
 

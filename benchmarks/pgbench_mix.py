@@ -8,6 +8,9 @@ DuckDB file, built through the proxy):
 * ``long``: ``SELECT bid, count(DISTINCT md5(aid::varchar || :b)) FROM pgbench_accounts
   GROUP BY bid`` — a scan and hash of every account (~150 ms alone at scale 10 on two cores,
   DuckDB using all of them);
+  or, with ``--long tail``, a class with a heavy tail: the same count over the accounts within
+  2,000 of a random one (~1.5 ms alone) — but one statement in 20 covers all of them (the
+  scan's time), so the class's D_r (a median) is the short ones' (~10 ms on average alone);
 * ``short``: pgbench's point lookup of one account (~1 ms alone, most of it the round trip).
 
 ``--weights L,S`` is pgbench's script weights (default 1,30: one statement in 31 is long, and
@@ -30,7 +33,7 @@ that round) in the same round: median and range, or a 95 % interval for the medi
 rounds.
 
     python -m benchmarks.pgbench_mix [--rate 140] [--clients 64] [--seconds 30] [--rounds 3]
-        [--settings none,default,fcfs@2] [--weights 1,30] [--scale 10]
+        [--settings none,default,fcfs@2] [--weights 1,30] [--scale 10] [--long scan|tail]
 """
 
 from __future__ import annotations
@@ -51,6 +54,17 @@ from lab.bench import run_order
 LONG = (
     "\\set b random(1, 1000)\n"
     "SELECT bid, count(DISTINCT md5(aid::varchar || :b)) FROM pgbench_accounts GROUP BY bid;\n"
+)
+# ``--long tail``: a class of mostly short statements with rare long ones — a range query of
+# a few thousand accounts, one in 20 of which covers them all (its D_r is the short ones')
+TAIL = (
+    "\\set a random(1, 100000 * :scale)\n"
+    "\\set len case when random(1, 20) = 1 then 1000000 else 2000 end\n"
+    "\\set lo :a - :len\n"
+    "\\set hi :a + :len\n"
+    "\\set b random(1, 1000)\n"
+    "SELECT count(DISTINCT md5(aid::varchar || :b)) FROM pgbench_accounts "
+    "WHERE aid BETWEEN :lo AND :hi;\n"
 )
 SHORT = (
     "\\set aid random(1, 100000 * :scale)\n"
@@ -163,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--settings", default="none,default,fcfs@2")
     parser.add_argument("--weights", default="1,30", help="pgbench weights of long,short")
+    parser.add_argument(
+        "--long",
+        choices=("scan", "tail"),
+        default="scan",
+        help="the long script: a scan of every account (scan), or a range query of 4,000 "
+        "accounts one in 20 of which covers them all (tail: a class with a heavy tail)",
+    )
     parser.add_argument("--scale", type=int, default=10, help="pgbench's scale factor")
     args = parser.parse_args(argv)
     settings = [s.strip() for s in args.settings.split(",") if s.strip()]
@@ -185,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
     database = work / "pgbench.duckdb"
-    (work / "long.sql").write_text(LONG)
+    (work / "long.sql").write_text(LONG if args.long == "scan" else TAIL)
     (work / "short.sql").write_text(SHORT)
     proc, port = serve_database(database, settings_args("none"))
     try:
@@ -204,7 +225,8 @@ def _run(args: argparse.Namespace, settings: list[str], work: Path) -> int:
     long_w, short_w = args.weights
     work_per = (long_w * alone["long"] + short_w * alone["short"]) / (long_w + short_w)
     print(
-        f"pgbench mix, embedded DuckDB, scale {args.scale}: long {alone['long'] * 1e3:.1f} ms "
+        f"pgbench mix, embedded DuckDB, scale {args.scale}: long ({args.long}) "
+        f"{alone['long'] * 1e3:.1f} ms "
         f"alone, short {alone['short'] * 1e3:.2f} ms alone, weights {long_w}:{short_w}; "
         f"-R {args.rate:g}/s = ρ {args.rate * work_per:.2f} (rate × Σ p_r D_r); "
         f"{args.clients} clients, {args.seconds:g} s × {args.rounds} rounds",

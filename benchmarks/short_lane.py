@@ -1,7 +1,7 @@
 """The short lane in the simulator: which factor, and what it costs the tail.
 
     python -m benchmarks.short_lane [--workload pair|five|MODEL.json] [--factors 0,8,4,2,1]
-                                    [--loads 0.6,0.85,0.95] [--completions 15000]
+                                    [--loads 0.6,0.85,0.95] [--completions 15000] [--tails]
 
 The latency policy at MPL 2 with a short lane of each factor (0: none; a statement passes a
 full MPL when its class's D_r is at most 1/factor of the least expected remaining time of
@@ -68,6 +68,26 @@ def _p99(run: RunResult) -> float:
     return float(np.percentile(np.concatenate(run.response_times), 99))
 
 
+def with_tails(model: EtaModel, runs: list[RunResult]) -> EtaModel:
+    """``model`` with each class's D_tail as the live learning sets it from what ``runs``
+    measured: the 90th percentile of its statements' admission-to-completion times, put in
+    the model's units by the median over classes of D_r / the median time (admission.online's
+    scale)."""
+    times = [
+        np.concatenate([r.service_times[i] for r in runs]) for i in range(len(runs[0].classes))
+    ]
+    scale = float(
+        np.median(
+            [c.D / float(np.median(t)) for c, t in zip(model.classes, times, strict=True) if len(t)]
+        )
+    )
+    classes = tuple(
+        c.model_copy(update={"D_tail": scale * float(np.percentile(t, 90))}) if len(t) else c
+        for c, t in zip(model.classes, times, strict=True)
+    )
+    return model.model_copy(update={"classes": classes})
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="five", help="pair, five, or a model file")
@@ -76,6 +96,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--completions", type=int, default=15_000)
     parser.add_argument("--replications", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--tails",
+        action="store_true",
+        help="also each lane with the classes' tails (D_tail) the live learning would set: "
+        "what 9 in 10 of a class's statements took from admission to completion in the run "
+        "without, in the model's units",
+    )
     args = parser.parse_args(argv)
     config = open_config(args.completions)
     if args.workload in SHARES:
@@ -119,6 +146,17 @@ def main(argv: list[str] | None = None) -> None:
             )
             for label, policy, mpl, lane in settings
         }
+        if args.tails:
+            for label, policy, mpl, lane in settings:
+                if lane:
+                    rows[f"{label} +tail"] = replicate(
+                        work,
+                        replace(cfg, mpl=mpl, short_lane=lane),
+                        with_tails(model, rows[label]),
+                        policy,
+                        args.replications,
+                        args.seed,
+                    )
         baselines = [k for k in rows if k == "none" or k.startswith("fcfs")]
         best = min(baselines, key=lambda k: np.mean([r.mean_response() for r in rows[k]]))
         ref_mean = [r.mean_response() for r in rows[best]]

@@ -132,6 +132,9 @@ class RunResult:
     extra: dict[str, float] = field(default_factory=dict)
     mpl_mean: float | None = None  # with mpl_auto: the MPL held, time-averaged after warm-up
     tenants: list[dict[str, float]] = field(default_factory=list)  # per tenant, after warm-up
+    # per class, each measured job's time from admission to completion (what the live proxy's
+    # learning measures as a statement's service time)
+    service_times: list[np.ndarray] = field(default_factory=list)
 
     @property
     def throughput(self) -> float:
@@ -265,6 +268,7 @@ class _Engine:
         job_phase = [0] * n_jobs
         job_left = [0] * n_jobs
         job_arrival = [0.0] * n_jobs
+        job_started = [0.0] * n_jobs
         for j in range(n_jobs):
             t0 = cfg.think * expo() if cfg.think > 0 else 0.0
             heapq.heappush(events, (t0, seq, -1, j))
@@ -292,6 +296,7 @@ class _Engine:
         q_last = [0.0] * k_classes
         work = [0.0] * k_classes
         responses: list[list[float]] = [[] for _ in range(k_classes)]
+        services: list[list[float]] = [[] for _ in range(k_classes)]
         wait_sum = [0.0] * k_classes
         in_system = 0
         sys_area = 0.0
@@ -313,6 +318,7 @@ class _Engine:
             c = job_cls[j]
             if self.measuring:
                 wait_sum[c] += now - job_arrival[j]
+            job_started[j] = now
             f, d = phases[c][0]
             job_phase[j] = 0
             job_left[j] = f
@@ -420,6 +426,7 @@ class _Engine:
                     done += 1
                     if self.measuring:
                         responses[c].append(t - job_arrival[j])
+                        services[c].append(t - job_started[j])
                     elif done == cfg.warmup:  # warm-up over: start measuring now
                         self.measuring = True
                         t_start = sys_last = t
@@ -445,6 +452,7 @@ class _Engine:
                     job_phase.append(0)
                     job_left.append(0)
                     job_arrival.append(t)
+                    job_started.append(t)
                     heappush(events, (t + expo() / rate, seq, -1, -1))
                     seq += 1
                 c = job_cls[x]
@@ -517,6 +525,7 @@ class _Engine:
             duration=duration,
             completions=completions,
             response_times=[np.asarray(r) for r in responses],
+            service_times=[np.asarray(r) for r in services],
             waits=[wait_sum[c] / max(1, admissions[c]) for c in range(k_classes)],
             U=[work[c] / (duration * n_cores) for c in range(k_classes)],
             Q=[q_area[c] / duration for c in range(k_classes)],

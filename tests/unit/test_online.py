@@ -399,3 +399,22 @@ def test_a_class_reaching_its_first_estimate_is_looked_at_within_ready_within() 
     before, after, left = asyncio.run(run())
     assert (before, after) == (0, 1)
     assert left is not None and left > 50
+
+
+def test_the_tail_is_what_nine_in_ten_end_within_and_follows_when_it_moves() -> None:
+    s, est = _scheduler()
+    _serve(s, est, "fp:range", 0.002, 30)
+    _serve(s, est, "fp:range", 0.2, 2)  # two of 32 ran long: past the tail, not in it
+    model = est.refresh(s.model)
+    assert model is not None
+    c = next(c for c in model.classes if c.fingerprint == "fp:range")
+    assert c.D == pytest.approx(0.002) and c.D_tail == pytest.approx(0.002)
+    s.set_model(model, s._now)
+    _serve(s, est, "fp:range", 0.2, 4)  # six of the last 32: the tail moves, D does not
+    model = est.refresh(s.model)
+    assert model is not None
+    c = next(c for c in model.classes if c.fingerprint == "fp:range")
+    assert c.D == pytest.approx(0.002) and c.D_tail == pytest.approx(0.2)
+    s.set_model(model, s._now)
+    _serve(s, est, "fp:range", 0.2, 1)  # the same tail: no new model
+    assert est.refresh(s.model) is None

@@ -77,6 +77,34 @@ def test_a_statement_near_or_past_its_d_r_has_half_its_d_r_left() -> None:
     assert s.stats.short == 2
 
 
+def test_a_statement_past_its_class_tail_counts_as_long_as_it_ran() -> None:
+    """A class of mostly short statements with rare long ones (a 2 ms range query whose odd
+    run scans everything): D_r is the short ones'. One of its statements past the class's
+    tail (D_tail, what 9 in 10 end within) is one of the long ones, and counts as having as
+    long to go as it ran — not half its class's D_r, which kept the lane shut behind it.
+    Without a known tail the rule before holds."""
+
+    def model(tail: float | None) -> EtaModel:
+        return EtaModel(
+            classes=(
+                ClassProfile(fingerprint="range", name="range", D=0.002, D_tail=tail, f=1),
+                ClassProfile(fingerprint="point", name="point", D=0.001, f=1),
+            )
+        )
+
+    s = Scheduler(model(0.004), "fcfs", Limits(mpl=1, short_lane=8.0))
+    s.submit("R", "range", 0.0)
+    assert s.submit("p1", "point", 0.003) == []
+    # 50 ms run, past the 4 ms tail: 50 ms counted ≥ 8 × 1 ms — the oldest point passes
+    assert _ids(s.submit("p2", "point", 0.05)) == ["p1"]
+    assert s.stats.short == 1
+    s = Scheduler(model(None), "fcfs", Limits(mpl=1, short_lane=8.0))
+    s.submit("R", "range", 0.0)
+    assert s.submit("p1", "point", 0.003) == []
+    assert s.submit("p2", "point", 0.05) == []  # no tail known: 1 ms counted, however long
+    assert s.stats.short == 0
+
+
 def test_a_class_first_seen_live_waits_until_measured() -> None:
     s = Scheduler(_model(), "latency", Limits(mpl=1, short_lane=4.0))
     s.submit("L", "long", 0.0)
