@@ -7,7 +7,7 @@ import random
 import pytest
 
 from admission import ClassProfile, EtaModel, Limits, Scheduler
-from admission.online import MIN_SAMPLES, OnlineEstimator, median_interval
+from admission.online import MIN_SAMPLES, OnlineEstimator, forget_learned, median_interval
 
 
 def _serve(s: Scheduler, est: OnlineEstimator, fingerprint: str, service: float, n: int) -> None:
@@ -418,3 +418,13 @@ def test_the_tail_is_what_nine_in_ten_end_within_and_follows_when_it_moves() -> 
     s.set_model(model, s._now)
     _serve(s, est, "fp:range", 0.2, 1)  # the same tail: no new model
     assert est.refresh(s.model) is None
+    # a trained class whose D_r held takes a live tail too; a reset forgets every tail
+    trained = ClassProfile(fingerprint="fp:t", name="t", D=0.002, D_runs=3, f=1)
+    s, est = _scheduler(EtaModel(classes=(trained,)))
+    _serve(s, est, "fp:t", 0.002, 30)
+    _serve(s, est, "fp:t", 0.2, 6)
+    model = est.refresh(s.model)
+    assert model is not None
+    (c,) = model.classes
+    assert (c.D, c.live, c.D_tail) == (0.002, 0, pytest.approx(0.2))
+    assert forget_learned(model).classes[0].D_tail is None
