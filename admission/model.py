@@ -96,7 +96,8 @@ class ClassProfile(Profile):
         default=None,
         ge=0,
         description="the service time 9 in 10 of the class's statements end within (measured "
-        "live; None: not known): a statement that has run past it is in its class's tail",
+        "live; None: not known): a statement that has run past twice it is one of the class's "
+        "rare long ones (the short lane)",
     )
     Q_low: float | None = Field(default=None, ge=0, description="95 % interval of Q: low end")
     Q_high: float | None = Field(default=None, ge=0, description="95 % interval of Q: high end")

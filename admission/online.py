@@ -24,7 +24,7 @@ moved enough to matter:
   rests on a few statements; its wide interval would tie the class with its neighbours);
 - with each estimate goes the class's *tail* (``D_tail``: the service time 9 in 10 of its
   window end within, taken anew when it moved by more than half); the short lane counts a
-  statement past it as one of the class's rare long ones;
+  statement past twice it as one of the class's rare long ones;
 - until then a class never measured starts from a *prior*. With the database's own cost
   estimate of its statements (``planned``: EXPLAIN's, which the driver asks for) and at least
   ``CALIBRATE_WITH`` measured classes with one too, the prior is its cost times the median,

@@ -1708,7 +1708,7 @@ class Scheduler:
         shortest class whose D_r is at most 1/``factor`` of the least expected remaining time
         of the statements holding the MPL (``_left``: their class's D_r minus their time in
         service, at least half their D_r; for a class whose D_r is still a prior, or one past
-        its class's tail, their time in service) — while fewer than MPL statements run
+        twice its class's tail, their time in service) — while fewer than MPL statements run
         beside it. Shortest remaining first is what minimizes the mean response time (SRPT);
         the MPL cannot preempt, so a statement that would wait for a slot much longer than it
         runs is let in to share the cores instead, and what it costs the statements in
@@ -1755,11 +1755,12 @@ def _left(job: Job, now: float) -> float:
     shut the lane for every such statement until it ended (point lookups of 1 ms waited
     10–250 ms behind 150 ms scans on two cores, measured); counting what it ran let 15 ms
     statements in beside 150 ms ones that were about to end, and cost those the tail (in the
-    simulator on TPC-H). Past its class's tail (``D_tail``: what 9 in 10 of the class's
-    statements end within), a statement is not one its D_r describes — one of the few long
-    ones of a class of mostly short ones — and counts as having as long to go as it ran, like
-    one of a class not measured: with half its class's D_r left, a 2 ms range query's rare
-    160 ms run shut the lane, and point lookups queued behind it."""
+    simulator on TPC-H). Past twice its class's tail (``D_tail``: what 9 in 10 of the class's
+    statements end within; once is not enough, a statement of an even class slowed by sharing
+    the cores runs past it one time in ten), a statement is not one its D_r describes — one
+    of the few long ones of a class of mostly short ones — and counts as having as long to go
+    as it ran, like one of a class not measured: with half its class's D_r left, a 2 ms range
+    query's rare 160 ms run shut the lane, and point lookups queued behind it."""
     ran = now - job.admitted_at  # type: ignore[operator]
     st = job.klass
     if st.known:
