@@ -266,14 +266,7 @@ def _measured(c: ClassProfile) -> bool:
 def forget_learned(model: EtaModel) -> EtaModel:
     """``model`` as training left it: every class that took a live estimate goes back to its
     trained D_r, or, never trained, to the default profile of the trained classes."""
-    clean = {
-        "D_low": None,
-        "D_high": None,
-        "D_tail": None,
-        "live": 0,
-        "D_trained": None,
-        "converged": None,
-    }
+    clean = {"D_low": None, "D_high": None, "live": 0, "D_trained": None, "converged": None}
     classes = [
         c.model_copy(update={**clean, "D": c.D_trained})
         if c.live and c.D_trained is not None
@@ -282,7 +275,7 @@ def forget_learned(model: EtaModel) -> EtaModel:
     ]
     default = EtaModel(classes=tuple(c for c in classes if c.live == 0)).default_profile()
     classes = [c.model_copy(update={**clean, "D": default.D}) if c.live else c for c in classes]
-    # (a trained class whose estimate held may have taken a live tail all the same)
+    # every tail is live (also a trained class's whose estimate held)
     classes = [
         c.model_copy(update={"D_tail": None}) if c.D_tail is not None else c for c in classes
     ]

@@ -440,7 +440,7 @@ class Scheduler:
         self._lane0 = self._lane(DEFAULT_WORKLOAD, Tier.INTERACTIVE)
         for c in self.model.classes:
             st = self._add_class_state(c.fingerprint, c.name, c.f, _memory(c.M), c.D)
-            st.tail = _PAST_TAIL * c.D_tail if c.D_tail else _FOREVER
+            st.tail = _past_tail(c)
         self._set_quantum()
         self._compile()
 
@@ -958,7 +958,7 @@ class Scheduler:
             st.index, st.fork, st.memory, st.demand = i, c.f, _memory(c.M), c.D
             st.cost = _cost(c.D)
             st.known = c.fingerprint in self._base or _measured(c)
-            st.tail = _PAST_TAIL * c.D_tail if c.D_tail else _FOREVER
+            st.tail = _past_tail(c)
             self._classes.append(st)
         self._by_fp = {st.fingerprint: st for st in self._classes}
         self._tasks = [st.tasks for st in self._classes]
@@ -1768,6 +1768,12 @@ def _left(job: Job, now: float) -> float:
             return max(ran, st.demand / 2)
         return max(st.demand - ran, st.demand / 2)
     return ran
+
+
+def _past_tail(c: ClassProfile) -> float:
+    """The time in service past which a statement of class ``c`` is one of its rare long ones
+    (``_left``): twice its D_tail; never, while the tail is not known."""
+    return _PAST_TAIL * c.D_tail if c.D_tail else _FOREVER
 
 
 def _cost(demand: float | None) -> float:

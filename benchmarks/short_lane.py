@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from admission.model import EtaModel
+from admission.online import TAIL
 from admission.sim import SimClass, Workload
 from admission.sim.engine import RunResult
 from admission.sim.study import Estimate, isolation_demands, replicate
@@ -86,7 +87,9 @@ def with_tails(model: EtaModel, runs: list[RunResult]) -> EtaModel:
         )
     )
     classes = tuple(
-        c.model_copy(update={"D_tail": scale * float(np.percentile(t, 90))}) if len(t) else c
+        c.model_copy(update={"D_tail": scale * float(np.percentile(t, 100 * TAIL))})
+        if len(t)
+        else c
         for c, t in zip(model.classes, times, strict=True)
     )
     return model.model_copy(update={"classes": classes})
