@@ -568,6 +568,8 @@ def _status(gate: AdmissionGate, tuners: _Tuners = _Tuners()) -> dict[str, Any]:
         "released_in_service": scheduler.released_in_service,
         "released": scheduler.stats.released,
         "short_lane_admitted": scheduler.stats.short,
+        # and those beside it as one of their class's rare long runs (past its tail)
+        "long_runs_beside": scheduler.stats.long,
         "short_lane_in_force": scheduler.short_lane,  # (the limits', else the policy's; null: none)
         "learning": None
         if learning is None

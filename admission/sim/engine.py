@@ -66,6 +66,10 @@ class SimConfig:
     short_lane: float | None = None  # the short lane (Limits): None the policy's own, 0 none
     routing: str = "random"
     service: str = "deterministic"
+    # per class, None or (p, m): a job of the class is, with probability p, m times as long as
+    # its others (every task of every phase), its mean kept at the class's: a class of mostly
+    # short statements with rare long ones (a range query that now and then covers the table)
+    tails: tuple[tuple[float, float] | None, ...] | None = None
     class_per_cycle: bool = False
     arrival_rate: float | None = None  # set: an open network with Poisson arrivals
     # tune the MPL while it runs (admission.mpl), from ``mpl`` (or the cores): every tenth of
@@ -94,6 +98,9 @@ class SimConfig:
             raise ValueError(f"arrival rate must be positive, not {self.arrival_rate}")
         if self.mpl_auto and self.mpl is not None and self.mpl < 1:
             raise ValueError(f"an MPL to start tuning from must be at least 1, not {self.mpl}")
+        for tail in self.tails or ():
+            if tail is not None and not (0 < tail[0] < 1 and tail[1] > 0):
+                raise ValueError(f"a class's tail (p, m) needs 0 < p < 1 and m > 0, not {tail}")
 
     def limits(self) -> Limits:
         return Limits(
@@ -178,6 +185,8 @@ def simulate(
         raise ValueError("the model's classes must be the workload's, in the same order")
     if len(config.mix) != len(names):
         raise ValueError(f"the mix has {len(config.mix)} shares for {len(names)} classes")
+    if config.tails is not None and len(config.tails) != len(names):
+        raise ValueError(f"{len(config.tails)} tails given for {len(names)} classes")
     return _Engine(workload, config, model, policy, rng).run()
 
 
@@ -235,6 +244,13 @@ class _Engine:
         expo = _Exp(rng)
         exponential_service = cfg.service == "exponential"
         mix = np.asarray(cfg.mix, dtype=float) / sum(cfg.mix)
+        # per class (p, short scale, long scale) of its tail: the scales keep the mean at 1
+        tail_of = [
+            None
+            if t is None
+            else (t[0], 1 / (1 - t[0] + t[0] * t[1]), t[1] / (1 - t[0] + t[0] * t[1]))
+            for t in (cfg.tails or (None,) * k_classes)
+        ]
 
         def draw_class() -> int:
             return int(rng.choice(k_classes, p=mix))
@@ -269,6 +285,7 @@ class _Engine:
         job_left = [0] * n_jobs
         job_arrival = [0.0] * n_jobs
         job_started = [0.0] * n_jobs
+        job_scale = [1.0] * n_jobs  # this run's length over its class's (tails)
         for j in range(n_jobs):
             t0 = cfg.think * expo() if cfg.think > 0 else 0.0
             heapq.heappush(events, (t0, seq, -1, j))
@@ -319,10 +336,13 @@ class _Engine:
             if self.measuring:
                 wait_sum[c] += now - job_arrival[j]
             job_started[j] = now
+            tail = tail_of[c]
+            if tail is not None:
+                job_scale[j] = tail[2] if rng.random() < tail[0] else tail[1]
             f, d = phases[c][0]
             job_phase[j] = 0
             job_left[j] = f
-            fork(j, c, f, d, now)
+            fork(j, c, f, d * job_scale[j], now)
 
         def fork(j: int, c: int, f: int, d: float, now: float) -> None:
             nonlocal seq, route_i, route_buf, rr
@@ -413,7 +433,7 @@ class _Engine:
                     f, d = phases[c][ph]
                     job_left[j] = f
                     sched.update_tasks(j, f, 0, t)
-                    fork(j, c, f, d, t)
+                    fork(j, c, f, d * job_scale[j], t)
                     granted = []
                 else:
                     granted = sched.complete(j, t)
@@ -453,6 +473,7 @@ class _Engine:
                     job_left.append(0)
                     job_arrival.append(t)
                     job_started.append(t)
+                    job_scale.append(1.0)
                     heappush(events, (t + expo() / rate, seq, -1, -1))
                     seq += 1
                 c = job_cls[x]

@@ -72,7 +72,11 @@ def test_policy_and_limits_change_at_run_time(make_proxy: MakeProxy) -> None:
     release = httpx.put(f"{proxy.admin_url}/limits", json={"release_after": 0}).json()
     assert release["limits"]["release_after"] is None
     lane = httpx.put(f"{proxy.admin_url}/limits", json={"short_lane": 4}).json()
-    assert lane["limits"]["short_lane"] == 4 and lane["short_lane_admitted"] == 0
+    assert (
+        lane["limits"]["short_lane"] == 4
+        and lane["short_lane_admitted"] == 0
+        and lane["long_runs_beside"] == 0
+    )
     assert lane["short_lane_in_force"] == 4
     assert proxy.scheduler.limits.short_lane == 4
     narrow = httpx.put(f"{proxy.admin_url}/limits", json={"short_lane": 0.5})

@@ -95,14 +95,68 @@ def test_a_statement_past_its_class_tail_counts_as_long_as_it_ran() -> None:
     s = Scheduler(model(0.004), "fcfs", Limits(mpl=1, short_lane=8.0))
     s.submit("R", "range", 0.0)
     assert s.submit("p1", "point", 0.003) == []
-    # 50 ms run, past the 4 ms tail: 50 ms counted ≥ 8 × 1 ms — the oldest point passes
-    assert _ids(s.submit("p2", "point", 0.05)) == ["p1"]
-    assert s.stats.short == 1
+    # 12 ms run, past twice the 4 ms tail: 12 ms counted ≥ 8 × 1 ms — the oldest point passes
+    assert _ids(s.submit("p2", "point", 0.012)) == ["p1"]
+    assert s.stats.short == 1 and s.stats.long == 0
     s = Scheduler(model(None), "fcfs", Limits(mpl=1, short_lane=8.0))
     s.submit("R", "range", 0.0)
     assert s.submit("p1", "point", 0.003) == []
     assert s.submit("p2", "point", 0.05) == []  # no tail known: 1 ms counted, however long
     assert s.stats.short == 0
+
+
+def test_a_long_run_gives_its_mpl_slot_up_at_four_times_its_class_tail() -> None:
+    """Holding the MPL past four times its class's tail, a statement is one of the class's
+    rare long runs: it gives its slot to the queue and runs on beside the MPL — at the time
+    itself (a timer, not the next arrival) — and so does one in the lane past twice its tail,
+    at most MPL of them at once. Without a tail known, or with no short lane (a faithful MPL),
+    the slot stays held."""
+    model = EtaModel(
+        classes=(
+            ClassProfile(fingerprint="range", name="range", D=0.002, D_tail=0.004, f=1),
+            ClassProfile(fingerprint="point", name="point", D=0.001, D_tail=0.001, f=1),
+        )
+    )
+    s = Scheduler(model, "latency", Limits(mpl=1, short_lane=8.0))
+    s.submit("R1", "range", 0.0)
+    assert s.submit("R2", "range", 0.001) == []
+    assert s.submit("R3", "range", 0.002) == []
+    # the lane wants 8 × 2 ms left of R1: at 8 ms R1 counts as long as it ran (8 ms): not yet
+    assert s.next_deadline() == pytest.approx(0.016, abs=1e-6)  # R1's four tails
+    assert _ids(s.tick(0.016 + 1e-6)) == ["R2"]  # R1 gave its slot up; R2 holds the MPL
+    assert s.stats.long == 1 and s.released_in_service == 1
+    # R2 past twice its tail counts as long as it ran: R3 passes by the lane
+    assert _ids(s.tick(0.1)) == ["R3"] and s.stats.short == 1
+    # at most MPL (1) beside it as long runs: R2 and R3 keep their places while R1 runs on
+    assert s.submit("R4", "range", 0.2) == [] and s.stats.long == 1
+    granted = s.complete("R1", 0.21)  # R1 ends: R2 gives its slot up to R4
+    assert _ids(granted) == ["R4"] and s.stats.long == 2
+    for tail, lane in ((None, 8.0), (0.004, 0.0)):
+        classes = (ClassProfile(fingerprint="range", name="range", D=0.002, D_tail=tail, f=1),)
+        s = Scheduler(EtaModel(classes=classes), "latency", Limits(mpl=1, short_lane=lane))
+        s.submit("R1", "range", 0.0)
+        assert s.submit("R2", "range", 0.001) == []
+        assert s.tick(1.0) == [] and s.stats.long == 0, (tail, lane)
+
+
+def test_a_long_run_in_the_lane_gives_its_place_up_at_twice_its_class_tail() -> None:
+    """A range query let in by the lane beside a long statement turns out one of its class's
+    long runs: past twice its class's tail it gives its place up (at the time itself) and a
+    point lookup passes by the lane, rather than waiting for it."""
+    model = EtaModel(
+        classes=(
+            ClassProfile(fingerprint="long", name="long", D=1.0, f=1),
+            ClassProfile(fingerprint="range", name="range", D=0.002, D_tail=0.004, f=1),
+            ClassProfile(fingerprint="point", name="point", D=0.001, D_tail=0.001, f=1),
+        )
+    )
+    s = Scheduler(model, "latency", Limits(mpl=1, short_lane=8.0))
+    s.submit("L", "long", 0.0)
+    assert _ids(s.submit("R", "range", 0.001)) == ["R"]  # by the lane
+    assert s.submit("P", "point", 0.005) == []  # the lane's one place is R's
+    assert s.next_deadline() == pytest.approx(0.009, abs=1e-6)  # R's two tails
+    assert _ids(s.tick(0.009 + 1e-6)) == ["P"]
+    assert s.stats.short == 2 and s.stats.long == 1 and s.released_in_service == 2
 
 
 def test_a_class_first_seen_live_waits_until_measured() -> None:

@@ -12,7 +12,7 @@ import pytest
 from admission.policies.interference import interference_matrix
 from admission.sim import SimClass, SimConfig, Workload
 from admission.sim.study import Estimate, model_of_run, replicate
-from admission.sim.theory import mm1_ps_response, mmc_response, mva
+from admission.sim.theory import mg1_priority_waits, mm1_ps_response, mmc_response, mva
 
 SLACK = 0.02
 
@@ -36,6 +36,48 @@ def test_mm1_processor_sharing_mean_response(rho: float) -> None:
     runs = replicate(w, cfg, w.model(1, None), "fcfs", 5, seed=11)
     measured = Estimate.of([r.mean_response() for r in runs])
     assert _close(measured, mm1_ps_response(rho, 1.0)), (measured, mm1_ps_response(rho, 1.0))
+
+
+# a class of mostly short statements with rare long ones: 1 in 10 runs 10× the others
+_TAIL = (0.1, 10.0)
+_SHORT, _LONG = 1 / (0.9 + 0.1 * 10), 10 / (0.9 + 0.1 * 10)  # its two lengths, mean 1
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_processor_sharing_is_insensitive_to_a_heavy_tail(rho: float) -> None:
+    """M/G/1-PS: the mean response time is D/(1 − ρ) whatever the distribution of the service
+    time, so a class whose runs are 0.53 or 5.3 (second moment 3.0, an exponential's 2) on one
+    core without admission control has the M/M/1-PS mean."""
+    w = Workload("tail", (SimClass("J", ((1, 1.0),)),))
+    cfg = SimConfig(
+        cores=1, arrival_rate=rho, fcr=None, mix=(1.0,), tails=(_TAIL,), completions=40_000
+    )
+    runs = replicate(w, cfg, w.model(1, None), "fcfs", 5, seed=13)
+    measured = Estimate.of([r.mean_response() for r in runs])
+    assert _close(measured, mm1_ps_response(rho, 1.0)), (measured, mm1_ps_response(rho, 1.0))
+    services = sorted(x for r in runs for x in r.service_times[0][:2000])
+    assert services[0] >= _SHORT * 0.999 and services[-1] >= _LONG  # (both lengths ran)
+
+
+def test_fcfs_at_mpl_1_with_a_heavy_tail_is_pollaczek_khinchine() -> None:
+    """M/G/1-FCFS (MPL 1 on one core): the mean wait is λE[S²]/(2(1 − ρ)), so the tail's
+    second moment (3.0, not the deterministic 1) sets it: 6× a deterministic queue's."""
+    rho = 0.7
+    w = Workload("tail", (SimClass("J", ((1, 1.0),)),))
+    cfg = SimConfig(
+        cores=1,
+        arrival_rate=rho,
+        fcr=None,
+        mpl=1,
+        mix=(1.0,),
+        tails=(_TAIL,),
+        completions=40_000,
+    )
+    runs = replicate(w, cfg, w.model(1, None), "fcfs", 5, seed=14)
+    second = 0.9 * _SHORT**2 + 0.1 * _LONG**2
+    pk = mg1_priority_waits([rho], [1.0], [second])[0]
+    measured = Estimate.of([r.waits[0] for r in runs])
+    assert measured.covers(pk, slack=0.05 * pk), (measured, pk)
 
 
 def test_mmc_response_by_hand() -> None:
