@@ -112,6 +112,8 @@ _FOREVER = float("inf")
 _PAST_TAIL = 2.0
 # and one that has run this many times its D_tail gives its MPL slot up (see _release_long)
 _LONG_RUN = 4.0
+# at most this many times the MPL statements are beside it as long runs at once (_release_long)
+_LONG_BESIDE = 2
 
 
 class JobState(Enum):
@@ -799,7 +801,12 @@ class Scheduler:
         """When the next statement holding the MPL reaches four times its class's tail
         (``_release_long``), if that can admit a queued one."""
         mpl = self.limits.mpl
-        if self._lane_factor is None or mpl is None or self._multi or self._overran >= mpl:
+        if (
+            self._lane_factor is None
+            or mpl is None
+            or self._multi
+            or self._overran >= _LONG_BESIDE * mpl
+        ):
             return None
         if self.running - self._bg_running - self._released < mpl:
             return None
@@ -863,7 +870,12 @@ class Scheduler:
         """With the short lane full, when a statement in it runs past twice its class's tail
         and so gives up its place (``_admit_short``); None when none will or the lane is off."""
         mpl = self.limits.mpl
-        if self._lane_factor is None or mpl is None or self._multi or self._overran >= mpl:
+        if (
+            self._lane_factor is None
+            or mpl is None
+            or self._multi
+            or self._overran >= _LONG_BESIDE * mpl
+        ):
             return None
         if not self._lane0.live:
             return None
@@ -1709,22 +1721,24 @@ class Scheduler:
                 break
 
     def _release_long(self, now: float, mpl: int) -> None:
-        """With the MPL full and statements waiting, a statement holding the MPL past four times
-        its class's tail (D_tail: what 9 in 10 of the class's statements end within) is one of
-        the class's rare long runs — a range query that this time covers the whole table — and
+        """With the MPL full and statements waiting, a statement holding the MPL past four times its
+        class's tail (D_tail: what 9 in 10 of the class's statements end within) is one of
+        the class's rare long runs — a range query that this time covers the whole table —
         not what its class's D_r let the policy expect: it gives its slot to the queue and
         runs on beside the MPL, like one past ``release_after`` but by its class's own
-        measure (the shortest-first policy cannot know which run will be long; past its tail it
-        knows, and what has run long tends to run on: least attained service first, which is
-        what minimizes the mean for such a class). At most MPL statements are beside the MPL
-        so at once, these and the lane's (``_admit_short``): never more than 3 × MPL in
-        service. Four times the tail, not the lane's two: giving a slot up adds a statement
-        on the cores, and one of an even class slowed by sharing runs past twice its tail — at
-        twice, in the simulator a mix of five deterministic classes lost a quarter of its mean
-        and half of its p99 at ρ 0.95 (the releases fed the sharing that made them); at four,
-        it and TPC-H ran the same, and the heavy-tailed mix's mean fell 15–20 %
-        (``benchmarks.short_lane``). Only with the short lane on (the latency policy):
-        a faithful MPL keeps its slots. O(in service)."""
+        measure. The shortest-first policy cannot know which run will be long; past its tail
+        it knows, and what has run long tends to run on: least attained service first is
+        what minimizes the mean for such a class. At most 2 × MPL statements are beside the
+        MPL so at once, these and the lane's (``_admit_short``), so never more than 4 × MPL
+        in service: without a bound an overload of long runs would all run at once, as with
+        no admission control (in the simulator a bound of 1 × MPL left the heavy-tailed mix
+        6–9 % more mean, the others the same or more). Four times the tail, not the lane's
+        two: giving a slot up adds a statement on the cores, and one of an even class slowed
+        by sharing runs past twice its tail — at twice, in the simulator a mix of five
+        deterministic classes lost a quarter of its mean and half of its p99 at ρ 0.95 (the
+        releases fed the sharing that made them); at four it and TPC-H ran the same
+        (``benchmarks.short_lane``). Only with the short lane on (the latency policy): a
+        faithful MPL keeps its slots. O(in service)."""
         if self._multi or self.running - self._bg_running - self._released < mpl:
             return
         overran = self._overran
@@ -1738,7 +1752,7 @@ class Scheduler:
                 self.stats.long += 1
                 if self._on_event is not None:
                     self._emit("long", job, f"in service {now - job.admitted_at:.3g}s")
-                if overran >= mpl:
+                if overran >= _LONG_BESIDE * mpl:
                     break
         self._overran = overran
 
@@ -1757,7 +1771,7 @@ class Scheduler:
         # while no foreground statement is in service, so none ever waits for their slot)
         if self.limits.release_after is not None and mpl is not None:
             self._release_overrun(now)
-        if self._lane_factor is not None and mpl is not None and self._overran < mpl:
+        if self._lane_factor is not None and mpl is not None and self._overran < _LONG_BESIDE * mpl:
             self._release_long(now, mpl)
         while mpl is None or self.running - self._bg_running - self._released < mpl:
             job = self._pick_newest(now) if newest else self._pick(now)
@@ -1797,20 +1811,20 @@ class Scheduler:
             self._settle(lane, i)
 
     def _admit_short(self, now: float, mpl: int, factor: float, granted: list[Job]) -> None:
-        """The short lane: with the MPL full, admit beside it the oldest statement of the
-        shortest class whose D_r is at most 1/``factor`` of the least expected remaining time
-        of the statements holding the MPL (``_left``: their class's D_r minus their time in
-        service, at least half their D_r; for a class whose D_r is still a prior, or one past
-        twice its class's tail, their time in service) — while fewer than MPL statements run
-        beside it. A statement in the lane that runs past twice its class's tail is one of the
-        class's rare long runs, not the short statement it was let in as: it gives its place
-        up (at most MPL statements beside the MPL so at once, see ``_release_long``) — four range
-        queries that each turned out to cover the whole table (two holding the MPL, two the
-        lane) otherwise made point lookups queue 100–400 ms behind them for the length of
-        their runs. Shortest remaining first is what minimizes the mean response time (SRPT);
-        the MPL cannot preempt, so a statement that would wait for a slot much longer than it
-        runs is let in to share the cores instead, and what it costs the statements in
-        service is about its own D_r.
+        """The short lane: with the MPL full, admit beside it the oldest statement of the shortest
+        class whose D_r is at most 1/``factor`` of the least expected remaining time of the
+        statements holding the MPL (``_left``: their class's D_r minus their time in
+        service, at least half their D_r; for a class whose D_r is still a prior, or one
+        past twice its class's tail, their time in service) — while fewer than MPL
+        statements run beside it. A statement in the lane that runs past twice its class's
+        tail is one of the class's rare long runs, not the short statement it was let in as:
+        it gives its place up (at most 2 × MPL statements beside the MPL so at once, see
+        ``_release_long``) — four range queries that each turned out to cover the whole
+        table (two holding the MPL, two the lane) otherwise made point lookups queue 100–400
+        ms behind them for the length of their runs. Shortest remaining first is what
+        minimizes the mean response time (SRPT); the MPL cannot preempt, so a statement that
+        would wait for a slot much longer than it runs is let in to share the cores instead,
+        and what it costs the statements in service is about its own D_r.
         Only classes with a measured D_r (not a prior), within the thread and memory budgets,
         and without tenants (a tenant's MPL and DRR share decide there). O(in service + K)
         per admission."""
@@ -1825,7 +1839,11 @@ class Scheduler:
                 left = _left(job, now)
                 if left < remaining:
                     remaining = left
-            elif not job.overran and overran < mpl and now - job.admitted_at > job.klass.tail:
+            elif (
+                not job.overran
+                and overran < _LONG_BESIDE * mpl
+                and now - job.admitted_at > job.klass.tail
+            ):
                 job.overran = True  # (one of its class's rare long runs: see the docstring)
                 overran += 1
                 self.stats.long += 1

@@ -109,7 +109,7 @@ def test_a_long_run_gives_its_mpl_slot_up_at_four_times_its_class_tail() -> None
     """Holding the MPL past four times its class's tail, a statement is one of the class's
     rare long runs: it gives its slot to the queue and runs on beside the MPL — at the time
     itself (a timer, not the next arrival) — and so does one in the lane past twice its tail,
-    at most MPL of them at once. Without a tail known, or with no short lane (a faithful MPL),
+    at most 2 × MPL of them at once. Without a tail known, or with no short lane (a faithful MPL),
     the slot stays held."""
     model = EtaModel(
         classes=(
@@ -117,20 +117,22 @@ def test_a_long_run_gives_its_mpl_slot_up_at_four_times_its_class_tail() -> None
             ClassProfile(fingerprint="point", name="point", D=0.001, D_tail=0.001, f=1),
         )
     )
-    s = Scheduler(model, "latency", Limits(mpl=1, short_lane=8.0))
+    s = Scheduler(model, "latency", Limits(mpl=1, short_lane=8.0, due_factor=None))
     s.submit("R1", "range", 0.0)
-    assert s.submit("R2", "range", 0.001) == []
-    assert s.submit("R3", "range", 0.002) == []
+    for i, at in ((2, 0.001), (3, 0.002), (4, 0.003)):
+        assert s.submit(f"R{i}", "range", at) == []
     # the lane wants 8 × 2 ms left of R1: at 8 ms R1 counts as long as it ran (8 ms): not yet
     assert s.next_deadline() == pytest.approx(0.016, abs=1e-6)  # R1's four tails
     assert _ids(s.tick(0.016 + 1e-6)) == ["R2"]  # R1 gave its slot up; R2 holds the MPL
     assert s.stats.long == 1 and s.released_in_service == 1
-    # R2 past twice its tail counts as long as it ran: R3 passes by the lane
-    assert _ids(s.tick(0.1)) == ["R3"] and s.stats.short == 1
-    # at most MPL (1) beside it as long runs: R2 and R3 keep their places while R1 runs on
-    assert s.submit("R4", "range", 0.2) == [] and s.stats.long == 1
-    granted = s.complete("R1", 0.21)  # R1 ends: R2 gives its slot up to R4
-    assert _ids(granted) == ["R4"] and s.stats.long == 2
+    assert s.next_deadline() == pytest.approx(0.032, abs=1e-5)  # R2's four tails
+    assert _ids(s.tick(0.032 + 1e-5)) == ["R3"] and s.stats.long == 2
+    # at most 2 × MPL beside it as long runs: R3 keeps its slot, and past twice its tail it
+    # counts as long as it ran — R4 passes by the lane
+    assert _ids(s.tick(1.0)) == ["R4"] and s.stats.short == 1 and s.stats.long == 2
+    assert s.submit("R5", "range", 1.1) == []  # R4 keeps the lane's place: no room beside
+    granted = s.complete("R1", 1.2)  # R1 ends: R3 gives its slot up to R5
+    assert _ids(granted) == ["R5"] and s.stats.long == 3
     for tail, lane in ((None, 8.0), (0.004, 0.0)):
         classes = (ClassProfile(fingerprint="range", name="range", D=0.002, D_tail=tail, f=1),)
         s = Scheduler(EtaModel(classes=classes), "latency", Limits(mpl=1, short_lane=lane))
