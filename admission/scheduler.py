@@ -792,31 +792,13 @@ class Scheduler:
         """When the next statement holding the MPL gives its slot up — at ``release_after``
         in service (``_release_overrun``) or at four times its class's tail
         (``_release_long``) — if that can admit a queued one."""
-        at, long_at = self._release_after_at(), self._long_at()
+        at = self._release_after_at()
+        mpl = self.limits.mpl
+        full = mpl is not None and self.running - self._bg_running - self._released >= mpl
+        long_at = self._long_at(beside=False) if full else None
         if long_at is None or at is None:
             return long_at if at is None else at
         return min(at, long_at)
-
-    def _long_at(self) -> float | None:
-        """When the next statement holding the MPL reaches four times its class's tail
-        (``_release_long``), if that can admit a queued one."""
-        mpl = self.limits.mpl
-        if (
-            self._lane_factor is None
-            or mpl is None
-            or self._multi
-            or self._overran >= _LONG_BESIDE * mpl
-        ):
-            return None
-        if self.running - self._bg_running - self._released < mpl:
-            return None
-        at = _FOREVER
-        for job in self._in_service.values():
-            if not job.released and job.admitted_at is not None:
-                past = job.admitted_at + job.klass.long
-                if past < at:
-                    at = past
-        return at + 1e-9 if self._now < at < _FOREVER else None
 
     def _release_after_at(self) -> float | None:
         """When the next statement in service reaches ``release_after``, if that can admit a
@@ -834,13 +816,16 @@ class Scheduler:
 
     def _lane_at(self) -> float | None:
         """When the short lane opens by time alone: a statement in service of a class not
-        measured yet counts as having as long to go as it has run (``_left``), so it lets more
-        through the longer it runs (one of a measured class only fewer). None when no time
-        will: the lane is off, has no room, the MPL is not full, nothing queued is of a
-        measured class, or a statement of a measured class in service has too little left."""
+        measured yet, or one past twice its class's tail, counts as having as long to go as it
+        has run (``_left``), so it lets more through the longer it runs (one of a measured
+        class within its tail only fewer); with the lane full, when one in it turns out a long
+        run. None when no time will: the lane is off, the MPL is not full, nothing queued is
+        of a measured class, or a statement of a measured class with no tail known has too
+        little left."""
         factor, mpl = self._lane_factor, self.limits.mpl
         if factor is None or mpl is None or self._multi or self._released - self._overran >= mpl:
-            return self._lane_frees_at()
+            # (full: it opens when one in it turns out a long run)
+            return self._long_at(beside=True) if self._lane0.live else None
         if self.running - self._bg_running - self._released < mpl:
             return None
         classes = self._classes
@@ -866,25 +851,23 @@ class Scheduler:
         # (a nanosecond after: at that tick what it ran is past the need, rounding included)
         return at + 1e-9 if at > now else None
 
-    def _lane_frees_at(self) -> float | None:
-        """With the short lane full, when a statement in it runs past twice its class's tail
-        and so gives up its place (``_admit_short``); None when none will or the lane is off."""
+    def _long_at(self, beside: bool) -> float | None:
+        """When the next statement in service turns out one of its class's rare long runs and
+        gives its place up: holding the MPL (not ``beside``) at four times its class's tail
+        (``_release_long``), in the lane (``beside``) at twice (``_admit_short``). None when
+        none will, or the room beside the MPL for long runs is taken."""
         mpl = self.limits.mpl
-        if (
-            self._lane_factor is None
-            or mpl is None
-            or self._multi
-            or self._overran >= _LONG_BESIDE * mpl
-        ):
+        if self._lane_factor is None or mpl is None or self._multi:
             return None
-        if not self._lane0.live:
+        if self._overran >= _LONG_BESIDE * mpl:
             return None
         at = _FOREVER
         for job in self._in_service.values():
-            if job.released and not job.overran and job.admitted_at is not None:
-                past = job.admitted_at + job.klass.tail
-                if past < at:
-                    at = past
+            if job.admitted_at is None or job.overran or job.released is not beside:
+                continue
+            past = job.admitted_at + (job.klass.tail if beside else job.klass.long)
+            if past < at:
+                at = past
         return at + 1e-9 if self._now < at < _FOREVER else None
 
     def overloaded(self, now: float) -> bool:
