@@ -49,10 +49,9 @@ from pathlib import Path
 import numpy as np
 
 from admission.model import EtaModel
-from admission.online import TAIL
 from admission.sim import SimClass, Workload
 from admission.sim.engine import RunResult
-from admission.sim.study import Estimate, isolation_demands, replicate
+from admission.sim.study import Estimate, isolation_demands, replicate, with_tails
 from benchmarks.open_policies import CORES, open_config
 
 PAIR = Workload("pair", (SimClass("short", ((2, 0.03),)), SimClass("long", ((2, 0.25),))))
@@ -77,28 +76,6 @@ TAILS = {"tail": (None, (0.05, 40.0))}
 
 def _p99(run: RunResult) -> float:
     return float(np.percentile(np.concatenate(run.response_times), 99))
-
-
-def with_tails(model: EtaModel, runs: list[RunResult]) -> EtaModel:
-    """``model`` with each class's D_tail as the live learning sets it from what ``runs``
-    measured: the 90th percentile of its statements' admission-to-completion times, put in
-    the model's units by the median over classes of D_r / the median time (admission.online's
-    scale)."""
-    times = [
-        np.concatenate([r.service_times[i] for r in runs]) for i in range(len(runs[0].classes))
-    ]
-    scale = float(
-        np.median(
-            [c.D / float(np.median(t)) for c, t in zip(model.classes, times, strict=True) if len(t)]
-        )
-    )
-    classes = tuple(
-        c.model_copy(update={"D_tail": scale * float(np.percentile(t, 100 * TAIL))})
-        if len(t)
-        else c
-        for c, t in zip(model.classes, times, strict=True)
-    )
-    return model.model_copy(update={"classes": classes})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -159,6 +159,16 @@ def simulate(
     lifo_after: LifoAfterOption = None,
     release_after: ReleaseAfterOption = None,
     short_lane: ShortLaneOption = None,
+    tails: Annotated[
+        str | None,
+        typer.Option(
+            help="Classes with a heavy tail, in class order, separated by ';': P,M (a share P of "
+            "the class's runs take M times its others, its mean kept) or - (none), e.g. "
+            "'-;0.05,40;-'. Each class's D_tail is then set from the FCFS runs, as the live "
+            "learning sets it.",
+            envvar=env("tails"),
+        ),
+    ] = None,
     model: Annotated[
         Path | None,
         typer.Option(
@@ -255,6 +265,7 @@ def simulate(
             lifo_after=resolve_lifo_after(lifo_after, queue_timeout),
             release_after=release_after or None,
             short_lane=short_lane,
+            tails=_tails(tails, len(shares)),
             completions=completions,
             warmup=warmup,
             **_tenants(workload_classes, tenants, len(shares)),
@@ -273,6 +284,32 @@ def simulate(
 
         for path in write_figures(study, plot):
             err.print(f"wrote {path}")
+
+
+def _tails(text: str | None, classes: int) -> tuple[tuple[float, float] | None, ...] | None:
+    """SimConfig's tails from --tails: one entry per class, P,M or -."""
+    if text is None:
+        return None
+    parts = [x.strip() for x in text.split(";")]
+    if len(parts) != classes:
+        raise ValueError(
+            f"--tails gives {len(parts)} entries for {classes} classes (one per class, in class "
+            "order, separated by ';': P,M or -)"
+        )
+    tails: list[tuple[float, float] | None] = []
+    for part in parts:
+        if part == "-":
+            tails.append(None)
+            continue
+        try:
+            share, times = (float(x) for x in part.split(","))
+        except ValueError:
+            raise ValueError(
+                f"--tails entry {part!r}: P,M (e.g. 0.05,40: one run in 20 takes 40 times the "
+                "others) or - (none)"
+            ) from None
+        tails.append((share, times))
+    return tuple(tails)
 
 
 def _tenants(path: Path | None, names: str | None, classes: int) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from admission.model import ClassProfile, EtaModel
+from admission.online import TAIL
 from admission.policies import POLICIES, policy_by_name
 from admission.policies.interference import interference_matrix
 from admission.sim.engine import RunResult, SimConfig, simulate
@@ -36,6 +37,7 @@ __all__ = [
     "rank_classes",
     "replicate",
     "run_study",
+    "with_tails",
 ]
 
 # Two-sided 95% Student t quantiles t_{0.975, df}; beyond 30 the normal 1.96 is close enough.
@@ -183,6 +185,28 @@ def build_model(
             "notes": "built from FCFS simulation",
         }
     )
+
+
+def with_tails(model: EtaModel, runs: Sequence[RunResult]) -> EtaModel:
+    """``model`` with each class's D_tail as the live learning sets it from what ``runs``
+    measured: the 90th percentile of its statements' admission-to-completion times, put in
+    the model's units by the median over classes of D_r / the median time (admission.online's
+    scale)."""
+    times = [
+        np.concatenate([r.service_times[i] for r in runs]) for i in range(len(runs[0].classes))
+    ]
+    scale = float(
+        np.median(
+            [c.D / float(np.median(t)) for c, t in zip(model.classes, times, strict=True) if len(t)]
+        )
+    )
+    classes = tuple(
+        c.model_copy(update={"D_tail": scale * float(np.percentile(t, 100 * TAIL))})
+        if len(t)
+        else c
+        for c, t in zip(model.classes, times, strict=True)
+    )
+    return model.model_copy(update={"classes": classes})
 
 
 def rank_classes(policy: str, model: EtaModel) -> list[int] | None:
@@ -334,6 +358,7 @@ class StudyResult:
         p_rows = [p_row_sums(self.model, x) for x in runs]
         for r, c in enumerate(self.model.classes):
             row: dict[str, Any] = {"name": c.name, "D": self.demands[r], "f": c.f}
+            row["D_tail"] = c.D_tail  # (with tails: the model's, from the FCFS runs)
             row.update(Estimate.of([x.U[r] for x in runs]).json("U"))
             row.update(Estimate.of([x.U[r] / sum(x.U) for x in runs]).json("U_share"))
             row.update(Estimate.of([x.Q[r] for x in runs]).json("Q"))
@@ -402,6 +427,10 @@ def run_study(
     base = workload.model(config.cores, config.fcr, demands)
     fcfs_runs = replicate(workload, config, base, "fcfs", replications, seed, map_fn)
     built = model if model is not None else build_model(workload, config, fcfs_runs, demands)
+    if config.tails is not None:
+        # (classes with a heavy tail: each class's D_tail from the FCFS runs, as the live
+        # learning would have it, so that the short lane's long-run rules act on it)
+        built = with_tails(built, fcfs_runs)
     summaries: dict[str, PolicySummary] = {}
     for p in policies:
         say(f"{p} × {replications}")

@@ -136,6 +136,36 @@ def test_simulate_with_tenants(tmp_path: Path) -> None:
     assert wrong.returncode == 2 and "one per class" in wrong.stderr.replace("\n", " ")
 
 
+def test_simulate_with_a_heavy_tailed_class() -> None:
+    """--tails: one class's runs one in 10 ten times the others — its p99 response grows
+    beyond the same class's without (the mean kept), and its D_tail is in the model."""
+    common = (
+        "simulate",
+        "--workload",
+        "var-service",
+        "--policies",
+        "fcfs,latency",
+        "--load",
+        "0.7",
+        "--cores",
+        "2",
+        "--completions",
+        "3000",
+        "--warmup",
+        "300",
+        "--replications",
+        "2",
+        "--format",
+        "json",
+    )
+    even = run(*common)
+    tailed = run(*common, "--tails", "-;-;0.1,10")
+    assert even.returncode == 0 and tailed.returncode == 0, (even.stderr, tailed.stderr)
+    a, b = json.loads(even.stdout), json.loads(tailed.stdout)
+    assert b["policies"]["fcfs"]["p99_response"] > a["policies"]["fcfs"]["p99_response"]
+    assert b["classes"][2]["D_tail"] and a["classes"][2]["D_tail"] is None
+
+
 def test_simulate_table_output() -> None:
     result = run(
         "simulate",
@@ -164,6 +194,9 @@ def test_simulate_table_output() -> None:
         (["--lifo-after", "1"], "--lifo-after needs --queue-timeout"),
         (["--mpl", "lots"], "--mpl takes a whole number or 'auto'"),
         (["--tenants", "a,b,c"], "--tenants needs --workload-classes"),
+        (["--tails", "-;0.05,40"], "--tails gives 2 entries for 3 classes"),
+        (["--tails", "-;often;-"], "--tails entry 'often'"),
+        (["--tails", "-;1.5,40;-"], "needs 0 < p < 1 and m > 0"),
     ],
 )
 def test_simulate_bad_arguments_are_clear(args: list[str], message: str) -> None:
